@@ -1,0 +1,29 @@
+# Two commands set everything up on a fresh machine (README): `make reproduce` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: reproduce test quality bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,cluster]"
+	touch $(STAMP)
+
+reproduce: $(STAMP)
+	$(PY) -m reproduce table1 --quick --out results/quick
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+quality: $(STAMP)
+	$(VENV)/bin/ruff check avalanche_gss reproduce benchmarks tests
+
+bench: $(STAMP)
+	$(PY) benchmarks/online_throughput.py
+	$(PY) benchmarks/gradient_gram.py
+
+clean:
+	rm -rf $(VENV) results .pytest_cache
