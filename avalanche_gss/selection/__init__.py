@@ -1,0 +1,1 @@
+"""Pure selection algorithms on tensors (no Avalanche import): one module per selector."""

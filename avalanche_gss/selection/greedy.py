@@ -1,0 +1,131 @@
+"""GSS-Greedy's replacement rule (paper Algorithm 2) on score tensors.
+
+The gradient part of Algorithm 2 (lines 5-7: the score ``c`` of a new sample is its
+largest gradient cosine to ``n`` random buffer samples, plus one) lives with the gradient
+engine; this module takes the scores and decides which buffer slot, if any, each new
+sample takes (lines 8-17).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+__all__ = ["CandidateDraw", "Gate", "greedy_scores", "greedy_slots"]
+
+CandidateDraw = Literal["proportional", "minmax"]
+Gate = Literal["sample", "batch"]
+
+
+def greedy_scores(cosines: Tensor, empty_score: float = 1.0) -> Tensor:
+    """Algorithm 2 line 7: ``c = max_i cos(g, G_i) + 1`` for each new sample.
+
+    :param cosines: ``(B, n)`` cosines between each new sample's gradient and the ``n``
+        gradients drawn from the buffer.
+    :param empty_score: score given when ``n == 0`` (empty buffer): ``1`` is a cosine of
+        zero, i.e. nothing known either way.
+    :return: ``(B,)`` scores in ``[0, 2]``.
+    """
+    if cosines.dim() != 2:
+        raise ValueError(f"cosines must be (B, n), got shape {tuple(cosines.shape)}")
+    if cosines.shape[1] == 0:
+        return torch.full((cosines.shape[0],), empty_score, dtype=cosines.dtype)
+    return cosines.max(dim=1).values + 1.0
+
+
+def greedy_slots(
+    buffer_scores: Tensor,
+    new_scores: Tensor,
+    capacity: int,
+    *,
+    generator: torch.Generator | None = None,
+    candidate_draw: CandidateDraw = "proportional",
+    gate: Gate = "sample",
+    batch_score: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Algorithm 2 lines 8-17 for a batch: where each new sample goes.
+
+    Samples are handled one after the other, as the paper applies "the same procedure
+    for each example when a batch of new data is received". While the buffer is not full
+    a sample is appended with its score (line 17). Once it is full:
+
+    - ``gate="sample"`` (paper): only a sample with ``c < 1`` (negative cosine to every
+      drawn buffer gradient) may enter (line 9). ``gate="batch"`` (authors' code): the
+      whole batch may enter only if ``batch_score < 1``, ``batch_score`` being the score of
+      the batch's mean gradient; the samples of a passing batch face no gate of their own.
+    - ``candidate_draw="proportional"`` (paper, line 10): the candidate slot ``i`` is drawn
+      with ``P(i) = C_i / sum_j C_j`` from the current scores. ``"minmax"`` (authors'
+      code): the batch draws distinct candidates at once with weights
+      ``(C - min C) / (max C - min C + 0.01)``, so the lowest-scored slot is never a
+      candidate; if fewer slots than samples have a non-zero weight (the authors' code
+      raises there) the candidates are drawn uniformly.
+    - The candidate is replaced with probability ``C_i / (C_i + c)`` (lines 11-13) and
+      its score becomes ``c``.
+
+    :param buffer_scores: ``(S,)`` scores of the ``S <= capacity`` stored samples.
+    :param new_scores: ``(B,)`` scores ``c`` of the new samples.
+    :param capacity: buffer size ``M``.
+    :param generator: source of randomness (CPU ``torch.Generator``).
+    :param candidate_draw: ``"proportional"`` (paper) or ``"minmax"`` (authors' code).
+    :param gate: ``"sample"`` (paper) or ``"batch"`` (authors' code).
+    :param batch_score: score of the batch gradient; required with ``gate="batch"``.
+    :return: ``(slots, scores)``: ``(B,)`` int64 slot per new sample (``-1``: not stored;
+        a sample whose slot a later sample of the batch takes is reported ``-1``), and
+        the ``(S',)`` scores of the buffer after the batch.
+    """
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    if buffer_scores.dim() != 1 or new_scores.dim() != 1:
+        raise ValueError("buffer_scores and new_scores must be 1-D")
+    if len(buffer_scores) > capacity:
+        raise ValueError("more buffer scores than capacity")
+    if gate == "batch" and batch_score is None:
+        raise ValueError('gate="batch" needs batch_score')
+    scores = buffer_scores.detach().to("cpu", torch.float64).clone()
+    new = new_scores.detach().to("cpu", torch.float64)
+    n_new = len(new)
+    slots = torch.full((n_new,), -1, dtype=torch.long)
+    uniforms = torch.rand(n_new, generator=generator, dtype=torch.float64)
+    batch_passes = gate == "sample" or (batch_score is not None and batch_score < 1.0)
+    minmax_candidates: Tensor | None = None
+    first = 0
+    for k in range(n_new):
+        c = float(new[k])
+        size = len(scores)
+        if size < capacity:  # line 17: fill phase
+            scores = torch.cat([scores, new[k : k + 1]])
+            slots[k] = size
+            continue
+        if not batch_passes or (gate == "sample" and not c < 1.0):  # line 9
+            continue
+        if candidate_draw == "proportional":  # line 10
+            total = float(scores.sum())
+            if total > 0:
+                i = int(torch.multinomial(scores, 1, generator=generator))
+            else:  # every stored score is 0: all equally redundant
+                i = int(torch.randint(size, (1,), generator=generator))
+        elif candidate_draw == "minmax":
+            if minmax_candidates is None:
+                minmax_candidates = _minmax_candidates(scores, n_new - k, generator)
+                first = k
+            i = int(minmax_candidates[(k - first) % len(minmax_candidates)])
+        else:
+            raise ValueError(f"unknown candidate_draw {candidate_draw!r}")
+        ci = float(scores[i])
+        if ci + c > 0 and float(uniforms[k]) < ci / (ci + c):  # lines 11-13
+            slots[(slots == i).nonzero().flatten()] = -1
+            slots[k] = i
+            scores[i] = c
+    return slots, scores
+
+
+def _minmax_candidates(scores: Tensor, count: int, generator: torch.Generator | None) -> Tensor:
+    """The authors' draw: ``count`` distinct slots weighted by min-max normalised scores."""
+    span = float(scores.max() - scores.min())
+    weights = (scores - scores.min()) / (span + 0.01)
+    if int((weights > 0).sum()) < count:
+        weights = torch.ones_like(scores)
+    count = min(count, len(scores))
+    return torch.multinomial(weights, count, replacement=False, generator=generator)

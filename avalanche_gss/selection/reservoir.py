@@ -1,0 +1,43 @@
+"""Reservoir sampling (Vitter's Algorithm R) as slot assignments: the ``Reservoir`` baseline."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["reservoir_slots"]
+
+
+def reservoir_slots(
+    n_seen: int, n_new: int, capacity: int, *, generator: torch.Generator | None = None
+) -> Tensor:
+    """Decide where each of ``n_new`` arriving samples goes under Algorithm R.
+
+    Sample number ``t`` of the stream (0-based) fills slot ``t`` while ``t < capacity``;
+    afterwards it draws ``j`` uniformly from ``0..t`` and replaces slot ``j`` when
+    ``j < capacity``. Every sample seen so far is then in the buffer with the same
+    probability ``capacity / (t + 1)``. Within one batch a later sample may draw the slot
+    of an earlier one; the earlier one is then dropped, exactly as if they arrived one
+    at a time.
+
+    :param n_seen: samples of the stream seen before this batch.
+    :param n_new: samples in this batch.
+    :param capacity: buffer size ``M``.
+    :param generator: source of randomness (CPU ``torch.Generator``).
+    :return: ``(n_new,)`` int64 tensor: the slot of each sample, or ``-1`` if it is not
+        stored. Stored slots are distinct.
+    """
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    if n_seen < 0 or n_new < 0:
+        raise ValueError("n_seen and n_new must be non-negative")
+    t = torch.arange(n_seen, n_seen + n_new, dtype=torch.float64)  # (B,) stream positions
+    draws = torch.rand(n_new, generator=generator, dtype=torch.float64)
+    j = torch.floor(draws * (t + 1)).long()  # uniform on 0..t
+    slots = torch.where(t < capacity, t.long(), j)
+    slots = torch.where(slots < capacity, slots, torch.full_like(slots, -1))
+    # A later sample that drew the same slot overwrites the earlier one: keep the last.
+    for k in range(n_new - 1):
+        if slots[k] >= 0 and bool((slots[k + 1 :] == slots[k]).any()):
+            slots[k] = -1
+    return slots
