@@ -1,0 +1,677 @@
+"""Per-sample loss-gradient inner products: the one gradient engine every selector uses.
+
+GSS scores samples by the cosine between their loss gradients
+``g_i = d loss(f(x_i; theta), y_i) / d theta`` (paper Eq. 2 and the surrogate Eq. 7;
+Alg. 1 line 3, Alg. 2 lines 6-7). :func:`sample_gram` returns the exact ``(N, N)`` Gram matrix
+``<g_i, g_j>`` from one batched forward pass and one ``torch.autograd.grad`` call, with no
+Python loop over samples and, for ``nn.Linear``, without ever holding a per-sample gradient:
+
+* ``nn.Linear`` (input ``a``, output gradient ``d``): ``<gW_i, gW_j> = (a_i.a_j)(d_i.d_j)``
+  and ``<gb_i, gb_j> = d_i.d_j``.
+* ``nn.Conv1d``/``nn.Conv2d`` (unfolded patches ``U_i (K, T)``, output gradients
+  ``D_i (C, T)``): ``<gW_i, gW_j> = sum_pq (U_i^T U_j)_pq (D_i^T D_j)_pq``, or, when a cost
+  estimate says that is dearer (large feature maps), the layer's per-sample weight gradients
+  ``D_i U_i^T`` are materialised in bounded chunks and multiplied (for stride-1 convolutions
+  tap by tap from shifted views of the input, without unfolding it). Any stride, padding
+  (mode), dilation and groups.
+* BatchNorm (eval mode, running statistics): ``g_gamma_i = sum(d_i * xhat_i)``,
+  ``g_beta_i = sum(d_i)`` over the non-channel dimensions.
+* Any other parameter (LayerNorm, Embedding, custom modules, tied weights): ``torch.func``
+  (``functional_call`` + ``vmap(grad)``) for those parameters only.
+
+Scoring runs the model in eval mode (as the authors' code does), which also makes the
+samples independent, so the gradient of the summed loss with respect to a layer output is
+each sample's own output gradient. A module's parameters are assumed to be used only inside
+its own ``forward`` (a module whose ``forward`` never runs but whose parameters get a gradient
+is sent to ``torch.func``). Modules called several times are handled (their calls add up).
+The engine never touches ``.grad``, parameters, buffers or the optimizer;
+:func:`preserved_state` guards callers that do.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.autograd.graph import GradientEdge, get_gradient_edge
+from torch.nn import functional as F
+from torch.nn.modules.batchnorm import _BatchNorm
+
+__all__ = [
+    "LossFn",
+    "sample_gram",
+    "cosine_from_gram",
+    "sample_cosine",
+    "cross_cosine",
+    "group_gram",
+    "per_sample_grad_loop",
+    "per_sample_grad_vmap",
+    "preserved_state",
+]
+
+LossFn = Callable[[Tensor, Tensor], Tensor]
+"""Maps ``(logits (N, ...), targets (N, ...))`` to per-sample losses ``(N,)``."""
+
+# Largest temporary (in elements) the conv routes build at once: 2**24 floats = 64 MiB.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _cross_entropy(logits: Tensor, y: Tensor) -> Tensor:
+    return F.cross_entropy(logits, y, reduction="none")  # (N,)
+
+
+@dataclass
+class _Layer:
+    """A module whose selected parameters have a closed-form Gram contribution."""
+
+    module: nn.Module
+    kind: str  # "linear", "conv" or "bn"
+    weight: bool  # is module.weight selected
+    bias: bool  # is module.bias selected
+    params: list[nn.Parameter] = field(default_factory=list)  # the selected ones among them
+    inputs: list[Tensor] = field(default_factory=list)  # one per call of the module
+    versions: list[int] = field(default_factory=list)  # inputs' version counters at capture
+    edges: list[GradientEdge] = field(default_factory=list)  # outputs' autograd edges
+    opaque: bool = False  # a call whose input or output could not be captured
+
+    def capture(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        """Keep this call's input and its output's gradient edge (a forward hook)."""
+        if not args or not isinstance(args[0], Tensor) or not isinstance(output, Tensor):
+            self.opaque = True  # e.g. called with keywords: leave it to torch.func
+        elif output.requires_grad:
+            self.inputs.append(args[0])
+            self.versions.append(args[0]._version)
+            self.edges.append(get_gradient_edge(output))
+
+
+def _selected(model: nn.Module, params: Sequence[nn.Parameter] | None) -> list[nn.Parameter]:
+    """Return the parameters theta, in order and without duplicates."""
+    if params is None:
+        return [p for p in model.parameters() if p.requires_grad]
+    chosen: dict[int, nn.Parameter] = {}
+    for p in params:
+        if not p.requires_grad:
+            raise ValueError("every parameter in `params` must have requires_grad=True")
+        chosen.setdefault(id(p), p)
+    return list(chosen.values())
+
+
+def _closed_form_kind(module: nn.Module) -> str | None:
+    """Which identity applies to ``module``'s own parameters; None needs the fallback."""
+    kind = type(module)  # exact types: a subclass may change ``forward``
+    if kind is nn.Linear:
+        return "linear"
+    if kind is nn.Conv2d or kind is nn.Conv1d:
+        return "conv"
+    if kind in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d):
+        return "bn"
+    return None
+
+
+def _plan(
+    model: nn.Module, selected: list[nn.Parameter]
+) -> tuple[list[_Layer], list[nn.Parameter]]:
+    """Split ``selected`` into closed-form layers and parameters for the ``torch.func`` route."""
+    wanted = {id(p) for p in selected}
+    owners: dict[int, int] = {}
+    candidates: list[tuple[nn.Module, dict[str, nn.Parameter]]] = []
+    for module in model.modules():
+        if isinstance(module, _BatchNorm) and module.running_mean is None:
+            raise ValueError(
+                "BatchNorm without running statistics normalises with batch statistics, so "
+                "per-sample gradients are not defined; use track_running_stats=True"
+            )
+        own = dict(module.named_parameters(recurse=False))
+        for p in own.values():
+            owners[id(p)] = owners.get(id(p), 0) + 1
+        own = {name: p for name, p in own.items() if id(p) in wanted}
+        if own:
+            candidates.append((module, own))
+    missing = wanted - owners.keys()
+    if missing:
+        raise ValueError(f"{len(missing)} parameter(s) in `params` do not belong to the model")
+    layers: list[_Layer] = []
+    fallback: dict[int, nn.Parameter] = {}
+    for module, own in candidates:
+        kind = _closed_form_kind(module)
+        shared = any(owners[id(p)] > 1 for p in own.values())
+        if kind is None or shared or not own.keys() <= {"weight", "bias"}:
+            fallback.update((id(p), p) for p in own.values())
+        else:
+            layers.append(_Layer(module, kind, "weight" in own, "bias" in own, list(own.values())))
+    return layers, list(fallback.values())
+
+
+@contextmanager
+def _scoring_mode(model: nn.Module) -> Iterator[None]:
+    """Put every submodule in eval mode and restore each one's own flag on exit."""
+    modes = [(m, m.training) for m in model.modules()]
+    if any(training for _, training in modes):
+        model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def _add_pair_sum_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
+    """Add ``sum_pq (U_i^T U_j)_pq (D_i^T D_j)_pq`` to ``out``, never forming ``D_i U_i^T``.
+
+    :param out: Gram accumulator, shape ``(N, N)``.
+    :param cols: input patches ``U``, shape ``(N, K, T)``.
+    :param dout: output gradients ``D``, shape ``(N, C, T)``.
+    """
+    n, k, t = cols.shape
+    u = cols.transpose(1, 2).reshape(n * t, k)  # (N*T, K)
+    d = dout.transpose(1, 2).reshape(n * t, dout.shape[1])  # (N*T, C)
+    rows = max(1, _CHUNK_ELEMENTS // (n * t * t))  # samples per block of rows
+    for s in range(0, n, rows):
+        e = min(n, s + rows)
+        prod = u[s * t : e * t] @ u.T  # (b*T, N*T)
+        prod.mul_(d[s * t : e * t] @ d.T)  # (b*T, N*T)
+        out[s:e] += prod.view(e - s, t, n, t).sum(dim=(1, 3))  # (b, N)
+
+
+def _add_materialised_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
+    """Add the Gram of the per-sample weight gradients ``D_i U_i^T``, built in chunks of ``K``.
+
+    :param out: Gram accumulator, shape ``(N, N)``.
+    :param cols: input patches, shape ``(N, G, K, T)`` (``G`` convolution groups).
+    :param dout: output gradients, shape ``(N, G, C, T)``.
+    """
+    n, g, k, _ = cols.shape
+    step = max(1, _CHUNK_ELEMENTS // (n * g * dout.shape[2]))  # patch features per chunk
+    for s in range(0, k, step):
+        grads = dout @ cols[:, :, s : s + step].transpose(2, 3)  # (N, G, C, k_chunk)
+        flat = grads.reshape(n, -1)  # (N, G*C*k_chunk)
+        out.addmm_(flat, flat.T)
+
+
+def _weight_route(n: int, t: int, k: int, c: int, groups: int) -> str:
+    """Pick the cheaper exact route for a weight ``(C, K)`` seen at ``T`` positions per sample.
+
+    ``"pair"`` costs ``(N T)^2 (K + C)`` multiply-adds (pairwise patch products, memory
+    ``O(N^2 T^2)`` in chunks); ``"materialise"`` costs ``N T C K + N^2 C K`` (per-sample
+    gradients ``D_i U_i^T``, then their Gram), whose Gram term, a product with a short side of
+    ``N``, is bound by memory traffic and so counted twice. With groups only the latter is
+    implemented.
+    """
+    if t == 1 and groups == 1:
+        return "pair"  # the Linear identity (a_i.a_j)(d_i.d_j): cheapest whatever N
+    kg = k // groups
+    pair_cost = (n * t) ** 2 * (kg + c // groups + 1)
+    materialise_cost = n * t * c * kg + 2 * n * n * c * kg
+    return "pair" if groups == 1 and pair_cost <= materialise_cost else "materialise"
+
+
+def _add_patch_gram(
+    out: Tensor, cols: Tensor, dout: Tensor, groups: int, weight: bool, bias: bool
+) -> None:
+    """Add the Gram of a weight ``(C, K)`` applied to patches (and of its bias) to ``out``.
+
+    :param out: Gram accumulator, shape ``(N, N)``.
+    :param cols: input patches, shape ``(N, K, T)``; channel-major ``K`` for convolutions.
+    :param dout: output gradients, shape ``(N, C, T)``.
+    :param groups: convolution groups (1 for ``nn.Linear``).
+    :param weight: include the weight's term.
+    :param bias: include the bias's term.
+    """
+    n, k, t = cols.shape
+    c = dout.shape[1]
+    if bias:
+        gb = dout.sum(dim=2)  # (N, C)
+        out.addmm_(gb, gb.T)
+    if not weight:
+        return
+    if _weight_route(n, t, k, c, groups) == "pair":
+        _add_pair_sum_gram(out, cols, dout)
+    else:
+        kg, cg = k // groups, c // groups
+        _add_materialised_gram(out, cols.reshape(n, groups, kg, t), dout.reshape(n, groups, cg, t))
+
+
+def _padded_conv_input(
+    conv: nn.Conv1d | nn.Conv2d, x: Tensor
+) -> tuple[Tensor, tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """Return the input as 4-D with the convolution's padding applied, and the 2-D geometry.
+
+    :param conv: the convolution (``Conv1d`` is treated as a ``1 x L`` ``Conv2d``).
+    :param x: its input, shape ``(N, Cin, H, W)`` or ``(N, Cin, L)``.
+    :return: padded input ``(N, Cin, Hp, Wp)``, kernel, stride and dilation as pairs.
+    """
+    if isinstance(conv, nn.Conv1d):
+        x = x.unsqueeze(2)  # (N, Cin, 1, L)
+        kernel, stride, dilation = (1, *conv.kernel_size), (1, *conv.stride), (1, *conv.dilation)
+        padding: str | tuple[int, ...] = (
+            conv.padding if isinstance(conv.padding, str) else (0, *conv.padding)
+        )
+    else:
+        kernel, stride, dilation = conv.kernel_size, conv.stride, conv.dilation
+        padding = conv.padding if isinstance(conv.padding, str) else tuple(conv.padding)
+    if isinstance(padding, str):  # "valid" or "same" (stride 1); torch pads extra on the right
+        totals = [
+            0 if padding == "valid" else d * (k - 1) for d, k in zip(dilation, kernel, strict=True)
+        ]
+        pads = [(tot // 2, tot - tot // 2) for tot in totals]
+    else:
+        pads = [(p, p) for p in padding]
+    flat = [side for lo_hi in reversed(pads) for side in lo_hi]  # F.pad order: last dim first
+    if any(flat):
+        mode = "constant" if conv.padding_mode == "zeros" else conv.padding_mode
+        x = F.pad(x, flat, mode=mode)  # (N, Cin, Hp, Wp)
+    return x, (kernel[0], kernel[1]), (stride[0], stride[1]), (dilation[0], dilation[1])
+
+
+def _add_shifted_conv_gram(
+    out: Tensor,
+    calls: Sequence[tuple[Tensor, Tensor]],
+    kernel: tuple[int, int],
+    dilation: tuple[int, int],
+) -> None:
+    """Add the Gram of a stride-1 convolution's per-sample weight gradients, without unfolding.
+
+    With the padded input flattened row by row (width ``Wp``) and the output gradient padded
+    to the same width with zeros, kernel tap ``(i, j)`` reads a contiguous slice of the input
+    at offset ``i*dil_h*Wp + j*dil_w``, so each tap's per-sample gradient ``(C, Cin)`` is one
+    batched matmul on views; the zero columns cancel the wrapped-around reads.
+
+    :param out: Gram accumulator, shape ``(N, N)``.
+    :param calls: per call, padded input ``(N, Cin, Hp, Wp)`` and output gradient
+        ``(N, C, Ho, Wo)``.
+    :param kernel: kernel size ``(kh, kw)``.
+    :param dilation: dilation ``(dil_h, dil_w)``.
+    """
+    n = out.shape[0]
+    flat = []
+    for xp, d in calls:
+        wp = xp.shape[3]
+        xf = F.pad(xp.flatten(2), (0, dilation[1] * (kernel[1] - 1)))  # (N, Cin, Hp*Wp + pad)
+        df = F.pad(d, (0, wp - d.shape[3])).flatten(2)  # (N, C, Ho*Wp)
+        flat.append((xf, df, wp))
+    c, cin = calls[0][1].shape[1], calls[0][0].shape[1]
+    step = max(1, _CHUNK_ELEMENTS // (n * cin))  # output channels per chunk
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            for c0 in range(0, c, step):
+                grads = None
+                for xf, df, wp in flat:
+                    off, length = i * dilation[0] * wp + j * dilation[1], df.shape[2]
+                    tap = torch.bmm(
+                        df[:, c0 : c0 + step], xf[:, :, off : off + length].transpose(1, 2)
+                    )  # (N, c_chunk, Cin)
+                    grads = tap if grads is None else grads.add_(tap)
+                assert grads is not None
+                g = grads.reshape(n, -1)  # (N, c_chunk*Cin)
+                out.addmm_(g, g.T)
+
+
+def _add_layer_gram(out: Tensor, layer: _Layer, douts: Sequence[Tensor | None]) -> None:
+    """Add one closed-form layer's Gram contribution, from its captured calls, to ``out``."""
+    n = out.shape[0]
+    calls = [(a, d) for a, d in zip(layer.inputs, douts, strict=True) if d is not None]
+    if not calls:
+        return
+    module = layer.module
+    if layer.kind == "linear" and len(calls) == 1 and calls[0][0].dim() == 2:
+        a, d = calls[0]  # (N, K), (N, C): (a_i.a_j)(d_i.d_j) + d_i.d_j
+        dd = d @ d.T  # (N, N)
+        if layer.weight:
+            out.addcmul_(a @ a.T, dd)
+        if layer.bias:
+            out.add_(dd)
+        return
+    if layer.kind == "bn":
+        assert isinstance(module, _BatchNorm)
+        mean, var = module.running_mean, module.running_var
+        assert mean is not None and var is not None
+        per_sample: list[Tensor] = []
+        for x, d in calls:
+            shape = (1, -1) + (1,) * (x.dim() - 2)
+            xhat = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + module.eps)  # (N, C, *)
+            parts = []
+            if layer.weight:
+                parts.append((d * xhat).reshape(n, d.shape[1], -1).sum(dim=2))  # (N, C)
+            if layer.bias:
+                parts.append(d.reshape(n, d.shape[1], -1).sum(dim=2))  # (N, C)
+            per_sample.append(torch.cat(parts, dim=1))  # (N, C or 2C)
+        g = torch.stack(per_sample).sum(dim=0) if len(per_sample) > 1 else per_sample[0]
+        out.addmm_(g, g.T)
+        return
+    cols_list, dout_list = [], []
+    if layer.kind == "linear":
+        for x, d in calls:
+            cols_list.append(x.reshape(n, -1, x.shape[-1]).transpose(1, 2))  # (N, K, T)
+            dout_list.append(d.reshape(n, -1, d.shape[-1]).transpose(1, 2))  # (N, C, T)
+        groups = 1
+    else:
+        assert isinstance(module, (nn.Conv1d, nn.Conv2d))
+        groups = module.groups
+        padded = []
+        for x, d in calls:
+            xp, kernel, stride, dilation = _padded_conv_input(module, x)  # (N, Cin, Hp, Wp)
+            padded.append((xp, d.reshape(n, d.shape[1], -1, d.shape[-1])))  # (N, C, Ho, Wo)
+        t = sum(d.shape[2] * d.shape[3] for _, d in padded)
+        k = module.in_channels * kernel[0] * kernel[1]
+        shiftable = groups == 1 and stride == (1, 1)
+        if shiftable and _weight_route(n, t, k, module.out_channels, 1) == "materialise":
+            if layer.bias:
+                gb = sum(d.sum(dim=(2, 3)) for _, d in padded)  # (N, C)
+                assert isinstance(gb, Tensor)
+                out.addmm_(gb, gb.T)
+            if layer.weight:
+                _add_shifted_conv_gram(out, padded, kernel, dilation)
+            return
+        for xp, d in padded:
+            cols_list.append(F.unfold(xp, kernel, dilation=dilation, stride=stride))  # (N, K, T)
+            dout_list.append(d.flatten(2))  # (N, C, T)
+    cols = cols_list[0] if len(calls) == 1 else torch.cat(cols_list, dim=2)  # (N, K, T)
+    dout = dout_list[0] if len(calls) == 1 else torch.cat(dout_list, dim=2)  # (N, C, T)
+    _add_patch_gram(out, cols, dout, groups, layer.weight, layer.bias)
+
+
+def _add_closed_form_grams(
+    out: Tensor, model: nn.Module, x: Tensor, y: Tensor, loss_fn: LossFn, layers: list[_Layer]
+) -> list[nn.Parameter]:
+    """Add the closed-form layers' Gram to ``out`` from one forward and one ``autograd.grad``.
+
+    :return: parameters that need the ``torch.func`` route after all: those of layers
+        called in a way the hooks cannot capture, and those of layers whose ``forward`` never
+        ran but that still get a gradient (used by another module).
+    """
+    n = x.shape[0]
+    with _scoring_mode(model), torch.enable_grad():
+        handles = [layer.module.register_forward_hook(layer.capture) for layer in layers]
+        try:
+            losses = loss_fn(model(x), y)  # (N,)
+        finally:
+            for handle in handles:
+                handle.remove()
+        if losses.shape != (n,):
+            raise ValueError(f"loss_fn must return shape ({n},), got {tuple(losses.shape)}")
+        fallback = [p for layer in layers if layer.opaque for p in layer.params]
+        layers = [layer for layer in layers if not layer.opaque]
+        edges = [e for layer in layers for e in layer.edges]
+        idle = [p for layer in layers if not layer.edges for p in layer.params]  # never ran
+        inputs = edges + [get_gradient_edge(p) for p in idle]
+        grads = torch.autograd.grad(losses.sum(), inputs, allow_unused=True) if inputs else ()
+    start = 0
+    for layer in layers:
+        if any(a._version != v for a, v in zip(layer.inputs, layer.versions, strict=True)):
+            raise RuntimeError(
+                f"the input of {type(layer.module).__name__} was modified in place after the "
+                "layer used it; per-sample gradients need the original input"
+            )
+        if layer.edges:
+            _add_layer_gram(out, layer, grads[start : start + len(layer.edges)])
+            start += len(layer.edges)
+    return fallback + [p for p, g in zip(idle, grads[start:], strict=True) if g is not None]
+
+
+def sample_gram(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    loss_fn: LossFn | None = None,
+    params: Sequence[nn.Parameter] | None = None,
+) -> Tensor:
+    """Exact Gram matrix ``<g_i, g_j>`` of per-sample loss gradients (paper Eq. 2).
+
+    ``g_i = d loss_fn(f(x_i), y_i) / d theta`` with ``theta`` the given parameters (default:
+    all parameters with ``requires_grad``). One batched forward in eval mode, one
+    ``torch.autograd.grad`` to the layer outputs, then the closed forms of the module
+    docstring; parameters without one go through :func:`per_sample_grad_vmap`. Runs on
+    ``x``'s device; the model's modes are restored and no ``.grad``, parameter or buffer is
+    changed.
+
+    :param model: the network; BatchNorm layers must keep running statistics.
+    :param x: inputs, shape ``(N, ...)``.
+    :param y: targets, shape ``(N, ...)``.
+    :param loss_fn: maps ``(logits, y)`` to per-sample losses ``(N,)``; default
+        cross-entropy with ``reduction="none"``.
+    :param params: the parameters ``theta`` (each needs ``requires_grad``); default all
+        trainable parameters.
+    :return: the Gram matrix, shape ``(N, N)``, in the gradients' dtype.
+    """
+    loss_fn = _cross_entropy if loss_fn is None else loss_fn
+    n = x.shape[0]
+    if y.shape[0] != n:
+        raise ValueError(f"x has {n} samples but y has {y.shape[0]}")
+    selected = _selected(model, params)
+    layers, fallback = _plan(model, selected)
+    dtype = selected[0].dtype if selected else x.dtype
+    gram = torch.zeros(n, n, dtype=dtype, device=x.device)  # (N, N)
+    if n == 0 or not selected:
+        return gram
+    if layers:
+        fallback += _add_closed_form_grams(gram, model, x, y, loss_fn, layers)
+    if fallback:
+        grads = per_sample_grad_vmap(model, x, y, loss_fn=loss_fn, params=fallback)  # (N, P)
+        gram.addmm_(grads, grads.T)
+    return gram
+
+
+def cosine_from_gram(gram: Tensor, eps: float = 1e-12) -> Tensor:
+    """Cosine similarities ``<g_i, g_j> / (|g_i| |g_j|)`` from a Gram matrix (paper Eq. 7).
+
+    A gradient whose norm is at most ``eps`` (e.g. a sample the model already fits
+    perfectly) has no direction: its cosine with every gradient, itself included, is 0.
+    Results are clamped to ``[-1, 1]``.
+
+    :param gram: Gram matrix, shape ``(N, N)``.
+    :param eps: norms at or below this count as zero.
+    :return: cosine matrix, shape ``(N, N)``.
+    """
+    sq_norms = gram.diagonal()  # (N,)
+    inv = sq_norms.rsqrt().masked_fill_(sq_norms <= eps * eps, 0.0)  # (N,) 1/|g_i| or 0
+    return (gram * inv[:, None] * inv[None, :]).clamp_(-1.0, 1.0)  # (N, N)
+
+
+def sample_cosine(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    loss_fn: LossFn | None = None,
+    params: Sequence[nn.Parameter] | None = None,
+    eps: float = 1e-12,
+) -> Tensor:
+    """Pairwise gradient cosines of the samples (paper Eq. 7, Alg. 1 line 3).
+
+    :param model: the network.
+    :param x: inputs, shape ``(N, ...)``.
+    :param y: targets, shape ``(N, ...)``.
+    :param loss_fn: per-sample loss, see :func:`sample_gram`.
+    :param params: the parameters ``theta``, see :func:`sample_gram`.
+    :param eps: zero-norm threshold, see :func:`cosine_from_gram`.
+    :return: cosine matrix, shape ``(N, N)``.
+    """
+    gram = sample_gram(model, x, y, loss_fn=loss_fn, params=params)  # (N, N)
+    return cosine_from_gram(gram, eps)
+
+
+def cross_cosine(
+    model: nn.Module,
+    x_a: Tensor,
+    y_a: Tensor,
+    x_b: Tensor,
+    y_b: Tensor,
+    *,
+    loss_fn: LossFn | None = None,
+    params: Sequence[nn.Parameter] | None = None,
+    eps: float = 1e-12,
+) -> Tensor:
+    """Gradient cosines between two sets of samples, from one joint pass (Alg. 2 line 7).
+
+    :param model: the network.
+    :param x_a: first inputs, shape ``(Na, ...)``.
+    :param y_a: first targets, shape ``(Na, ...)``.
+    :param x_b: second inputs, shape ``(Nb, ...)``.
+    :param y_b: second targets, shape ``(Nb, ...)``.
+    :param loss_fn: per-sample loss, see :func:`sample_gram`.
+    :param params: the parameters ``theta``, see :func:`sample_gram`.
+    :param eps: zero-norm threshold, see :func:`cosine_from_gram`.
+    :return: cosine matrix, shape ``(Na, Nb)``.
+    """
+    x = torch.cat([x_a, x_b])  # (Na+Nb, ...)
+    y = torch.cat([y_a, y_b])  # (Na+Nb, ...)
+    cos = sample_cosine(model, x, y, loss_fn=loss_fn, params=params, eps=eps)  # (Na+Nb, Na+Nb)
+    return cos[: x_a.shape[0], x_a.shape[0] :]  # (Na, Nb)
+
+
+def group_gram(gram: Tensor, groups: Tensor, *, num_groups: int | None = None) -> Tensor:
+    """Gram of group gradients ``h_g = sum_i W_gi g_i`` from the per-sample Gram.
+
+    GSS-Greedy compares a sample with ``n`` mini-batch gradients of buffer samples
+    (Alg. 2 lines 6-7); a mini-batch gradient is the mean of its samples' gradients, so its
+    inner products follow from the per-sample Gram: ``H = W K W^T``.
+
+    :param gram: per-sample Gram ``K``, shape ``(N, N)``.
+    :param groups: either integer group ids, shape ``(N,)``, with ids in
+        ``[0, num_groups)`` (each group's gradient is the mean over its members; an empty
+        group gets the zero gradient; a negative id leaves the sample out), or a weight
+        matrix ``W`` of shape ``(G, N)`` (a row of ``1/|g|`` on the members is a mean, a
+        one-hot row keeps a single sample).
+    :param num_groups: number of groups for integer ids; default ``groups.max() + 1``.
+    :return: the group Gram ``H``, shape ``(G, G)``.
+    """
+    if groups.dim() == 2:
+        weights = groups.to(device=gram.device, dtype=gram.dtype)  # (G, N)
+    elif groups.dim() == 1 and not groups.is_floating_point():
+        top = int(groups.max()) + 1 if groups.numel() else 0
+        g = top if num_groups is None else num_groups
+        if top > g:
+            raise ValueError(f"group id {top - 1} is not below num_groups={g}")
+        ids = torch.arange(g, device=gram.device)  # (G,)
+        onehot = (groups.to(gram.device)[None, :] == ids[:, None]).to(gram.dtype)  # (G, N)
+        weights = onehot / onehot.sum(dim=1, keepdim=True).clamp_min(1)  # (G, N)
+    else:
+        raise ValueError("groups must be integer ids (N,) or a weight matrix (G, N)")
+    if weights.shape[1] != gram.shape[0]:
+        raise ValueError(f"groups cover {weights.shape[1]} samples, gram has {gram.shape[0]}")
+    return weights @ gram @ weights.T  # (G, G)
+
+
+def _flat_grads(grads: Sequence[Tensor | None], params: Sequence[nn.Parameter]) -> Tensor:
+    """Concatenate gradients, with zeros for unused parameters, shape ``(P,)``."""
+    return torch.cat(
+        [
+            (torch.zeros_like(p) if g is None else g).reshape(-1)
+            for g, p in zip(grads, params, strict=True)
+        ]
+    )
+
+
+def per_sample_grad_loop(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    loss_fn: LossFn | None = None,
+    params: Sequence[nn.Parameter] | None = None,
+) -> Tensor:
+    """Compute per-sample gradients by a Python loop of ``torch.autograd.grad`` (the oracle).
+
+    Each sample gets its own forward pass in eval mode (as :func:`sample_gram`) and its own
+    ``autograd.grad``; ``.grad`` is not touched. Slow; kept for tests and benchmarks.
+
+    :param model: the network.
+    :param x: inputs, shape ``(N, ...)``.
+    :param y: targets, shape ``(N, ...)``.
+    :param loss_fn: per-sample loss, see :func:`sample_gram`.
+    :param params: the parameters ``theta``, see :func:`sample_gram`.
+    :return: per-sample gradients, shape ``(N, P)``, parameters concatenated in order.
+    """
+    loss_fn = _cross_entropy if loss_fn is None else loss_fn
+    selected = _selected(model, params)
+    rows = []
+    with _scoring_mode(model), torch.enable_grad():
+        for i in range(x.shape[0]):
+            loss = loss_fn(model(x[i : i + 1]), y[i : i + 1]).sum()
+            grads = torch.autograd.grad(loss, selected, allow_unused=True)
+            rows.append(_flat_grads(grads, selected))  # (P,)
+    if not rows:
+        total = sum(p.numel() for p in selected)
+        return torch.zeros(0, total, dtype=x.dtype, device=x.device)
+    return torch.stack(rows)  # (N, P)
+
+
+def per_sample_grad_vmap(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    loss_fn: LossFn | None = None,
+    params: Sequence[nn.Parameter] | None = None,
+) -> Tensor:
+    """Per-sample gradients by ``torch.func`` (``functional_call`` + ``vmap(grad)``).
+
+    Exact for any model that ``vmap`` supports; evaluated in eval mode like
+    :func:`sample_gram`, whose fallback it is for parameters without a closed form.
+
+    :param model: the network.
+    :param x: inputs, shape ``(N, ...)``.
+    :param y: targets, shape ``(N, ...)``.
+    :param loss_fn: per-sample loss, see :func:`sample_gram`.
+    :param params: the parameters ``theta``, see :func:`sample_gram`.
+    :return: per-sample gradients, shape ``(N, P)``, parameters concatenated in order.
+    """
+    loss_fn = _cross_entropy if loss_fn is None else loss_fn
+    selected = _selected(model, params)
+    wanted = {id(p) for p in selected}
+    names = {id(p): name for name, p in model.named_parameters() if id(p) in wanted}
+    theta = {names[id(p)]: p.detach() for p in selected}
+
+    def one_loss(theta: dict[str, Tensor], xi: Tensor, yi: Tensor) -> Tensor:
+        logits = torch.func.functional_call(model, theta, (xi.unsqueeze(0),))  # (1, ...)
+        return loss_fn(logits, yi.unsqueeze(0)).sum()
+
+    with _scoring_mode(model):
+        grads = torch.func.vmap(torch.func.grad(one_loss), in_dims=(None, 0, 0))(theta, x, y)
+    return torch.cat([grads[names[id(p)]].reshape(x.shape[0], -1) for p in selected], dim=1)
+
+
+@contextmanager
+def preserved_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> Iterator[None]:
+    """Restore parameters, ``.grad``, buffers, train/eval modes and optimizer state on exit.
+
+    For callers that score with their own backward passes, or that must leave a training
+    step untouched (the authors' scoring leaks into ``.grad``; see PEERS.md). Values are
+    copied back in place, so tensors keep their identity; a ``.grad`` that was ``None``
+    becomes ``None`` again.
+
+    :param model: the network whose state to keep.
+    :param optimizer: an optimizer whose state (e.g. momentum buffers) to keep.
+    """
+    params = list(model.parameters())
+    values = [p.detach().clone() for p in params]
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    modes = [(m, m.training) for m in model.modules()]
+    opt_state = None if optimizer is None else copy.deepcopy(optimizer.state_dict())
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, value, grad in zip(params, values, grads, strict=True):
+                p.copy_(value)
+                if grad is None:
+                    p.grad = None
+                elif p.grad is None or p.grad.shape != grad.shape:
+                    p.grad = grad
+                else:
+                    p.grad.copy_(grad)
+            for b, value in buffers:
+                b.copy_(value)
+        for module, training in modes:
+            module.training = training
+        if optimizer is not None and opt_state is not None:
+            optimizer.load_state_dict(opt_state)
