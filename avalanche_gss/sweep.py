@@ -1,0 +1,359 @@
+"""Run many independent runs (method x buffer x seed x variant), resumably.
+
+A *job* is a JSON-serialisable config dict; ``fn(config) -> dict`` runs it. Each finished
+job's result is stored as one file under ``cache_dir``, named by a hash of the whole
+config (:class:`ResultCache`), written to a temporary file and moved into place with
+``os.replace``: a sweep killed at any moment (even ``SIGKILL``) leaves only whole results,
+and running it again runs only the jobs without one. Jobs run one after the other in this
+process, in ``workers`` spawned processes (``concurrent.futures``), or on a SLURM cluster
+through submitit's ``AutoExecutor``; in every case the job's own process writes its result,
+so a finished job survives the death of the process that launched it.
+
+Changing what ``fn`` computes for an unchanged config is invisible to the cache: put a
+version into the configs, or use a fresh ``cache_dir``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import pickle
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from tqdm import tqdm
+
+__all__ = ["ResultCache", "SweepError", "config_key", "run_sweep", "worker_threads"]
+
+logger = logging.getLogger(__name__)
+
+JobFn = Callable[[dict[str, Any]], dict[str, Any]]
+Launcher = Literal["local", "submitit"]
+
+
+def _canonical(config: Mapping[str, Any]) -> str:
+    """Return the config as canonical JSON (sorted keys, no spaces); raise if not JSON data."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"a job config must be a mapping, got {type(config).__name__}")
+    try:
+        return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"job config is not JSON-serialisable: {err}") from err
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """Return the cache key of a job: SHA-256 (32 hex digits) of its canonical JSON.
+
+    Key order does not matter; every value does (``1`` and ``1.0`` differ).
+
+    :param config: the job's JSON-serialisable config.
+    """
+    return hashlib.sha256(_canonical(config).encode()).hexdigest()[:32]
+
+
+class ResultCache:
+    """One JSON file per finished job, ``<cache_dir>/<config_key>.json``.
+
+    Each file holds ``{"key", "config", "result", "seconds", "finished", "host"}``. Files
+    are written atomically (temporary file in the same folder, ``fsync``, ``os.replace``);
+    leftovers of killed writes are named ``.tmp-*`` and never read.
+
+    :param cache_dir: the folder (created if missing).
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(cache_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def path(self, config: Mapping[str, Any]) -> Path:
+        """Return where the job's result lives.
+
+        :param config: the job's config.
+        """
+        return self.dir / f"{config_key(config)}.json"
+
+    def get(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Return the job's stored result, or ``None`` if it has none (or an unreadable one).
+
+        :param config: the job's config.
+        """
+        path = self.path(config)
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            warnings.warn(f"ignoring unreadable result {path}: {err}", stacklevel=2)
+            return None
+        if record.get("config") != json.loads(_canonical(config)):
+            warnings.warn(f"ignoring {path}: it holds another config", stacklevel=2)
+            return None
+        return record["result"]
+
+    def put(self, config: Mapping[str, Any], result: Mapping[str, Any], seconds: float) -> Path:
+        """Store a finished job's result atomically; return its path.
+
+        :param config: the job's config.
+        :param result: what the job returned (JSON-serialisable).
+        :param seconds: the job's wall time.
+        """
+        record = {
+            "key": config_key(config),
+            "config": json.loads(_canonical(config)),
+            "result": result,
+            "seconds": seconds,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "host": platform.node(),
+        }
+        try:
+            text = json.dumps(record, indent=1, allow_nan=True)
+        except TypeError as err:
+            raise TypeError(f"the result of job {dict(config)} is not JSON-serialisable") from err
+        path = self.path(config)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.dir)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+
+class SweepError(RuntimeError):
+    """Some jobs failed; the others' results are stored.
+
+    :param failures: ``(config, exception)`` of every failed job.
+    """
+
+    def __init__(self, failures: list[tuple[dict[str, Any], BaseException]]) -> None:
+        self.failures = failures
+        lines = [f"  {cfg}: {type(err).__name__}: {err}" for cfg, err in failures[:10]]
+        more = f"\n  ... and {len(failures) - 10} more" if len(failures) > 10 else ""
+        super().__init__(f"{len(failures)} job(s) failed:\n" + "\n".join(lines) + more)
+
+
+def worker_threads(workers: int) -> int:
+    """Return the torch threads each of ``workers`` processes gets: ``max(1, cpus // workers)``.
+
+    :param workers: number of parallel processes.
+    """
+    if hasattr(os, "sched_getaffinity"):
+        cpus = len(os.sched_getaffinity(0))
+    else:  # pragma: no cover - macOS, Windows
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // max(1, workers))
+
+
+def _init_worker(threads: int) -> None:
+    """Limit a fresh worker's threads before torch is imported (and after, if it was)."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+
+
+def _execute(
+    fn: JobFn, config: dict[str, Any], cache_dir: str, threads: int | None = None
+) -> dict[str, Any]:
+    """Run one job where it was sent and store its result there (module-level: picklable)."""
+    if threads is not None and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    start = time.perf_counter()
+    result = fn(dict(config))
+    if not isinstance(result, Mapping):
+        raise TypeError(f"job function returned {type(result).__name__}, not a dict")
+    ResultCache(cache_dir).put(config, result, time.perf_counter() - start)
+    return dict(result)
+
+
+def run_sweep(
+    jobs: Sequence[Mapping[str, Any]],
+    fn: JobFn,
+    *,
+    cache_dir: str | os.PathLike[str],
+    workers: int = 1,
+    launcher: Launcher = "local",
+    progress: bool = True,
+    cluster: str | None = None,
+    submitit_params: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every job that has no stored result; return all results, in job order.
+
+    Finished jobs are skipped (their stored result is returned), so an interrupted sweep
+    is resumed by calling it again with the same ``cache_dir``. Identical configs run
+    once. A failing job does not stop the others: after all ran, :class:`SweepError`
+    lists the failures (rerunning retries only them).
+
+    :param jobs: the configs (JSON-serialisable dicts, e.g. ``{"method": "GSS-Greedy",
+        "buffer_size": 300, "seed": 0}``).
+    :param fn: ``fn(config) -> dict``; a module-level function (it is pickled by
+        reference into worker processes and cluster jobs), returning JSON-serialisable data.
+        It receives the config as JSON data (tuples arrive as lists).
+    :param cache_dir: where results are stored, one file per job.
+    :param workers: ``launcher="local"``: jobs run in this process when 1, else in that
+        many spawned processes, each limited to :func:`worker_threads` torch threads
+        (spawned processes import the main script again: call ``run_sweep`` under
+        ``if __name__ == "__main__":``, as ``python -m reproduce`` does). Ignored by
+        ``"submitit"`` (the cluster decides).
+    :param launcher: ``"local"`` or ``"submitit"`` (SLURM through ``submitit.AutoExecutor``).
+    :param progress: show a tqdm progress bar on stderr.
+    :param cluster: submitit's executor: ``None`` (auto: SLURM when ``srun`` exists, else
+        local processes), ``"slurm"``, ``"local"`` or ``"debug"`` (in this process; it
+        opens ``pdb`` when a job fails).
+    :param submitit_params: passed to ``AutoExecutor.update_parameters`` (e.g.
+        ``timeout_min``, ``slurm_partition``, ``gpus_per_node``, ``cpus_per_task``). The
+        local executor's 2-minute default ``timeout_min`` is raised to 7 days.
+    :return: ``fn``'s result for each job, in the order of ``jobs``.
+    :raises SweepError: if some jobs failed.
+    """
+    if launcher not in ("local", "submitit"):
+        raise ValueError(f"launcher must be 'local' or 'submitit', got {launcher!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    if workers > 1 or launcher == "submitit":
+        try:
+            pickle.dumps(fn)
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            raise TypeError(f"fn must be a picklable module-level callable: {err}") from err
+    cache = ResultCache(cache_dir)
+    configs = [json.loads(_canonical(job)) for job in jobs]
+    keys = [config_key(cfg) for cfg in configs]
+    unique = dict(zip(keys, configs, strict=True))
+    results: dict[str, dict[str, Any]] = {}
+    for key, cfg in unique.items():
+        stored = cache.get(cfg)
+        if stored is not None:
+            results[key] = stored
+    todo = {key: cfg for key, cfg in unique.items() if key not in results}
+    logger.info(
+        "sweep: %d jobs, %d already done, %d to run (%s)",
+        len(unique),
+        len(results),
+        len(todo),
+        launcher,
+    )
+    failures: list[tuple[dict[str, Any], BaseException]] = []
+    bar = tqdm(
+        total=len(unique),
+        initial=len(results),
+        disable=not progress,
+        file=sys.stderr,
+        desc="sweep",
+        unit="job",
+        dynamic_ncols=True,
+    )
+    try:
+        if todo and launcher == "submitit":
+            _run_submitit(todo, fn, cache, results, failures, bar, cluster, submitit_params)
+        elif todo and workers > 1:
+            _run_pool(todo, fn, cache, results, failures, bar, workers)
+        else:
+            _run_here(todo, fn, cache, results, failures, bar)
+    finally:
+        bar.close()
+    if failures:
+        raise SweepError(failures)
+    return [results[key] for key in keys]
+
+
+def _run_here(
+    todo: dict[str, dict[str, Any]],
+    fn: JobFn,
+    cache: ResultCache,
+    results: dict[str, dict[str, Any]],
+    failures: list[tuple[dict[str, Any], BaseException]],
+    bar: Any,
+) -> None:
+    """Run the jobs one after the other in this process."""
+    for key, cfg in todo.items():
+        try:
+            results[key] = _execute(fn, cfg, str(cache.dir))
+        except Exception as err:  # reported together in SweepError
+            logger.exception("job %s failed", cfg)
+            failures.append((cfg, err))
+        bar.update()
+
+
+def _run_pool(
+    todo: dict[str, dict[str, Any]],
+    fn: JobFn,
+    cache: ResultCache,
+    results: dict[str, dict[str, Any]],
+    failures: list[tuple[dict[str, Any], BaseException]],
+    bar: Any,
+    workers: int,
+) -> None:
+    """Run the jobs in ``workers`` spawned processes."""
+    threads = worker_threads(workers)
+    pool = cf.ProcessPoolExecutor(
+        max_workers=min(workers, max(1, len(todo))),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads,),
+    )
+    try:
+        futures = {
+            pool.submit(_execute, fn, cfg, str(cache.dir), threads): key
+            for key, cfg in todo.items()
+        }
+        for future in cf.as_completed(futures):
+            key = futures[future]
+            try:
+                results[key] = future.result()
+            except Exception as err:  # reported together in SweepError
+                logger.error("job %s failed: %r", todo[key], err)
+                failures.append((todo[key], err))
+            bar.update()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _run_submitit(
+    todo: dict[str, dict[str, Any]],
+    fn: JobFn,
+    cache: ResultCache,
+    results: dict[str, dict[str, Any]],
+    failures: list[tuple[dict[str, Any], BaseException]],
+    bar: Any,
+    cluster: str | None,
+    params: Mapping[str, Any] | None,
+) -> None:
+    """Send the jobs to submitit's ``AutoExecutor`` as one job array and wait for them."""
+    import submitit  # optional dependency (the "cluster" extra)
+
+    executor = submitit.AutoExecutor(folder=cache.dir / "_submitit", cluster=cluster)
+    options = dict(params or {})
+    if executor.cluster == "local":
+        options.setdefault("timeout_min", 7 * 24 * 60)
+    if options:
+        executor.update_parameters(**options)
+    with executor.batch():
+        handles = [
+            (key, executor.submit(_execute, fn, cfg, str(cache.dir))) for key, cfg in todo.items()
+        ]
+    logger.info("sweep: submitted %d jobs to submitit (%s)", len(handles), executor.cluster)
+    by_job = {id(job): key for key, job in handles}
+    for job in submitit.helpers.as_completed([job for _, job in handles], poll_frequency=1):
+        key = by_job[id(job)]
+        try:
+            results[key] = job.result()
+        except Exception as err:  # reported together in SweepError
+            logger.error("job %s failed: %r", todo[key], err)
+            failures.append((todo[key], err))
+        bar.update()

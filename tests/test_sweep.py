@@ -1,0 +1,231 @@
+"""Resumable sweeps: one cached result per finished job, survives SIGKILL, reruns the rest."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from avalanche_gss.sweep import ResultCache, SweepError, config_key, run_sweep, worker_threads
+
+JOB_MODULE = '''
+import json
+import os
+import time
+
+
+def record(config):
+    """Log the start of the job, sleep, and return something computed from the config."""
+    with open(config["log"], "a") as f:
+        f.write(json.dumps({"i": config["i"], "pid": os.getpid()}) + "\\n")
+    time.sleep(config.get("sleep", 0.0))
+    if config.get("fail"):
+        raise RuntimeError("asked to fail")
+    return {"i": config["i"], "square": config["i"] ** 2, "pid": os.getpid(),
+            "threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def not_a_dict(config):
+    return [config["i"]]
+'''
+
+DRIVER = """
+import json
+import sys
+
+import sweep_jobs
+from avalanche_gss.sweep import run_sweep
+
+if __name__ == "__main__":  # spawned workers import this file again
+    jobs = json.loads(sys.argv[1])
+    run_sweep(jobs, sweep_jobs.record, cache_dir=sys.argv[2], workers=int(sys.argv[3]),
+              progress=False)
+"""
+
+
+@pytest.fixture
+def jobs_module(tmp_path, monkeypatch):
+    """An importable module of job functions (for spawned workers and submitit jobs too)."""
+    mod_dir = tmp_path / "mod"
+    mod_dir.mkdir()
+    (mod_dir / "sweep_jobs.py").write_text(JOB_MODULE)
+    monkeypatch.syspath_prepend(str(mod_dir))
+    path = os.pathsep.join(filter(None, [str(mod_dir), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+    import sweep_jobs
+
+    return sweep_jobs
+
+
+def make_jobs(tmp_path, n, sleep=0.0, **extra):
+    log = str(tmp_path / "starts.log")
+    return [{"i": i, "log": log, "sleep": sleep, **extra} for i in range(n)]
+
+
+def starts(tmp_path):
+    path = tmp_path / "starts.log"
+    if not path.exists():
+        return Counter()
+    return Counter(json.loads(line)["i"] for line in path.read_text().splitlines())
+
+
+def stored(cache_dir):
+    """Indices of the jobs with a result file (every file must be whole JSON)."""
+    done = set()
+    for path in cache_dir.glob("*.json"):
+        if not path.name.startswith(".tmp-"):
+            done.add(json.loads(path.read_text())["result"]["i"])
+    return done
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigkill_halfway_then_rerun_skips_every_finished_job(tmp_path, jobs_module, workers):
+    # Given a sweep of 6 jobs (0.4 s each) running in its own process group
+    jobs = make_jobs(tmp_path, 6, sleep=0.4)
+    cache = tmp_path / "cache"
+    (tmp_path / "driver.py").write_text(DRIVER)
+    cmd = [sys.executable, str(tmp_path / "driver.py"), json.dumps(jobs), str(cache), str(workers)]
+    proc = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
+    # When it is killed with SIGKILL (with its workers) once two results exist
+    deadline = time.monotonic() + 15
+    while not cache.exists() or len(stored(cache)) < 2:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "the sweep produced no results"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    finished = stored(cache)  # results written before the kill (all processes are dead)
+    assert 2 <= len(finished) < 6
+    before = starts(tmp_path)
+    assert all(before[i] == 1 for i in finished)
+    # And the same sweep is started again
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert rerun.returncode == 0, rerun.stderr
+    # Then no job finished before the kill started again, and every job has a result
+    after = starts(tmp_path)
+    assert all(after[i] == 1 for i in finished), (finished, after)
+    assert all(after[i] >= 1 for i in range(6))
+    assert stored(cache) == set(range(6))
+    # And a third run, in process, starts nothing and returns every result in job order
+    results = run_sweep(jobs, jobs_module.record, cache_dir=cache, progress=False)
+    assert [r["square"] for r in results] == [i * i for i in range(6)]
+    assert starts(tmp_path) == after
+
+
+def test_results_are_cached_by_config_and_returned_in_order(tmp_path, jobs_module):
+    jobs = make_jobs(tmp_path, 4)
+    cache = tmp_path / "cache"
+    # Duplicates (also with another key order) run once
+    dup = dict(reversed(list(jobs[1].items())))
+    results = run_sweep([*jobs, dup], jobs_module.record, cache_dir=cache, progress=False)
+    assert [r["i"] for r in results] == [0, 1, 2, 3, 1]
+    assert starts(tmp_path) == Counter({0: 1, 1: 1, 2: 1, 3: 1})
+    assert results[0]["pid"] == os.getpid()  # workers=1 runs in this process
+    # One file per job, named by the config's hash, holding the config and the result
+    files = sorted(p.name for p in cache.glob("*.json"))
+    assert files == sorted(f"{config_key(j)}.json" for j in jobs)
+    record = json.loads((cache / f"{config_key(jobs[2])}.json").read_text())
+    assert record["config"] == jobs[2] and record["result"]["square"] == 4
+    assert record["seconds"] >= 0
+    # A new job joins: only it runs
+    more = [*jobs, {**jobs[0], "i": 9}]
+    results = run_sweep(more, jobs_module.record, cache_dir=cache, progress=False)
+    assert results[-1]["square"] == 81
+    assert starts(tmp_path) == Counter({0: 1, 1: 1, 2: 1, 3: 1, 9: 1})
+
+
+def test_parallel_workers_are_spawned_processes_with_limited_threads(tmp_path, jobs_module):
+    jobs = make_jobs(tmp_path, 4, sleep=0.2)
+    results = run_sweep(
+        jobs, jobs_module.record, cache_dir=tmp_path / "c", workers=2, progress=False
+    )
+    assert [r["i"] for r in results] == [0, 1, 2, 3]
+    pids = {r["pid"] for r in results}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert {r["threads"] for r in results} == {str(worker_threads(2))}
+    assert worker_threads(2) == max(1, len(os.sched_getaffinity(0)) // 2)
+
+
+def test_failures_are_collected_and_only_they_rerun(tmp_path, jobs_module):
+    jobs = make_jobs(tmp_path, 4)
+    jobs[2]["fail"] = True
+    cache = tmp_path / "cache"
+    with pytest.raises(SweepError, match="1 job") as info:
+        run_sweep(jobs, jobs_module.record, cache_dir=cache, progress=False)
+    assert info.value.failures[0][0]["i"] == 2
+    assert stored(cache) == {0, 1, 3}
+    with pytest.raises(SweepError):
+        run_sweep(jobs, jobs_module.record, cache_dir=cache, progress=False)
+    assert starts(tmp_path) == Counter({0: 1, 1: 1, 2: 2, 3: 1})
+    with pytest.raises(SweepError, match="not a dict"):
+        run_sweep(jobs[:1], jobs_module.not_a_dict, cache_dir=tmp_path / "other", progress=False)
+
+
+def test_invalid_arguments(tmp_path, jobs_module):
+    with pytest.raises(TypeError, match="JSON"):
+        run_sweep([{"x": object()}], jobs_module.record, cache_dir=tmp_path)
+    with pytest.raises(TypeError, match="picklable"):
+        run_sweep([{"i": 0}], lambda c: c, cache_dir=tmp_path, workers=2)
+    with pytest.raises(ValueError, match="launcher"):
+        run_sweep([], jobs_module.record, cache_dir=tmp_path, launcher="slurm")
+    with pytest.raises(ValueError, match="workers"):
+        run_sweep([], jobs_module.record, cache_dir=tmp_path, workers=0)
+    assert config_key({"a": 1, "b": [1, 2]}) == config_key({"b": [1, 2], "a": 1})
+    assert config_key({"a": 1}) != config_key({"a": 1.0})
+
+
+def test_cache_ignores_foreign_and_broken_files(tmp_path):
+    cache = ResultCache(tmp_path)
+    cfg = {"method": "Reservoir", "seed": 0}
+    assert cache.get(cfg) is None
+    cache.put(cfg, {"avg": 80.0}, 1.0)
+    assert cache.get(cfg) == {"avg": 80.0}
+    cache.path(cfg).write_text('{"config": {"other": 1}, "result": {}}')
+    with pytest.warns(UserWarning, match="another config"):
+        assert cache.get(cfg) is None
+    cache.path(cfg).write_text('{"config": ')
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert cache.get(cfg) is None
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("cluster", ["debug", "local"])
+def test_submitit_launcher(tmp_path, jobs_module, cluster):
+    pytest.importorskip("submitit")
+    jobs = make_jobs(tmp_path, 3)
+    cache = tmp_path / "cache"
+    results = run_sweep(
+        jobs,
+        jobs_module.record,
+        cache_dir=cache,
+        launcher="submitit",
+        cluster=cluster,
+        progress=False,
+    )
+    assert [r["square"] for r in results] == [0, 1, 4]
+    assert stored(cache) == {0, 1, 2}  # written by the jobs themselves
+    if cluster == "local":  # separate processes, launched by submitit
+        assert os.getpid() not in {r["pid"] for r in results}
+    # Rerun: everything cached, nothing submitted
+    again = run_sweep(
+        jobs,
+        jobs_module.record,
+        cache_dir=cache,
+        launcher="submitit",
+        cluster=cluster,
+        progress=False,
+    )
+    assert again == results
+    assert starts(tmp_path) == Counter({0: 1, 1: 1, 2: 1})
+
+
+def test_progress_bar_goes_to_stderr(tmp_path, jobs_module, capsys):
+    run_sweep(make_jobs(tmp_path, 2), jobs_module.record, cache_dir=tmp_path / "c", progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and "2/2" in err
