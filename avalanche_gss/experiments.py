@@ -1,0 +1,381 @@
+"""One run of one method on one task sequence: the unit every table of the paper is made of.
+
+The paper's method names (``"GSS-Greedy"``, ``"Reservoir"``, ...) map to Avalanche
+strategies here, in one registry. :func:`run` builds the model, trains it on the
+task-free online stream (or, for the task-aware baselines, on task-level experiences),
+and measures the final test accuracy of every task with Avalanche's ``EvaluationPlugin``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
+from avalanche.benchmarks.utils.classification_dataset import (
+    _make_taskaware_tensor_classification_dataset,
+)
+from avalanche.evaluation.metrics import accuracy_metrics
+from avalanche.training import GEM, ICaRL, Naive
+from avalanche.training.templates import SupervisedTemplate
+from torch import nn
+
+from avalanche_gss.benchmarks import TaskSplit, class_incremental_benchmark_for, online_benchmark
+from avalanche_gss.models import make_model
+from avalanche_gss.plugins import ConstrainedUpdatePlugin
+from avalanche_gss.storage import (
+    FSSClustBuffer,
+    GSSClustBuffer,
+    GSSGreedyBuffer,
+    GSSIQPBuffer,
+    OnlineBuffer,
+    RandBuffer,
+    ReservoirBuffer,
+)
+from avalanche_gss.strategies import (
+    OnlineRehearsal,
+    OnlineTemplate,
+    RepeatedBatchMixin,
+    quiet_evaluator,
+)
+
+__all__ = [
+    "BUFFER_METHODS",
+    "BASELINES",
+    "METHODS",
+    "TASK_AWARE",
+    "VARIANTS",
+    "VARIANT_METHODS",
+    "RunSettings",
+    "RunResult",
+    "make_buffer",
+    "run",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def _greedy(settings: RunSettings) -> OnlineBuffer:
+    return GSSGreedyBuffer(
+        settings.buffer_size, n=settings.n, variant=settings.variant,  # type: ignore[arg-type]
+        seed=settings.seed,
+    )
+
+
+def _iqp(settings: RunSettings) -> OnlineBuffer:
+    return GSSIQPBuffer(
+        settings.buffer_size, recent_size=settings.recent_size,
+        solver=settings.iqp_solver, time_limit=settings.iqp_time_limit,  # type: ignore[arg-type]
+        seed=settings.seed,
+    )
+
+
+def _gss_clust(settings: RunSettings) -> OnlineBuffer:
+    authors = settings.variant == "authors"
+    growth = settings.clust_growth or (1.01 if authors else 2.0)
+    return GSSClustBuffer(
+        settings.buffer_size, recent_size=settings.recent_size, growth=growth, seed=settings.seed,
+    )
+
+
+def _fss_clust(settings: RunSettings) -> OnlineBuffer:
+    authors = settings.variant == "authors"
+    features = settings.fss_features or ("logits" if authors else "penultimate")
+    squared = authors if settings.fss_squared is None else settings.fss_squared
+    return FSSClustBuffer(
+        settings.buffer_size, recent_size=settings.recent_size,
+        features=features, squared=squared,  # type: ignore[arg-type]
+        growth=settings.clust_growth or 2.0, seed=settings.seed,
+    )
+
+
+VARIANTS = ("paper", "authors")
+"""``"paper"``: the method as the paper writes it; ``"authors"``: as the authors' code does it."""
+
+VARIANT_METHODS = ("GSS-Greedy", "GSS-Clust", "FSS-Clust")
+"""Methods whose authors' code departs from the paper's text (see :class:`RunSettings`)."""
+
+
+BUFFER_METHODS: dict[str, Callable[[RunSettings], OnlineBuffer]] = {
+    "Rand": lambda s: RandBuffer(s.buffer_size, seed=s.seed),
+    "Reservoir": lambda s: ReservoirBuffer(s.buffer_size, seed=s.seed),
+    "GSS-Greedy": _greedy,
+    "GSS-IQP": _iqp,
+    "GSS-Clust": _gss_clust,
+    "FSS-Clust": _fss_clust,
+}
+"""Task-free buffer policies, trained with the paper's online rehearsal."""
+
+UPDATES = ("rehearsal", "constrained")
+"""How a buffer method uses its buffer: replay steps, or GEM-style constraints (appendix C)."""
+
+CONSTRAINED_METHODS = ("GSS-IQP",)
+"""Buffer methods that :func:`run` also trains with ``update="constrained"``."""
+
+BASELINES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
+"""Baselines run through Avalanche's own strategies."""
+
+TASK_AWARE = ("GEM", "iCaRL")
+"""Baselines that are given the task boundaries (task-level experiences)."""
+
+
+def _methods() -> tuple[str, ...]:
+    return tuple(BUFFER_METHODS) + BASELINES
+
+
+METHODS = _methods()
+"""Every method name :func:`run` accepts (the names used in tables, JSON and CLI)."""
+
+
+@dataclass
+class RunSettings:
+    """Everything that defines one run (hashable into a cache key by ``asdict``).
+
+    :param method: one of :data:`METHODS`.
+    :param buffer_size: replay buffer size ``M`` (GEM: split evenly over the tasks;
+        iCaRL: its total memory). Ignored by Single and the i.i.d. baselines.
+    :param seed: seeds the model's initialisation, the buffer and the replay draws.
+    :param n_iter: iterations per incoming batch (the paper's 1-5; 3 for MNIST).
+    :param lr: SGD learning rate (0.05 MNIST, 0.01 CIFAR-10).
+    :param batch_size: incoming batch size (10).
+    :param replay_batch_size: buffer samples per replay step (10).
+    :param model: ``"mlp"`` or ``"resnet18"``.
+    :param device: where to train.
+    :param n: GSS-Greedy's number of buffer gradients per score.
+    :param variant: ``"paper"`` (the paper's text) or ``"authors"`` (the authors' code):
+        GSS-Greedy's gate, buffer gradients and candidate draw (see ``GSSGreedyBuffer``);
+        GSS-Clust's threshold growth (2, doubling / 1.01); FSS-Clust's features
+        (penultimate layer, Euclidean / logits, squared Euclidean).
+    :param iid_epochs: epochs of the ``iid-offline`` baseline.
+    :param gem_memory_strength: GEM's margin (0.5 in the authors' scripts).
+    :param recent_size: recent buffer size ``M_r`` of GSS-IQP, GSS-Clust and FSS-Clust
+        (Alg. 1; 100 in the authors' scripts).
+    :param iqp_solver: GSS-IQP's ``"fast"`` or ``"exact"`` (SCIP) solver.
+    :param iqp_time_limit: the exact solver's time limit per selection, in seconds.
+    :param clust_growth: GSS-Clust's and FSS-Clust's threshold factor per merge round;
+        ``None``: by ``variant`` (2: the doubling algorithm; the authors' GSS-Clust 1.01).
+    :param fss_features: FSS-Clust's ``"penultimate"`` or ``"logits"``; ``None``: by
+        ``variant``.
+    :param fss_squared: FSS-Clust on squared Euclidean distances; ``None``: by ``variant``.
+    :param update: ``"rehearsal"`` (the paper's replay steps) or ``"constrained"``
+        (appendix C: each step projected so as not to increase any buffer sample's loss;
+        GSS-IQP only).
+    :param constraint_margin: the constrained update's GEM ``memory_strength`` (0: the
+        plain projection; see ``ConstrainedUpdatePlugin``).
+    """
+
+    method: str
+    buffer_size: int = 300
+    seed: int = 0
+    n_iter: int = 3
+    lr: float = 0.05
+    batch_size: int = 10
+    replay_batch_size: int = 10
+    model: str = "mlp"
+    device: str = "cpu"
+    n: int = 10
+    variant: str = "paper"
+    iid_epochs: int = 5
+    gem_memory_strength: float = 0.5
+    recent_size: int = 100
+    iqp_solver: str = "fast"
+    iqp_time_limit: float = 60.0
+    clust_growth: float | None = None
+    fss_features: str | None = None
+    fss_squared: bool | None = None
+    update: str = "rehearsal"
+    constraint_margin: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+        if self.buffer_size < 1:
+            raise ValueError(f"buffer_size must be >= 1, got {self.buffer_size}")
+        if self.n_iter < 1:
+            raise ValueError(f"n_iter must be >= 1, got {self.n_iter}")
+        if self.batch_size < 1 or self.replay_batch_size < 1:
+            raise ValueError("batch sizes must be >= 1")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.variant not in VARIANTS:
+            raise ValueError(f"unknown variant {self.variant!r}; choose from {', '.join(VARIANTS)}")
+        if self.recent_size < 1:
+            raise ValueError(f"recent_size must be >= 1, got {self.recent_size}")
+        if self.update not in UPDATES:
+            raise ValueError(f"unknown update {self.update!r}; choose from {', '.join(UPDATES)}")
+        if self.update == "constrained" and self.method not in CONSTRAINED_METHODS:
+            raise ValueError(
+                f"update='constrained' is implemented for {', '.join(CONSTRAINED_METHODS)}, "
+                f"not {self.method!r}"
+            )
+
+
+@dataclass
+class RunResult:
+    """Final per-task test accuracy (percent) of one run, and what it cost.
+
+    :param settings: the run's settings.
+    :param task_accuracy: final accuracy on each task's test set, in task order.
+    :param avg: their unweighted mean (the authors' "Final Accuracy").
+    :param train_seconds: wall time of training (evaluation excluded).
+    :param extras: method-specific facts (e.g. the buffer's final class counts).
+    """
+
+    settings: RunSettings
+    task_accuracy: list[float]
+    avg: float
+    train_seconds: float
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {**asdict(self), "settings": asdict(self.settings)}
+
+
+def make_buffer(settings: RunSettings) -> OnlineBuffer:
+    """Return the storage policy of a buffer method (``Rand``, ``GSS-IQP``, ...).
+
+    :param settings: the run's settings; ``settings.method`` must be in :data:`BUFFER_METHODS`.
+    """
+    if settings.method not in BUFFER_METHODS:
+        raise ValueError(f"{settings.method!r} is not a buffer method")
+    return BUFFER_METHODS[settings.method](settings)
+
+
+class _GEM(RepeatedBatchMixin, GEM):
+    """Avalanche's GEM with ``n_iter`` iterations per mini-batch."""
+
+
+class _ICaRL(RepeatedBatchMixin, ICaRL):
+    """Avalanche's iCaRL with ``n_iter`` iterations per mini-batch."""
+
+
+class _Features(nn.Module):
+    """A model's ``features`` as a module (iCaRL's feature extractor)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.features(x)  # type: ignore[operator]
+
+
+def _evaluator() -> Any:
+    return quiet_evaluator(accuracy_metrics(experience=True))
+
+
+def _task_accuracies(strategy: SupervisedTemplate, test_stream: Any) -> list[float]:
+    """Return each task's final accuracy from Avalanche's per-experience accuracy metric."""
+    metrics = strategy.eval(test_stream)
+    accs = []
+    for k in range(len(test_stream)):
+        keys = [key for key in metrics if key.startswith("Top1_Acc_Exp/eval_phase/test_stream")
+                and key.endswith(f"Exp{k:03d}")]
+        if len(keys) != 1:
+            raise RuntimeError(f"no accuracy metric for test experience {k}: {sorted(metrics)}")
+        accs.append(100.0 * float(metrics[keys[0]]))
+    return accs
+
+
+def _whole_stream(x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> Any:
+    """One shuffled experience holding the whole training stream (i.i.d. baselines)."""
+    order = torch.randperm(len(y), generator=generator)
+    data = _make_taskaware_tensor_classification_dataset(x[order], y[order], task_labels=0)
+    return benchmark_from_datasets(train=[data]).train_stream
+
+
+def run(settings: RunSettings, split: TaskSplit) -> RunResult:
+    """Train ``settings.method`` on ``split`` and measure each task's final test accuracy.
+
+    Buffer methods learn the task-free online stream (batches of ``batch_size``, no task
+    label, no boundary) with the paper's rehearsal, or with ``update="constrained"`` with
+    appendix C's constrained update (GSS-IQP); ``Single`` is Avalanche's ``Naive`` on
+    the same stream; ``iid-online`` / ``iid-offline`` learn the shuffled stream for one /
+    ``iid_epochs`` epochs; ``GEM`` and ``iCaRL`` get task-level experiences (they need the
+    boundaries, as in the paper).
+
+    :param settings: what to run.
+    :param split: the task sequence (train stream and per-task test sets).
+    :return: the per-task accuracies and training time.
+    """
+    s = settings
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(s.seed)
+        model = make_model(s.model, split.input_shape, split.num_classes)
+    optimizer = torch.optim.SGD(model.parameters(), lr=s.lr)
+    bench = online_benchmark(split, batch_size=s.batch_size)
+    extras: dict[str, Any] = {}
+    common: dict[str, Any] = {"device": s.device, "evaluator": _evaluator()}
+    test_stream = bench.test_stream
+    strategy: SupervisedTemplate
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(s.seed)
+        start = time.perf_counter()
+        if s.method in BUFFER_METHODS:
+            buffer = make_buffer(s)
+            constrained = None
+            if s.update == "constrained":
+                constrained = ConstrainedUpdatePlugin(buffer, margin=s.constraint_margin)
+                strategy = OnlineTemplate(
+                    model=model, optimizer=optimizer, n_iter=s.n_iter,
+                    train_mb_size=s.batch_size, plugins=[constrained], **common,
+                )
+            else:
+                strategy = OnlineRehearsal(
+                    model=model, optimizer=optimizer, storage_policy=buffer, n_iter=s.n_iter,
+                    train_mb_size=s.batch_size, replay_batch_size=s.replay_batch_size,
+                    seed=s.seed, **common,
+                )
+            strategy.train(bench.train_stream)
+            _, by = buffer.tensors()
+            extras["buffer_class_counts"] = torch.bincount(
+                by.cpu(), minlength=split.num_classes
+            ).tolist()
+            if isinstance(buffer, GSSIQPBuffer) and buffer.last_surrogate is not None:
+                extras["last_surrogate"] = buffer.last_surrogate
+            if constrained is not None:
+                extras["projected_steps"] = constrained.projections
+                extras["constrained_steps"] = constrained.steps
+        elif s.method == "Single":
+            strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
+                             train_epochs=s.n_iter, **common)
+            strategy.train(bench.train_stream, eval_streams=[])
+        elif s.method in ("iid-online", "iid-offline"):
+            epochs = 1 if s.method == "iid-online" else s.iid_epochs
+            strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
+                             train_epochs=epochs, **common)
+            x, y = split.stream_tensors()
+            strategy.train(_whole_stream(x, y, torch.Generator().manual_seed(s.seed)),
+                           eval_streams=[])
+        elif s.method == "GEM":
+            strategy = _GEM(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
+                            patterns_per_exp=max(1, s.buffer_size // split.n_tasks),
+                            memory_strength=s.gem_memory_strength, train_mb_size=s.batch_size,
+                            **common)
+            strategy.n_iter = s.n_iter
+            for exp in bench.task_stream:
+                strategy.train(exp, eval_streams=[])
+        elif s.method == "iCaRL":
+            if not split.is_class_disjoint:
+                raise ValueError("iCaRL needs a class-incremental (disjoint) task sequence")
+            nc = class_incremental_benchmark_for(split)
+            strategy = _ICaRL(feature_extractor=_Features(model), classifier=model.classifier,
+                              optimizer=optimizer, memory_size=s.buffer_size,
+                              buffer_transform=None, fixed_memory=True,
+                              train_mb_size=s.batch_size, **common)
+            strategy.n_iter = s.n_iter
+            for exp in nc.train_stream:
+                strategy.train(exp, eval_streams=[])
+            test_stream = nc.test_stream
+        else:  # pragma: no cover - guarded by RunSettings
+            raise ValueError(s.method)
+        seconds = time.perf_counter() - start
+        accs = _task_accuracies(strategy, test_stream)
+    logger.info("%s M=%d seed=%d: avg %.2f in %.1fs", s.method, s.buffer_size, s.seed,
+                sum(accs) / len(accs), seconds)
+    return RunResult(s, accs, sum(accs) / len(accs), seconds, extras)

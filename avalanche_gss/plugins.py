@@ -1,0 +1,227 @@
+"""Avalanche plugins: the paper's online rehearsal.
+
+Wiring only: the plugin moves samples between the stream, the buffer and the optimizer;
+which samples stay is the storage policy's business.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import qpsolvers
+import torch
+from avalanche.core import SupervisedPlugin
+from avalanche.training.storage_policy import ExemplarsBuffer
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from avalanche_gss.gradients import LossFn, sample_gram
+from avalanche_gss.storage import OnlineBuffer
+
+if TYPE_CHECKING:
+    from avalanche.training.templates import SupervisedTemplate
+
+__all__ = ["OnlineRehearsalPlugin", "ConstrainedUpdatePlugin", "gem_dual"]
+
+
+class OnlineRehearsalPlugin(SupervisedPlugin):
+    """Online rehearsal as in the paper and the authors' code (PEERS.md 1a).
+
+    After every training iteration on the incoming batch, one more SGD step on
+    ``replay_batch_size`` samples drawn from the buffer (new and replayed samples never
+    share a step). After the experience, the storage policy sees the batch once, with
+    the model that learnt it. With 10-sample experiences and ``train_epochs = n_iter``
+    (or :class:`~avalanche_gss.strategies.OnlineTemplate`'s ``n_iter``) this is the
+    paper's schedule: ``n_iter`` times (step on the batch, step on the buffer).
+
+    :param storage_policy: the buffer; an :class:`~avalanche_gss.storage.OnlineBuffer`
+        (fast tensor path) or any Avalanche ``ExemplarsBuffer``.
+    :param replay_batch_size: buffer samples per replay step (the authors' 10).
+    :param seed: seed of the replay draws.
+    """
+
+    supports_distributed = False
+
+    def __init__(
+        self, storage_policy: ExemplarsBuffer, replay_batch_size: int = 10, *, seed: int = 0
+    ) -> None:
+        super().__init__()
+        if replay_batch_size < 1:
+            raise ValueError(f"replay_batch_size must be >= 1, got {replay_batch_size}")
+        self.storage_policy = storage_policy
+        self.replay_batch_size = replay_batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor] | None:
+        policy = self.storage_policy
+        if isinstance(policy, OnlineBuffer):
+            if len(policy) == 0:
+                return None
+            x, y = policy.sample(self.replay_batch_size, self.generator)
+            return x.to(device), y.to(device)
+        data = policy.buffer
+        if len(data) == 0:
+            return None
+        idx = torch.randperm(len(data), generator=self.generator)[: self.replay_batch_size]
+        items = [data[int(i)] for i in idx]
+        x = torch.stack([item[0] for item in items]).to(device)
+        y = torch.as_tensor([int(item[1]) for item in items], device=device)
+        return x, y
+
+    def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """One SGD step on a replay batch (skipped while the buffer is empty)."""
+        batch = self._replay_batch(strategy.device)
+        if batch is None:
+            return
+        x, y = batch
+        strategy.optimizer.zero_grad()
+        loss = strategy._criterion(strategy.model(x), y)
+        loss.backward()
+        strategy.optimizer.step()
+
+    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """The storage policy sees the experience once, after it was learnt."""
+        self.storage_policy.post_adapt(strategy, strategy.experience)
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Put every submodule in eval mode and restore each one's own flag on exit."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def gem_dual(gram: Tensor, dots: Tensor, *, margin: float, ridge: float) -> Tensor | None:
+    """Solve GEM's dual QP ``min_v 1/2 v^T (G G^T + ridge I) v + (G g)^T v, v >= margin``.
+
+    With ``margin = 0`` and ``ridge -> 0``, ``g + G^T v`` is the Euclidean projection of
+    ``g`` onto the cone ``{z : G z >= 0}`` (GEM, Lopez-Paz and Ranzato 2017, Eq. 11-13).
+
+    :param gram: ``(K, K)`` Gram ``G G^T`` of the constraint gradients ``g_i``.
+    :param dots: ``(K,)`` inner products ``G g`` with the proposed update ``g``.
+    :param margin: lower bound of every dual variable (GEM's ``memory_strength``).
+    :param ridge: added to the diagonal, so that the QP is strictly convex (GEM's 1e-3).
+    :return: the dual solution ``v`` (float64, ``(K,)``), or ``None`` if quadprog failed.
+    """
+    p = gram.detach().double().cpu().numpy()
+    p = 0.5 * (p + p.T) + ridge * np.eye(len(p))
+    q = dots.detach().double().cpu().numpy()
+    try:
+        v = qpsolvers.solve_qp(p, q, lb=np.full(len(q), margin), solver="quadprog")
+    except (qpsolvers.QPError, ValueError) as err:
+        warnings.warn(f"GEM dual QP failed ({err})", RuntimeWarning, stacklevel=2)
+        return None
+    return None if v is None else torch.from_numpy(np.asarray(v, dtype=np.float64))
+
+
+class ConstrainedUpdatePlugin(SupervisedPlugin):
+    """The constrained update of appendix C (``GSS-IQP (Constrained)``) on a buffer.
+
+    Instead of replay steps, every training step projects the incoming batch's gradient
+    ``g`` so that, to first order, it increases the loss of no buffer sample: the
+    constraints ``<g~, g_i> >= 0`` for every ``(x_i, y_i)`` in ``M_b`` (paper Eq.
+    constraint_grad_space), solved as GEM does. If every ``<g, g_i> >= 0`` the step is
+    left alone; otherwise :func:`gem_dual` gives ``v`` and the update becomes
+    ``g~ = g + G^T v``. ``G G^T`` and ``G g`` come from one per-sample Gram of
+    ``[batch; buffer]`` (the gradient engine; ``g`` = mean of the batch's gradients), and
+    ``G^T v`` is one weighted backward of ``sum_i v_i loss_i`` over the buffer, added to
+    ``.grad`` (so other loss terms a plugin put there are kept). After each experience
+    the storage policy sees the batch (e.g. GSS-IQP's selection), as with rehearsal.
+
+    The Gram, the check and the correction use the engine's conventions (eval mode, the
+    per-sample ``loss_fn``); they agree with the training step's own gradient when the
+    model has no BatchNorm or dropout and the criterion is the mean of ``loss_fn``
+    (the paper's MNIST MLP with cross-entropy).
+
+    :param storage_policy: the buffer ``M_b`` whose samples are the constraints.
+    :param margin: lower bound of GEM's dual variables, its ``memory_strength``. 0 (the
+        default, and the authors' ``--memory_strength`` default that
+        ``GSS_IQP_ConsOpt.py`` uses) is the plain projection onto the feasible cone of the
+        paper's constraints. GEM's 0.5 was meant for one constraint per task: here every
+        buffer sample is a constraint, so ``v >= 0.5`` adds at least ``0.5 * K`` mean
+        buffer gradients to every projected step (on 5 x 60 digits, M = 40, it made the
+        MLP diverge to 10% accuracy).
+    :param ridge: diagonal added to ``G G^T`` (GEM's 1e-3); with it, the update satisfies
+        ``<g~, g_i> >= -ridge * v_i``.
+    :param loss_fn: per-sample loss ``(logits, y) -> (B,)``; cross-entropy by default.
+    :param params: the parameters ``theta`` of the constraints; all trainable by default.
+    """
+
+    supports_distributed = False
+
+    def __init__(
+        self,
+        storage_policy: OnlineBuffer,
+        *,
+        margin: float = 0.0,
+        ridge: float = 1e-3,
+        loss_fn: LossFn | None = None,
+        params: list[nn.Parameter] | None = None,
+    ) -> None:
+        super().__init__()
+        if margin < 0:
+            raise ValueError(f"margin must be >= 0, got {margin}")
+        if not ridge > 0:
+            raise ValueError(f"ridge must be positive, got {ridge}")
+        self.storage_policy = storage_policy
+        self.margin = float(margin)
+        self.ridge = float(ridge)
+        self.loss_fn: LossFn = loss_fn if loss_fn is not None else _cross_entropy
+        self.params = params
+        self.steps = 0  # training steps seen with a non-empty buffer
+        self.projections = 0  # of which projected
+        self.last_violations = 0  # buffer samples with <g, g_i> < 0 at the last step
+        self.last_dual: Tensor | None = None  # v of the last projection
+
+    def after_backward(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Replace ``.grad`` by the projected update when a constraint is violated."""
+        policy = self.storage_policy
+        if len(policy) == 0:
+            return
+        model = strategy.model
+        x, y = strategy.mb_x, strategy.mb_y
+        bx, by = policy.tensors()
+        bx, by = bx.to(x.device), by.to(y.device)
+        b = len(y)
+        params = self.params or [p for p in model.parameters() if p.requires_grad]
+        gram = sample_gram(model, torch.cat([x, bx]), torch.cat([y, by]),
+                           loss_fn=self.loss_fn, params=params).detach()  # (B+K, B+K)
+        dots = gram[b:, :b].mean(dim=1)  # (K,) <g_i, g>, g = mean batch gradient
+        self.steps += 1
+        self.last_violations = int((dots < 0).sum())
+        if self.last_violations == 0:
+            return
+        v = gem_dual(gram[b:, b:], dots, margin=self.margin, ridge=self.ridge)  # (K,)
+        if v is None:
+            return
+        with _eval_mode(model), torch.enable_grad():
+            losses = self.loss_fn(model(bx), by)  # (K,)
+            weighted = (losses * v.to(losses.device, losses.dtype)).sum()
+            correction = torch.autograd.grad(weighted, params, allow_unused=True)  # G^T v
+        with torch.no_grad():
+            for p, c in zip(params, correction, strict=True):
+                if c is None:
+                    continue
+                if p.grad is None:
+                    p.grad = c.detach().clone()
+                else:
+                    p.grad.add_(c)
+        self.projections += 1
+        self.last_dual = v
+
+    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Show the experience to the storage policy once, after it was learnt."""
+        self.storage_policy.post_adapt(strategy, strategy.experience)
+
+
+def _cross_entropy(logits: Tensor, y: Tensor) -> Tensor:
+    return F.cross_entropy(logits, y, reduction="none")  # (N,)

@@ -1,0 +1,415 @@
+"""Ready Avalanche strategies for task-free online streams.
+
+:class:`OnlineTemplate` is a ``SupervisedTemplate`` that treats each experience as one
+incoming batch and learns it ``n_iter`` times, firing the usual plugin callbacks but
+without the per-experience work (a new ``DataLoader`` per experience and epoch, model
+adaptation and optimizer reset) that makes Avalanche slow on 10-sample experiences.
+The ready strategies (:class:`Reservoir`, :class:`Rand`, :class:`GSSGreedy`) are that
+template plus :class:`~avalanche_gss.plugins.OnlineRehearsalPlugin` and a buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import warnings
+from typing import Any
+
+import torch
+from avalanche.core import BasePlugin, BaseSGDPlugin, SupervisedPlugin
+from avalanche.evaluation.metric_definitions import PluginMetric
+from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.templates import SupervisedTemplate
+from torch import nn
+from torch.optim import Optimizer
+
+from avalanche_gss.benchmarks.online import experience_tensors
+from avalanche_gss.plugins import ConstrainedUpdatePlugin, OnlineRehearsalPlugin
+from avalanche_gss.storage import (
+    FSSClustBuffer,
+    GSSClustBuffer,
+    GSSGreedyBuffer,
+    GSSIQPBuffer,
+    OnlineBuffer,
+    RandBuffer,
+    ReservoirBuffer,
+)
+
+__all__ = [
+    "quiet_evaluator",
+    "RepeatedBatchMixin",
+    "OnlineTemplate",
+    "OnlineRehearsal",
+    "Reservoir",
+    "Rand",
+    "GSSGreedy",
+    "GSSIQP",
+    "GSSClust",
+    "FSSClust",
+    "GSSIQPConstrained",
+]
+
+
+def quiet_evaluator(*metrics: Any) -> EvaluationPlugin:
+    """An ``EvaluationPlugin`` with these metrics and no logger, without Avalanche's
+    "No loggers specified" warning (results are read from ``strategy.eval``'s return).
+
+    :param metrics: Avalanche metrics (e.g. ``accuracy_metrics(experience=True)``).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "No loggers specified")
+        return EvaluationPlugin(*metrics, loggers=[])
+
+
+class RepeatedBatchMixin:
+    """Learn every mini-batch ``n_iter`` times in a row (the paper's iterations per batch).
+
+    Mix it in before an Avalanche ``SupervisedTemplate`` subclass (``class
+    MyGEM(RepeatedBatchMixin, GEM)``) and set ``self.n_iter``: each mini-batch of an epoch
+    then gets ``n_iter`` full Avalanche iterations, plugin callbacks included. The paper
+    treats this as a hyper-parameter of GEM and iCaRL too.
+    """
+
+    n_iter: int = 1
+
+    def training_epoch(self: Any, **kwargs: Any) -> None:
+        """One pass over the dataloader, ``n_iter`` iterations per mini-batch."""
+        for self.mbatch in self.dataloader:
+            if self._stop_training:
+                break
+            self._unpack_minibatch()
+            for _ in range(self.n_iter):
+                self._iteration(**kwargs)
+
+    def _iteration(self: Any, **kwargs: Any) -> None:
+        """One Avalanche training iteration on ``self.mbatch`` (SGDUpdate's loop body)."""
+        self._before_training_iteration(**kwargs)
+        self.optimizer.zero_grad()
+        self.loss = self._make_empty_loss()
+        self._before_forward(**kwargs)
+        self.mb_output = self.forward()
+        self._after_forward(**kwargs)
+        self.loss += self.criterion()
+        self._before_backward(**kwargs)
+        self.backward()
+        self._after_backward(**kwargs)
+        self._before_update(**kwargs)
+        self.optimizer_step()
+        self._after_update(**kwargs)
+        self._after_training_iteration(**kwargs)
+
+
+_TRAINING_EVENTS = (
+    "before_training_exp", "after_training_exp", "before_training_epoch",
+    "after_training_epoch", "before_training_iteration", "before_forward", "after_forward",
+    "before_backward", "after_backward", "before_update", "after_update",
+    "after_training_iteration",
+)
+_NO_OPS = {event: {getattr(c, event, None) for c in (BasePlugin, BaseSGDPlugin, SupervisedPlugin,
+                                                     PluginMetric)} for event in _TRAINING_EVENTS}
+
+
+def _acts_on(plugin: Any, event: str) -> bool:
+    """Whether ``plugin`` does anything on ``event`` (Avalanche's no-op defaults do not)."""
+    if isinstance(plugin, EvaluationPlugin):
+        if not getattr(plugin, "_active", True):
+            return False
+        parts = [*plugin.metrics, *plugin.loggers]
+        return any(getattr(type(p), event, None) not in _NO_OPS[event] for p in parts)
+    return getattr(type(plugin), event, None) not in _NO_OPS[event]
+
+
+def _fast_trigger(event: str) -> Any:
+    def trigger(self: OnlineTemplate, **kwargs: Any) -> None:
+        for hook in self._hooks(event):
+            hook(self, **kwargs)
+
+    trigger.__doc__ = f"Call the plugins that act on ``{event}``."
+    return trigger
+
+
+class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
+    """Online learning on a stream of small experiences: each one is an incoming batch.
+
+    For every experience: ``before_training_exp``; ``n_iter`` iterations of one SGD step
+    on the batch (each a full Avalanche iteration: ``before_training_iteration`` ...
+    ``after_training_iteration``, inside ``before/after_training_epoch``);
+    ``after_training_exp``. An experience larger than ``train_mb_size`` is learnt as
+    consecutive mini-batches, each ``n_iter`` times. Pass the whole stream to one
+    :meth:`train` call: the model is moved and the optimizer set up once per call.
+
+    :param model: the network.
+    :param optimizer: its optimizer (plain SGD in the paper).
+    :param criterion: training loss (mean over the batch).
+    :param n_iter: iterations per incoming batch (paper: "few iterations (1-5)").
+    :param train_mb_size: largest batch learnt in one step (an experience is normally
+        exactly one batch).
+    :param eval_mb_size: mini-batch size for evaluation.
+    :param device: where the model runs.
+    :param plugins: extra plugins (the caller's list is copied, never modified).
+    :param evaluator: Avalanche ``EvaluationPlugin``; an empty one (no metric, no logger)
+        by default, since per-experience logging would dominate an online run.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        optimizer: Optimizer,
+        criterion: nn.Module | None = None,
+        n_iter: int = 1,
+        train_mb_size: int = 10,
+        eval_mb_size: int = 1000,
+        device: str | torch.device = "cpu",
+        plugins: Sequence[BasePlugin] | None = None,
+        evaluator: EvaluationPlugin | None = None,
+    ) -> None:
+        if n_iter < 1:
+            raise ValueError(f"n_iter must be >= 1, got {n_iter}")
+        if train_mb_size < 1:
+            raise ValueError(f"train_mb_size must be >= 1, got {train_mb_size}")
+        super().__init__(
+            model=model,
+            optimizer=optimizer,
+            criterion=criterion if criterion is not None else nn.CrossEntropyLoss(),
+            train_mb_size=train_mb_size,
+            train_epochs=n_iter,
+            eval_mb_size=eval_mb_size,
+            device=device,
+            plugins=list(plugins or []),
+            evaluator=evaluator if evaluator is not None else quiet_evaluator(),
+        )
+        self.n_iter = n_iter
+        self._set_up = False
+        self._hook_cache: dict[str, list[Any]] = {}
+
+    def _hooks(self, event: str) -> list[Any]:
+        """The bound callbacks of the plugins that act on ``event`` (cached per ``train``).
+
+        Skipping Avalanche's no-op callbacks, and an ``EvaluationPlugin`` whose metrics and
+        loggers ignore the event, removes most of the per-iteration overhead.
+        """
+        hooks = self._hook_cache.get(event)
+        if hooks is None:
+            hooks = [getattr(p, event) for p in self.plugins if _acts_on(p, event)]
+            self._hook_cache[event] = hooks
+        return hooks
+
+    _before_training_epoch = _fast_trigger("before_training_epoch")
+    _after_training_epoch = _fast_trigger("after_training_epoch")
+    _before_training_iteration = _fast_trigger("before_training_iteration")
+    _before_forward = _fast_trigger("before_forward")
+    _after_forward = _fast_trigger("after_forward")
+    _before_backward = _fast_trigger("before_backward")
+    _after_backward = _fast_trigger("after_backward")
+    _before_update = _fast_trigger("before_update")
+    _after_update = _fast_trigger("after_update")
+    _after_training_iteration = _fast_trigger("after_training_iteration")
+    _after_training_exp = _fast_trigger("after_training_exp")
+
+    def train(
+        self,
+        experiences: Any,
+        eval_streams: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Learn the experiences in order (a stream, a list, or one experience).
+
+        :param experiences: the online stream (may be lazy) or one experience.
+        :param eval_streams: as in Avalanche; none by default, so that a lazy stream is
+            not walked twice.
+        """
+        self._set_up = False
+        self._hook_cache = {}  # plugins may have changed since the last call
+        super().train(experiences, eval_streams=[] if eval_streams is None else eval_streams,
+                      **kwargs)
+
+    def _before_training_exp(self, **kwargs: Any) -> None:
+        assert self.experience is not None
+        self.adapted_dataset = self.experience.dataset
+        if not self._set_up:
+            self.check_model_and_optimizer(**kwargs)
+            self._set_up = True
+        for hook in self._hooks("before_training_exp"):
+            hook(self, **kwargs)
+
+    def _train_exp(self, experience: Any, eval_streams: Any = None, **kwargs: Any) -> None:
+        x, y = experience_tensors(experience)
+        x = x.to(self.device, non_blocking=True)
+        y = y.to(self.device, non_blocking=True)
+        t = torch.zeros_like(y)
+        step = self.train_mb_size
+        for start in range(0, len(y), step):
+            self.mbatch = [x[start : start + step], y[start : start + step], t[start : start + step]]
+            for _ in range(self.n_iter):
+                self._before_training_epoch(**kwargs)
+                if self._stop_training:
+                    self._stop_training = False
+                    return
+                self._iteration(**kwargs)
+                self._after_training_epoch(**kwargs)
+
+
+class OnlineRehearsal(OnlineTemplate):
+    """The paper's online rehearsal with any storage policy.
+
+    :param storage_policy: the buffer (any :class:`~avalanche_gss.storage.OnlineBuffer`
+        or Avalanche ``ExemplarsBuffer``).
+    :param replay_batch_size: buffer samples per replay step (10).
+    :param seed: seed of the replay draws.
+    :param kwargs: :class:`OnlineTemplate`'s arguments (``model``, ``optimizer``,
+        ``n_iter``, ...).
+    """
+
+    def __init__(
+        self,
+        *,
+        storage_policy: OnlineBuffer,
+        replay_batch_size: int = 10,
+        seed: int = 0,
+        plugins: Sequence[BasePlugin] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.rehearsal = OnlineRehearsalPlugin(storage_policy, replay_batch_size, seed=seed)
+        super().__init__(plugins=[self.rehearsal, *(plugins or [])], **kwargs)
+
+    @property
+    def storage_policy(self) -> OnlineBuffer:
+        """The buffer."""
+        return self.rehearsal.storage_policy  # type: ignore[return-value]
+
+
+class Reservoir(OnlineRehearsal):
+    """Online rehearsal with a reservoir-sampling buffer (``Reservoir``).
+
+    :param mem_size: buffer size ``M``.
+    :param seed: seed of the buffer and of the replay draws.
+    :param kwargs: :class:`OnlineRehearsal`'s other arguments.
+    """
+
+    def __init__(self, *, mem_size: int, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(storage_policy=ReservoirBuffer(mem_size, seed=seed), seed=seed, **kwargs)
+
+
+class Rand(OnlineRehearsal):
+    """Online rehearsal with the paper's ``Rand`` buffer.
+
+    :param mem_size: buffer size ``M``.
+    :param seed: seed of the buffer and of the replay draws.
+    :param kwargs: :class:`OnlineRehearsal`'s other arguments.
+    """
+
+    def __init__(self, *, mem_size: int, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(storage_policy=RandBuffer(mem_size, seed=seed), seed=seed, **kwargs)
+
+
+class GSSGreedy(OnlineRehearsal):
+    """Online rehearsal with the ``GSS-Greedy`` buffer (paper Algorithm 2).
+
+    :param mem_size: buffer size ``M``.
+    :param n: buffer gradients each new sample is compared with (paper ``n``, 10).
+    :param variant: ``"paper"`` or ``"authors"`` (see :class:`GSSGreedyBuffer`).
+    :param seed: seed of the buffer and of the replay draws.
+    :param kwargs: :class:`OnlineRehearsal`'s other arguments.
+    """
+
+    def __init__(
+        self, *, mem_size: int, n: int = 10, variant: str = "paper", seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        buffer = GSSGreedyBuffer(mem_size, n=n, variant=variant, seed=seed)  # type: ignore[arg-type]
+        super().__init__(storage_policy=buffer, seed=seed, **kwargs)
+
+
+
+class GSSIQP(OnlineRehearsal):
+    """Online rehearsal with the ``GSS-IQP`` buffer (paper Algorithm 1).
+
+    :param mem_size: buffer size ``M``.
+    :param recent_size: recent buffer size ``M_r`` (the authors' 100).
+    :param solver: ``"fast"`` or ``"exact"`` (see :class:`~avalanche_gss.storage.GSSIQPBuffer`).
+    :param time_limit: the exact solver's time limit per selection, in seconds.
+    :param seed: seed of the buffer and of the replay draws.
+    :param kwargs: :class:`OnlineRehearsal`'s other arguments.
+    """
+
+    def __init__(
+        self, *, mem_size: int, recent_size: int = 100, solver: str = "fast",
+        time_limit: float = 60.0, seed: int = 0, **kwargs: Any,
+    ) -> None:
+        buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver,  # type: ignore[arg-type]
+                              time_limit=time_limit, seed=seed)
+        super().__init__(storage_policy=buffer, seed=seed, **kwargs)
+
+
+class GSSClust(OnlineRehearsal):
+    """Online rehearsal with the ``GSS-Clust`` buffer (doubling clustering of gradients).
+
+    :param mem_size: buffer size ``M``.
+    :param recent_size: recent buffer size ``M_r`` (the authors' 100).
+    :param growth: threshold factor per merge round (2: doubling; the authors' 1.01).
+    :param seed: seed of the buffer and of the replay draws.
+    :param kwargs: :class:`OnlineRehearsal`'s other arguments.
+    """
+
+    def __init__(
+        self, *, mem_size: int, recent_size: int = 100, growth: float = 2.0, seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        buffer = GSSClustBuffer(mem_size, recent_size=recent_size, growth=growth, seed=seed)
+        super().__init__(storage_policy=buffer, seed=seed, **kwargs)
+
+
+class FSSClust(OnlineRehearsal):
+    """Online rehearsal with the ``FSS-Clust`` buffer (doubling clustering of features).
+
+    :param mem_size: buffer size ``M``.
+    :param recent_size: recent buffer size ``M_r`` (the authors' 100).
+    :param features: ``"penultimate"`` (paper) or ``"logits"`` (the authors' code).
+    :param squared: squared Euclidean distances (the authors' code).
+    :param growth: threshold factor per merge round (2: doubling).
+    :param seed: seed of the buffer and of the replay draws.
+    :param kwargs: :class:`OnlineRehearsal`'s other arguments.
+    """
+
+    def __init__(
+        self, *, mem_size: int, recent_size: int = 100, features: str = "penultimate",
+        squared: bool = False, growth: float = 2.0, seed: int = 0, **kwargs: Any,
+    ) -> None:
+        buffer = FSSClustBuffer(mem_size, recent_size=recent_size, features=features,  # type: ignore[arg-type]
+                                squared=squared, growth=growth, seed=seed)
+        super().__init__(storage_policy=buffer, seed=seed, **kwargs)
+
+
+class GSSIQPConstrained(OnlineTemplate):
+    """``GSS-IQP (Constrained)`` (appendix C): a GSS-IQP buffer used as GEM constraints.
+
+    Each step on the incoming batch is projected by
+    :class:`~avalanche_gss.plugins.ConstrainedUpdatePlugin` so that it increases the loss
+    of no buffer sample; no replay step is taken. The buffer is updated after each batch
+    by Algorithm 1, as in :class:`GSSIQP`.
+
+    :param mem_size: buffer size ``M``.
+    :param recent_size: recent buffer size ``M_r`` (the authors' 100).
+    :param solver: ``"fast"`` or ``"exact"`` IQP solver.
+    :param margin: GEM's ``memory_strength`` (lower bound of the dual variables; 0: the
+        plain projection, see :class:`~avalanche_gss.plugins.ConstrainedUpdatePlugin`).
+    :param seed: seed of the buffer.
+    :param plugins: extra plugins (the caller's list is copied, never modified).
+    :param kwargs: :class:`OnlineTemplate`'s other arguments (``model``, ``optimizer``,
+        ``n_iter``, ...).
+    """
+
+    def __init__(
+        self, *, mem_size: int, recent_size: int = 100, solver: str = "fast",
+        margin: float = 0.0, seed: int = 0, plugins: Sequence[BasePlugin] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver,  # type: ignore[arg-type]
+                              seed=seed)
+        self.constrained = ConstrainedUpdatePlugin(buffer, margin=margin)
+        super().__init__(plugins=[self.constrained, *(plugins or [])], **kwargs)
+
+    @property
+    def storage_policy(self) -> GSSIQPBuffer:
+        """The buffer."""
+        return self.constrained.storage_policy  # type: ignore[return-value]

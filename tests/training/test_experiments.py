@@ -1,0 +1,42 @@
+"""One run per method through the registry, on tiny real data."""
+
+import pytest
+
+from avalanche_gss.experiments import METHODS, RunSettings, run
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, method):
+    # The clustering methods as the paper writes them (pure doubling) collapse the buffer
+    # on 300 samples (test_iqp_clust_storage.py shows it); run the authors' variant here.
+    variant = "authors" if method in ("GSS-Clust", "FSS-Clust") else "paper"
+    settings = RunSettings(method=method, buffer_size=40, n_iter=1, iid_epochs=2, variant=variant)
+    result = run(settings, tiny_split)
+    assert len(result.task_accuracy) == tiny_split.n_tasks
+    assert all(0.0 <= a <= 100.0 for a in result.task_accuracy)
+    assert result.avg == pytest.approx(sum(result.task_accuracy) / tiny_split.n_tasks)
+    assert result.train_seconds > 0
+    if method == "Single":
+        # No buffer: the first tasks are forgotten (catastrophic forgetting).
+        assert sum(result.task_accuracy[:3]) / 3 < 20.0, result.task_accuracy
+    else:
+        # Every method with a memory (or an i.i.d. stream) beats chance (10 classes).
+        assert result.avg > 25.0, result.task_accuracy
+    if not method.startswith("iid") and method != "iCaRL":
+        # The sequential learners with a softmax head know the last task best
+        # (iCaRL's nearest-mean classifier balances tasks; i.i.d. streams have no last task).
+        assert result.task_accuracy[-1] > 50.0, result.task_accuracy
+
+
+def test_same_seed_same_result(tiny_split):
+    a = run(RunSettings(method="GSS-Greedy", buffer_size=30, n_iter=2), tiny_split)
+    b = run(RunSettings(method="GSS-Greedy", buffer_size=30, n_iter=2), tiny_split)
+    assert a.task_accuracy == b.task_accuracy
+    assert a.extras == b.extras
+
+
+@pytest.mark.parametrize("bad", [{"method": "GSS-Bogus"}, {"method": "Rand", "buffer_size": 0},
+                                 {"method": "Rand", "n_iter": 0}])
+def test_bad_settings_raise(bad):
+    with pytest.raises(ValueError):
+        RunSettings(**bad)
