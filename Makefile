@@ -16,6 +16,7 @@ reproduce: $(STAMP)
 	$(PY) -m reproduce table1 --quick --out results/quick
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check avalanche_gss reproduce benchmarks tests
 	$(PY) -m pytest -q
 
 quality: $(STAMP)

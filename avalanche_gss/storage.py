@@ -144,8 +144,11 @@ class OnlineBuffer(ExemplarsBuffer):
         self.add(x, y, getattr(agent_state, "model", None))
 
     def update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
-        """Same as :meth:`post_adapt` on ``strategy.experience``, without Avalanche's
-        per-call deprecation warning (``ReplayPlugin`` still calls ``update``)."""
+        """Offer ``strategy.experience`` (as :meth:`post_adapt`).
+
+        Avalanche's base class warns on every call of this deprecated method;
+        ``ReplayPlugin`` still calls it, so it is overridden without the warning.
+        """
         self.post_adapt(strategy, strategy.experience)
 
     def resize(self, strategy: Any, new_size: int) -> None:
@@ -236,8 +239,9 @@ class OnlineBuffer(ExemplarsBuffer):
 
 
 class ReservoirBuffer(OnlineBuffer):
-    """``Reservoir``: reservoir sampling (Vitter's Algorithm R): every sample of the stream
-    is in the buffer with the same probability ``M / n_seen``.
+    """``Reservoir``: reservoir sampling (Vitter's Algorithm R).
+
+    Every sample of the stream is in the buffer with the same probability ``M / n_seen``.
 
     :param max_size: number of slots ``M``.
     :param seed: seed of the buffer's generator.
@@ -248,8 +252,10 @@ class ReservoirBuffer(OnlineBuffer):
 
 
 class RandBuffer(OnlineBuffer):
-    """``Rand`` (paper section 5.1): every batch joins; when full, keep a uniform random
-    ``M`` of buffer and batch.
+    """``Rand`` (paper section 5.1): a uniform random ``M`` of buffer and batch.
+
+    Every batch joins; when the buffer overflows, a uniform random ``M`` of buffer and
+    batch is kept.
 
     :param max_size: number of slots ``M``.
     :param seed: seed of the buffer's generator.

@@ -10,8 +10,8 @@ template plus :class:`~avalanche_gss.plugins.OnlineRehearsalPlugin` and a buffer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -50,8 +50,10 @@ __all__ = [
 
 
 def quiet_evaluator(*metrics: Any) -> EvaluationPlugin:
-    """An ``EvaluationPlugin`` with these metrics and no logger, without Avalanche's
-    "No loggers specified" warning (results are read from ``strategy.eval``'s return).
+    """Build an ``EvaluationPlugin`` with these metrics and no logger.
+
+    Avalanche warns "No loggers specified" for it; results are read from
+    ``strategy.eval``'s return value, so the warning is silenced.
 
     :param metrics: Avalanche metrics (e.g. ``accuracy_metrics(experience=True)``).
     """
@@ -73,9 +75,10 @@ class RepeatedBatchMixin:
 
     def training_epoch(self: Any, **kwargs: Any) -> None:
         """One pass over the dataloader, ``n_iter`` iterations per mini-batch."""
-        for self.mbatch in self.dataloader:
+        for mbatch in self.dataloader:
             if self._stop_training:
                 break
+            self.mbatch = mbatch
             self._unpack_minibatch()
             for _ in range(self.n_iter):
                 self._iteration(**kwargs)
@@ -239,7 +242,8 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
         t = torch.zeros_like(y)
         step = self.train_mb_size
         for start in range(0, len(y), step):
-            self.mbatch = [x[start : start + step], y[start : start + step], t[start : start + step]]
+            end = start + step
+            self.mbatch = [x[start:end], y[start:end], t[start:end]]
             for _ in range(self.n_iter):
                 self._before_training_epoch(**kwargs)
                 if self._stop_training:

@@ -89,7 +89,8 @@ def test_batch_gate_blocks_or_admits_the_whole_batch():
     g = torch.Generator().manual_seed(0)
     entered = 0
     for _ in range(200):
-        s, _ = greedy_slots(full, torch.tensor([1.4]), 2, gate="batch", batch_score=0.5, generator=g)
+        s, _ = greedy_slots(full, torch.tensor([1.4]), 2, gate="batch", batch_score=0.5,
+                            generator=g)
         entered += int(s[0] >= 0)
     assert 60 < entered < 140  # P = 1.5 / (1.5 + 1.4) ≈ 0.52
 
@@ -99,6 +100,7 @@ def test_minmax_draw_never_picks_the_lowest_score():
     g = torch.Generator().manual_seed(0)
     picked = set()
     for _ in range(500):
-        slots, _ = greedy_slots(buffer, torch.tensor([0.0]), 4, candidate_draw="minmax", generator=g)
+        slots, _ = greedy_slots(buffer, torch.tensor([0.0]), 4, candidate_draw="minmax",
+                                generator=g)
         picked.add(int(slots[0]))
     assert 0 not in picked and picked == {1, 2, 3}

@@ -115,9 +115,9 @@ def test_greedy_scoring_leaves_no_trace(variant):
     assert model.training
     for k, v in model.state_dict().items():
         assert torch.equal(v, state[k]), k  # weights and BN running stats
-    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads))
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
     assert all(torch.equal(opt.state[p]["momentum_buffer"], m)
-               for p, m in zip(model.parameters(), momentum))
+               for p, m in zip(model.parameters(), momentum, strict=True))
 
 
 def test_greedy_stores_scores_and_gates_when_full():
