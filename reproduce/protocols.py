@@ -1,0 +1,163 @@
+"""The paper's experimental protocols as data (section 5, Table 4's text, the authors' scripts).
+
+Each :class:`Protocol` names its stream, its defaults (methods, buffer sizes, seeds, lr,
+n_iter) and the per-method settings of the authors' scripts (PEERS.md section 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from avalanche_gss.benchmarks import (
+    ArrayDataset,
+    TaskSplit,
+    disjoint_tasks,
+    imbalanced_tasks,
+    permuted_tasks,
+)
+
+# Per-method settings from the authors' scripts (Disjoint_Mnist.sh, Permuted_Mnist.sh):
+# Single and GEM use 1 iteration per batch; iCaRL uses lr 0.1.
+METHOD_OVERRIDES: dict[str, dict[str, Any]] = {
+    "Single": {"n_iter": 1},
+    "GEM": {"n_iter": 1},
+    "iCaRL": {"lr": 0.1},
+    "iid-online": {"n_iter": 1},
+    "iid-offline": {"n_iter": 1},
+}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One experiment of Contract 1.
+
+    :param name: the experiment (``table1``...).
+    :param title: one line for the table's heading.
+    :param stream: how to build the task sequence from a dataset, given the seed and the
+        row's variant (e.g. the imbalanced sequence).
+    :param methods: default methods.
+    :param buffer_sizes: default buffer sizes.
+    :param variants: the row keys beyond method and buffer (e.g. ``{"sequence": k}``);
+        one empty dict when there are none.
+    :param columns_by: the row key the markdown table's columns range over.
+    :param quick: settings that replace the defaults under ``--quick``.
+    :param dataset: default ``--data``.
+    :param lr: SGD learning rate.
+    :param n_iter: iterations per batch.
+    """
+
+    name: str
+    title: str
+    stream: Callable[[ArrayDataset, int, dict[str, Any]], TaskSplit]
+    methods: tuple[str, ...]
+    buffer_sizes: tuple[int, ...]
+    variants: tuple[dict[str, Any], ...] = ({},)
+    columns_by: str = "buffer_size"
+    quick: dict[str, Any] = field(default_factory=dict)
+    dataset: str = "mnist"
+    lr: float = 0.05
+    n_iter: int = 3
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+
+def _class_counts(data: ArrayDataset, n_tasks: int, per_task: int) -> int:
+    """Fewest training samples any task of a disjoint split can draw from."""
+    y = data.y_train
+    classes = data.classes[: n_tasks * per_task]
+    return min(
+        int(sum(int((y == c).sum()) for c in classes[k * per_task : (k + 1) * per_task]))
+        for k in range(n_tasks)
+    )
+
+
+def fit_count(wanted: int, available: int, what: str, deviations: list[str]) -> int:
+    """``wanted`` if the data have it, else ``available`` and a recorded deviation."""
+    if wanted <= available:
+        return wanted
+    deviations.append(f"{what}: {available} instead of the paper's {wanted} (the data have "
+                      f"no more)")
+    return available
+
+
+def disjoint_stream(samples_per_task: int) -> Callable[..., TaskSplit]:
+    """Disjoint stream: 5 tasks of 2 classes, ``samples_per_task`` each (fewer if absent)."""
+
+    def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
+        deviations: list[str] = []
+        n = fit_count(samples_per_task, _class_counts(data, 5, 2), "samples per task",
+                      deviations)
+        split = disjoint_tasks(data, samples_per_task=n, seed=seed)
+        split.protocol["deviations"] = deviations
+        return split
+
+    return build
+
+
+def imbalanced_stream(major: int, minor: int) -> Callable[..., TaskSplit]:
+    """Table 4: sequence k gives task k ``major`` samples and the others ``minor``.
+
+    When the data hold fewer than ``major`` samples per task, both counts shrink by the
+    same factor, keeping the paper's 10:1 imbalance.
+    """
+
+    def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
+        deviations: list[str] = []
+        available = _class_counts(data, 5, 2)
+        big, small = major, minor
+        if major > available:
+            big, small = available, max(1, round(minor * available / major))
+            deviations.append(f"imbalanced counts {big}/{small} instead of the paper's "
+                              f"{major}/{minor} (same ratio; the data have {available} per task)")
+        split = imbalanced_tasks(data, sequence=variant["sequence"], major=big, minor=small,
+                                 seed=seed)
+        split.protocol["deviations"] = deviations
+        return split
+
+    return build
+
+
+def permuted_stream(samples_per_task: int, n_tasks: int = 10) -> Callable[..., TaskSplit]:
+    """Permuted stream: ``n_tasks`` pixel permutations, ``samples_per_task`` each."""
+
+    def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
+        deviations: list[str] = []
+        n = fit_count(samples_per_task, len(data.y_train), "samples per task", deviations)
+        split = permuted_tasks(data, n_tasks=n_tasks, samples_per_task=n, seed=seed)
+        split.protocol["deviations"] = deviations
+        return split
+
+    return build
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "table1": Protocol(
+        name="table1",
+        title="disjoint MNIST, average accuracy by buffer size (paper Table 1)",
+        stream=disjoint_stream(1000),
+        methods=("Rand", "Reservoir", "GSS-Greedy", "Single"),
+        buffer_sizes=(300, 400, 500),
+        quick={"buffer_sizes": (300,), "seeds": (0,), "methods": ("Rand", "Reservoir",
+                                                                 "GSS-Greedy", "Single")},
+    ),
+    "table2": Protocol(
+        name="table2",
+        title="permuted MNIST, M = 300 (paper Table 2)",
+        stream=permuted_stream(1000),
+        methods=("Rand", "Reservoir", "GSS-Greedy", "Single"),
+        buffer_sizes=(300,),
+        quick={"seeds": (0,)},
+    ),
+    "table4": Protocol(
+        name="table4",
+        title="imbalanced disjoint MNIST, M = 300, average accuracy per sequence (paper Table 4)",
+        stream=imbalanced_stream(2000, 200),
+        methods=("Reservoir", "GSS-Greedy"),
+        buffer_sizes=(300,),
+        variants=tuple({"sequence": k} for k in range(1, 6)),
+        columns_by="sequence",
+        quick={"seeds": (0,), "variants": ({"sequence": 1}, {"sequence": 3})},
+    ),
+}
+"""Implemented experiments, by name."""
