@@ -72,7 +72,8 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
               paper_avg: dict[str, tuple[float, float | None]] | None = None) -> str:
     """A method × column table; each cell "ours (paper: x)"."""
     def label(row: dict[str, Any]) -> str:
-        return row["method"] + (f" ({row['variant']})" if "variant" in row else "")
+        tags = [str(row[k]) for k in ("variant", "update") if k in row]
+        return row["method"] + (f" ({', '.join(tags)})" if tags else "")
 
     methods = list(dict.fromkeys(label(r) for r in report["rows"]))
     lines = [
@@ -96,7 +97,8 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
         for _, value in columns:
             match = [r for r in report["rows"] if label(r) == method and r.get(row_key) == value]
             ours = format_cell(match[0]["avg_mean"], match[0]["avg_std"]) if match else "-"
-            ref = paper.get((match[0]["method"] if match else method, value))
+            ref = paper.get((method, value)) or paper.get(
+                (match[0]["method"] if match else method, value))
             cells.append(ours + (f" ({format_cell(*ref)})" if ref else ""))
         if paper_avg is not None:  # mean over the columns; std across the columns' means
             means = [r["avg_mean"] for r in report["rows"] if label(r) == method]

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from avalanche_gss.benchmarks import ArrayDataset, load_dataset
+from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.experiments import (
     BUFFER_METHODS,
     METHODS,
@@ -79,23 +79,27 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[dict[str, A
         if getattr(args, key) is not None:
             chosen[key] = tuple(getattr(args, key))
     runs = []
+    stream_extra = ({"samples_per_task": chosen["samples_per_task"]}
+                    if "samples_per_task" in chosen else {})
     for variant in chosen["variants"]:
         for seed in chosen["seeds"]:
             for method in chosen["methods"]:
-                settings = {"lr": protocol.lr, "n_iter": protocol.n_iter, "device": args.device}
+                settings = {"lr": protocol.lr, "n_iter": protocol.n_iter, "device": args.device,
+                            "model": protocol.model}
                 settings.update(METHOD_OVERRIDES.get(method, {}))
                 if args.n_iter is not None and method in BUFFER_METHODS:
                     settings["n_iter"] = args.n_iter
                 if args.lr is not None:
                     settings["lr"] = args.lr
-                flavours = [{}]
+                flavours: list[dict[str, Any]] = list(protocol.flavours.get(method, ({},)))
                 if method in VARIANT_METHODS:
-                    flavours = [{"variant": v} for v in args.variants]
+                    flavours = [{**f, "variant": v} for f in flavours for v in args.variants]
                 for flavour in flavours:
                     row = {**variant, **flavour}
                     for m in chosen["buffer_sizes"]:
-                        runs.append({"variant": variant, "row": row, "settings": RunSettings(
-                            method=method, buffer_size=m, seed=seed, **settings, **flavour)})
+                        runs.append({"variant": {**variant, **stream_extra}, "row": row,
+                                     "settings": RunSettings(method=method, buffer_size=m,
+                                                             seed=seed, **settings, **flavour)})
     return runs, chosen
 
 
@@ -115,12 +119,33 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
 _DATA: dict[tuple[Any, ...], ArrayDataset] = {}
 
 
+STANDIN = "cifar10-standin"
+"""The generated stand-in used by ``--quick`` when CIFAR-10 cannot be loaded."""
+
+
 def _load(name: str, root: str | None, download: bool) -> ArrayDataset:
-    """Load a dataset once per process."""
+    """Load a dataset once per process (``cifar10-standin``: the generated stand-in)."""
     key = (name, root, download)
     if key not in _DATA:
-        _DATA[key] = load_dataset(name, root=root, download=download)
+        if name == STANDIN:
+            _DATA[key] = synthetic_images(STANDIN, shape=(3, 32, 32), num_classes=10,
+                                          train_per_class=100, test_per_class=50)
+        else:
+            _DATA[key] = load_dataset(name, root=root, download=download)
     return _DATA[key]
+
+
+def _resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, ArrayDataset]:
+    """The dataset to use: ``--data``, the protocol's, or (``--quick`` only) the stand-in."""
+    name = args.data or protocol.dataset
+    try:
+        return name, _load(name, args.root, args.download)
+    except FileNotFoundError as err:
+        if not (protocol.standin and args.quick and args.data is None):
+            raise SystemExit(f"{err}\nGive --root with the data, or --download (needs "
+                             "internet); --quick falls back to a generated stand-in.") from err
+        log.warning("%s; --quick runs on a generated stand-in instead (not CIFAR-10)", err)
+        return STANDIN, _load(STANDIN, None, False)
 
 
 def _bufferless(settings: RunSettings) -> bool:
@@ -133,8 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.experiment in FIGURES:
         return FIGURES[args.experiment](args)
     protocol = PROTOCOLS[args.experiment]
-    data_name = args.data or protocol.dataset
-    data = _load(data_name, args.root, args.download)
+    data_name, data = _resolve_data(args, protocol)
     runs, chosen = plan(args, protocol)
     # Methods without a buffer give the same run for every buffer size: run them once.
     configs = []
@@ -159,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                         avg=result["avg"], train_seconds=result["train_seconds"],
                         extras=result["extras"])
         pairs.append((r["row"], res))
-    sample_split = protocol.stream(data, chosen["seeds"][0], chosen["variants"][0])
+    sample_split = protocol.stream(data, chosen["seeds"][0], runs[0]["variant"])
     report = {
         "experiment": args.experiment,
         "title": protocol.title,
@@ -169,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             sys.argv[1:] if argv is None else argv)),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
+            "method_variants": list(args.variants),
             "stream": {k: v for k, v in sample_split.protocol.items() if k != "deviations"},
             "deviations": sample_split.protocol.get("deviations", []),
-            "lr": protocol.lr, "n_iter": protocol.n_iter, "method_overrides": METHOD_OVERRIDES,
+            "lr": protocol.lr, "n_iter": protocol.n_iter, "model": protocol.model,
+            "method_overrides": METHOD_OVERRIDES,
             "batch_size": 10, "replay_batch_size": 10,
             "task_aware": [m for m in chosen["methods"] if m in TASK_AWARE],
             "quick": args.quick,

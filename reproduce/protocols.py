@@ -13,6 +13,7 @@ from typing import Any
 from avalanche_gss.benchmarks import (
     ArrayDataset,
     TaskSplit,
+    blurry_tasks,
     disjoint_tasks,
     imbalanced_tasks,
     permuted_tasks,
@@ -40,12 +41,19 @@ class Protocol:
     :param methods: default methods.
     :param buffer_sizes: default buffer sizes.
     :param variants: the row keys beyond method and buffer (e.g. ``{"sequence": k}``);
-        one empty dict when there are none.
+        one empty dict when there are none. The stream builder also reads an optional
+        ``samples_per_task`` there (``--quick`` sets it for the CIFAR-10 experiments).
     :param columns_by: the row key the markdown table's columns range over.
     :param quick: settings that replace the defaults under ``--quick``.
     :param dataset: default ``--data``.
     :param lr: SGD learning rate.
     :param n_iter: iterations per batch.
+    :param seeds: default seeds.
+    :param model: ``"mlp"`` or ``"resnet18"``.
+    :param flavours: extra rows per method: settings that also become row keys (e.g.
+        ``{"GSS-IQP": ({"update": "rehearsal"}, {"update": "constrained"})}``).
+    :param standin: with ``--quick``, a generated stand-in replaces the dataset when it
+        cannot be loaded (CIFAR-10 offline), and the outputs say so.
     """
 
     name: str
@@ -60,6 +68,9 @@ class Protocol:
     lr: float = 0.05
     n_iter: int = 3
     seeds: tuple[int, ...] = (0, 1, 2)
+    model: str = "mlp"
+    flavours: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    standin: bool = False
 
 
 def _class_counts(data: ArrayDataset, n_tasks: int, per_task: int) -> int:
@@ -81,14 +92,21 @@ def fit_count(wanted: int, available: int, what: str, deviations: list[str]) -> 
     return available
 
 
-def disjoint_stream(samples_per_task: int) -> Callable[..., TaskSplit]:
-    """Disjoint stream: 5 tasks of 2 classes, ``samples_per_task`` each (fewer if absent)."""
+def disjoint_stream(samples_per_task: int, *, blur: float | None = None
+                    ) -> Callable[..., TaskSplit]:
+    """Disjoint stream: 5 tasks of 2 classes, ``samples_per_task`` each (fewer if absent).
+
+    With ``blur``, each task keeps that share of its samples and swaps the rest with the
+    other tasks (appendix, blurry CIFAR-10: 0.9).
+    """
 
     def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
         deviations: list[str] = []
-        n = fit_count(samples_per_task, _class_counts(data, 5, 2), "samples per task",
-                      deviations)
+        wanted = int(variant.get("samples_per_task", samples_per_task))
+        n = fit_count(wanted, _class_counts(data, 5, 2), "samples per task", deviations)
         split = disjoint_tasks(data, samples_per_task=n, seed=seed)
+        if blur is not None:
+            split = blurry_tasks(split, keep=blur, seed=seed)
         split.protocol["deviations"] = deviations
         return split
 
@@ -123,7 +141,8 @@ def permuted_stream(samples_per_task: int, n_tasks: int = 10) -> Callable[..., T
 
     def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
         deviations: list[str] = []
-        n = fit_count(samples_per_task, len(data.y_train), "samples per task", deviations)
+        wanted = int(variant.get("samples_per_task", samples_per_task))
+        n = fit_count(wanted, len(data.y_train), "samples per task", deviations)
         split = permuted_tasks(data, n_tasks=n_tasks, samples_per_task=n, seed=seed)
         split.protocol["deviations"] = deviations
         return split
@@ -131,33 +150,64 @@ def permuted_stream(samples_per_task: int, n_tasks: int = 10) -> Callable[..., T
     return build
 
 
+_SELECTION = ("Rand", "Reservoir", "GSS-IQP", "GSS-Clust", "FSS-Clust", "GSS-Greedy")
+
 PROTOCOLS: dict[str, Protocol] = {
     "table1": Protocol(
         name="table1",
         title="disjoint MNIST, average accuracy by buffer size (paper Table 1)",
         stream=disjoint_stream(1000),
-        methods=("Rand", "Reservoir", "GSS-Greedy", "Single"),
+        methods=(*_SELECTION, "Single"),
         buffer_sizes=(300, 400, 500),
-        quick={"buffer_sizes": (300,), "seeds": (0,), "methods": ("Rand", "Reservoir",
-                                                                 "GSS-Greedy", "Single")},
+        quick={"buffer_sizes": (300,), "seeds": (0,)},
     ),
     "table2": Protocol(
         name="table2",
         title="permuted MNIST, M = 300 (paper Table 2)",
         stream=permuted_stream(1000),
-        methods=("Rand", "Reservoir", "GSS-Greedy", "Single"),
+        methods=(*_SELECTION, "Single"),
         buffer_sizes=(300,),
-        quick={"seeds": (0,)},
+        quick={"seeds": (0,), "methods": ("Rand", "Reservoir", "GSS-Greedy", "Single")},
+    ),
+    "table3": Protocol(
+        name="table3",
+        title="disjoint CIFAR-10, M = 1000 (paper Table 3)",
+        stream=disjoint_stream(2000),
+        methods=("Rand", "Reservoir", "GSS-Clust", "FSS-Clust", "GSS-Greedy"),
+        buffer_sizes=(1000,),
+        dataset="cifar10", lr=0.01, model="resnet18", standin=True,
+        quick={"seeds": (0,), "buffer_sizes": (100,), "samples_per_task": 50,
+               "methods": ("Rand", "Reservoir", "GSS-Greedy")},
     ),
     "table4": Protocol(
         name="table4",
         title="imbalanced disjoint MNIST, M = 300, average accuracy per sequence (paper Table 4)",
         stream=imbalanced_stream(2000, 200),
-        methods=("Reservoir", "GSS-Greedy"),
+        methods=("Reservoir", "GSS-IQP", "GSS-Greedy"),
         buffer_sizes=(300,),
         variants=tuple({"sequence": k} for k in range(1, 6)),
         columns_by="sequence",
         quick={"seeds": (0,), "variants": ({"sequence": 1}, {"sequence": 3})},
+    ),
+    "blurry": Protocol(
+        name="blurry",
+        title="blurry disjoint CIFAR-10 (90% kept per task), M = 500 (paper appendix)",
+        stream=disjoint_stream(1000, blur=0.9),
+        methods=_SELECTION,
+        buffer_sizes=(500,),
+        dataset="cifar10", lr=0.01, model="resnet18", standin=True,
+        quick={"seeds": (0,), "buffer_sizes": (100,), "samples_per_task": 50,
+               "methods": ("Rand", "Reservoir", "GSS-Greedy")},
+    ),
+    "constrained": Protocol(
+        name="constrained",
+        title="GSS-IQP constrained vs rehearsal, disjoint MNIST, 200 samples per task "
+              "(paper appendix C)",
+        stream=disjoint_stream(200),
+        methods=("GSS-IQP",),
+        buffer_sizes=(100, 200),
+        flavours={"GSS-IQP": ({"update": "rehearsal"}, {"update": "constrained"})},
+        quick={"seeds": (0,)},
     ),
 }
 """Implemented experiments, by name."""

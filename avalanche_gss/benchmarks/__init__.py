@@ -26,6 +26,7 @@ from .datasets import (
     load_dataset,
     load_mnist_5k,
     load_npz,
+    synthetic_images,
 )
 from .disjoint import disjoint_tasks
 from .imbalanced import imbalanced_counts, imbalanced_tasks
@@ -64,6 +65,7 @@ __all__ = [
     "load_dataset",
     "load_mnist_5k",
     "load_npz",
+    "synthetic_images",
     "permuted_tasks",
     "task_permutations",
     "OnlineBenchmark",

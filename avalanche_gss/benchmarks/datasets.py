@@ -25,6 +25,7 @@ __all__ = [
     "load_mnist_5k",
     "load_npz",
     "mnist_5k_path",
+    "synthetic_images",
 ]
 
 logger = logging.getLogger(__name__)
@@ -328,3 +329,49 @@ def _npz_labels(y: np.ndarray, key: str, n: int, path: str) -> Tensor:
     if y.min() < 0:
         raise ValueError(f"{path}: {key} holds negative labels (min {y.min()}); use 0..K-1")
     return torch.as_tensor(y.astype(np.int64))
+
+
+def synthetic_images(
+    name: str = "cifar10-standin",
+    *,
+    shape: tuple[int, ...] = (3, 32, 32),
+    num_classes: int = 10,
+    train_per_class: int = 200,
+    test_per_class: int = 50,
+    noise: float = 0.25,
+    seed: int = 0,
+) -> ArrayDataset:
+    """A generated stand-in for image data that cannot be had (no download possible).
+
+    Each class has a smooth random prototype image; a sample is its class's prototype
+    plus Gaussian noise, clipped to ``[0, 1]``. It exercises the same code paths and
+    shapes as the real data set but says nothing about accuracy on it; ``source`` says
+    so, and every result file records it.
+
+    :param name: the dataset's name in outputs.
+    :param shape: one sample's shape, ``(C, H, W)``.
+    :param num_classes: number of classes.
+    :param train_per_class: training samples per class.
+    :param test_per_class: test samples per class.
+    :param noise: standard deviation of the per-pixel noise.
+    :param seed: seeds the prototypes and the noise.
+    """
+    if num_classes < 1 or train_per_class < 1 or test_per_class < 1:
+        raise ValueError("num_classes and the per-class counts must be >= 1")
+    gen = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(num_classes, shape[0], 4, 4, generator=gen)  # (K, C, 4, 4)
+    protos = torch.nn.functional.interpolate(coarse, size=shape[1:], mode="bilinear",
+                                             align_corners=False)  # (K, C, H, W)
+
+    def draw(per_class: int) -> tuple[Tensor, Tensor]:
+        y = torch.arange(num_classes).repeat_interleave(per_class)  # (N,)
+        x = protos[y] + noise * torch.randn(len(y), *shape, generator=gen)
+        order = torch.randperm(len(y), generator=gen)
+        return x.clamp_(0.0, 1.0)[order].contiguous(), y[order]
+
+    x_train, y_train = draw(train_per_class)
+    x_test, y_test = draw(test_per_class)
+    source = (f"synthetic stand-in ({name}): {num_classes} classes of noisy smooth prototypes "
+              f"{tuple(shape)}, {train_per_class}/{test_per_class} per class train/test, "
+              f"seed {seed}; NOT real data, accuracies say nothing about the real data set")
+    return ArrayDataset(name, source, x_train, y_train, x_test, y_test, num_classes)
