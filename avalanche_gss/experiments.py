@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -289,7 +289,7 @@ def _whole_stream(x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) 
     return benchmark_from_datasets(train=[data]).train_stream
 
 
-def run(settings: RunSettings, split: TaskSplit) -> RunResult:
+def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = ()) -> RunResult:
     """Train ``settings.method`` on ``split`` and measure each task's final test accuracy.
 
     Buffer methods learn the task-free online stream (batches of ``batch_size``, no task
@@ -301,6 +301,8 @@ def run(settings: RunSettings, split: TaskSplit) -> RunResult:
 
     :param settings: what to run.
     :param split: the task sequence (train stream and per-task test sets).
+    :param plugins: extra Avalanche plugins for the buffer methods' strategy (e.g. a
+        :class:`~avalanche_gss.diagnostics.BufferTrace`).
     :return: the per-task accuracies and training time.
     """
     s = settings
@@ -323,19 +325,22 @@ def run(settings: RunSettings, split: TaskSplit) -> RunResult:
                 constrained = ConstrainedUpdatePlugin(buffer, margin=s.constraint_margin)
                 strategy = OnlineTemplate(
                     model=model, optimizer=optimizer, n_iter=s.n_iter,
-                    train_mb_size=s.batch_size, plugins=[constrained], **common,
+                    train_mb_size=s.batch_size, plugins=[constrained, *plugins], **common,
                 )
             else:
                 strategy = OnlineRehearsal(
                     model=model, optimizer=optimizer, storage_policy=buffer, n_iter=s.n_iter,
                     train_mb_size=s.batch_size, replay_batch_size=s.replay_batch_size,
-                    seed=s.seed, **common,
+                    seed=s.seed, plugins=plugins, **common,
                 )
             strategy.train(bench.train_stream)
             _, by = buffer.tensors()
-            extras["buffer_class_counts"] = torch.bincount(
-                by.cpu(), minlength=split.num_classes
-            ).tolist()
+            class_counts = torch.bincount(by.cpu(), minlength=split.num_classes)
+            extras["buffer_class_counts"] = class_counts.tolist()
+            if split.is_class_disjoint:
+                extras["buffer_task_counts"] = [
+                    int(class_counts[list(classes)].sum()) for classes in split.task_classes
+                ]
             if isinstance(buffer, GSSIQPBuffer) and buffer.last_surrogate is not None:
                 extras["last_surrogate"] = buffer.last_surrogate
             if constrained is not None:

@@ -14,6 +14,8 @@ which reads :attr:`OnlineBuffer.buffer` as an ``AvalancheDataset``.
 from __future__ import annotations
 
 import logging
+import warnings
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -64,6 +66,9 @@ class OnlineBuffer(ExemplarsBuffer):
     :param seed: seed of the buffer's own ``torch.Generator`` (saved in :meth:`state_dict`).
     """
 
+    scored = False
+    """Whether the policy keeps a meaningful score per stored sample (``self.scores``)."""
+
     def __init__(self, max_size: int, *, seed: int = 0) -> None:
         if int(max_size) < 1:
             raise ValueError(f"buffer size must be >= 1, got {max_size}")
@@ -75,6 +80,7 @@ class OnlineBuffer(ExemplarsBuffer):
         self.size = 0
         self.n_seen = 0
         self._dataset: AvalancheDataset | None = None
+        self.last_slots: Tensor | None = None  # slots taken by the last batch (-1: not stored)
 
     # ------------------------------------------------------------------ decisions
     def _assign(self, x: Tensor, y: Tensor, model: nn.Module | None) -> Tensor:
@@ -95,20 +101,60 @@ class OnlineBuffer(ExemplarsBuffer):
         :param model: the learner, for policies that score samples by its gradients.
         :return: ``(B,)`` slot taken by each sample, ``-1`` where it was not stored.
         """
-        if x.shape[0] != y.shape[0]:
-            raise ValueError(f"{x.shape[0]} inputs but {y.shape[0]} labels")
-        if self.x is not None and x.shape[1:] != self.x.shape[1:]:
-            raise ValueError(
-                f"inputs of shape {tuple(x.shape[1:])} do not match the buffer's "
-                f"{tuple(self.x.shape[1:])}"
-            )
+        finite = self._check_batch(x, y, self.x)
         if len(y) == 0:
             return torch.empty(0, dtype=torch.long)
-        self._new_scores: Tensor | None = None
-        slots = self._assign(x, y, model).cpu()
-        self._store(x, y, slots, self._new_scores)
-        self.n_seen += len(y)
+        slots = torch.full((len(y),), -1, dtype=torch.long)
+        if finite is not None:  # samples with NaN/inf inputs are not offered
+            x, y = x[finite.to(x.device)], y[finite.to(y.device)]
+        if len(y):
+            self._new_scores: Tensor | None = None
+            assigned = self._assign(x, y, model).cpu()
+            self._store(x, y, assigned, self._new_scores)
+            self.n_seen += len(y)
+            if finite is None:
+                slots = assigned
+            else:
+                slots[finite] = assigned
+        self.last_slots = slots
         return slots
+
+    def _check_batch(self, x: Tensor, y: Tensor, ref: Tensor | None) -> Tensor | None:
+        """Validate a batch; return the ``(B,)`` mask of its finite samples (``None``: all).
+
+        :param x: ``(B, *input_shape)`` inputs.
+        :param y: ``(B,)`` labels.
+        :param ref: stored inputs whose shape ``x`` must match, if any.
+        :raises ValueError: sizes or shapes disagree, or labels are not non-negative integers.
+        """
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"{x.shape[0]} inputs but {y.shape[0]} labels")
+        if ref is not None and x.shape[1:] != ref.shape[1:]:
+            raise ValueError(
+                f"inputs of shape {tuple(x.shape[1:])} do not match the buffer's "
+                f"{tuple(ref.shape[1:])}"
+            )
+        if y.dim() != 1 or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            raise ValueError(
+                f"labels must be a 1-D integer tensor, got {y.dtype} of shape {tuple(y.shape)}"
+            )
+        if len(y) == 0:
+            return None
+        if int(y.min()) < 0:
+            raise ValueError(f"labels must be >= 0, got {int(y.min())}")
+        if not x.is_floating_point():
+            return None
+        finite = torch.isfinite(x.reshape(len(y), -1)).all(dim=1).cpu()  # (B,)
+        if bool(finite.all()):
+            return None
+        bad = int((~finite).sum())
+        self.n_rejected += bad
+        warnings.warn(
+            f"{type(self).__name__}: {bad} sample(s) with NaN or infinite inputs not stored",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return finite
 
     def _store(self, x: Tensor, y: Tensor, slots: Tensor, scores: Tensor | None) -> None:
         keep = (slots >= 0).nonzero().flatten()
@@ -297,6 +343,8 @@ class GSSGreedyBuffer(OnlineBuffer):
     :param params: the parameters whose gradients are compared; all trainable by default.
     :param seed: seed of the buffer's generator.
     """
+
+    scored = True  # keeps a score per stored sample (Algorithm 2's C_i)
 
     def __init__(
         self,

@@ -27,6 +27,7 @@ from avalanche_gss.experiments import run as run_one
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
 from avalanche_gss.reporting import rows_from_runs, write_outputs
 from avalanche_gss.sweep import config_key, run_sweep
+from reproduce.composition import composition
 from reproduce.figures import FIGURES
 from reproduce.protocols import METHOD_OVERRIDES, PROTOCOLS, Protocol
 
@@ -38,7 +39,7 @@ RESULTS_VERSION = 1
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m reproduce", description=__doc__)
-    parser.add_argument("experiment", choices=sorted([*PROTOCOLS, *FIGURES]))
+    parser.add_argument("experiment", choices=sorted([*PROTOCOLS, *FIGURES, "composition"]))
     parser.add_argument("--data", default=None,
                         help="mnist | mnist-5k | cifar10 | PATH.npz (default: the experiment's)")
     parser.add_argument("--root", default=None, help="torchvision data root")
@@ -157,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.experiment in FIGURES:
         return FIGURES[args.experiment](args)
+    if args.experiment == "composition":
+        return composition(args)
     protocol = PROTOCOLS[args.experiment]
     data_name, data = _resolve_data(args, protocol)
     runs, chosen = plan(args, protocol)
