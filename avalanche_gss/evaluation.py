@@ -1,0 +1,390 @@
+"""Accuracy curves: test accuracy measured during training, every ``every_samples`` samples.
+
+The paper's Figure 4 plots the test accuracy on disjoint MNIST "evaluated during the
+training procedure at an interval of 100 training examples"; iCaRL only at the end of
+each task (its nearest-mean classifier needs the class means computed there), the i.i.d.
+baselines only at the end. :class:`PeriodicEvalPlugin` does the measuring inside any
+Avalanche strategy: it counts the training samples and, at every multiple of
+``every_samples``, calls ``strategy.eval`` on the test stream (Avalanche saves and
+restores the training state around an eval inside ``train``) and reads each task's
+accuracy from the strategy's ``EvaluationPlugin`` (``accuracy_metrics(experience=True)``).
+:func:`run_curve` is :func:`~avalanche_gss.experiments.run` with that plugin attached.
+
+Evaluation never changes training: it runs under ``torch.no_grad``, in a forked RNG (so
+DataLoader seeds do not shift the run's random draws), and the strategy's mini-batch
+state is put back; a run's last point equals what :func:`~avalanche_gss.experiments.run`
+reports for the same settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import torch
+from avalanche.core import SupervisedPlugin
+from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
+from avalanche.training import Naive
+from avalanche.training.templates import SupervisedTemplate
+from torch import nn
+
+from avalanche_gss.benchmarks import TaskSplit, class_incremental_benchmark_for, online_benchmark
+from avalanche_gss.experiments import (
+    _GEM,
+    BUFFER_METHODS,
+    RunResult,
+    RunSettings,
+    _evaluator,
+    _Features,
+    _ICaRL,
+    _task_accuracies,
+    run,
+)
+from avalanche_gss.models import make_model
+from avalanche_gss.strategies import RepeatedBatchMixin
+
+__all__ = [
+    "EvalPoint",
+    "PeriodicEvalPlugin",
+    "CurveResult",
+    "SCHEDULES",
+    "schedule_of",
+    "task_end_samples",
+    "seen_tasks",
+    "mean_curve",
+    "run_curve",
+]
+
+logger = logging.getLogger(__name__)
+
+SCHEDULES = ("periodic", "task_ends", "end")
+"""When a curve has points: every ``every_samples`` samples (and at the end), at the end
+of each task (iCaRL), or only at the end of training (the i.i.d. baselines)."""
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """One measurement: each task's test accuracy after ``samples`` training samples.
+
+    :param samples: training samples seen so far (stream samples, not SGD steps).
+    :param task_accuracy: test accuracy of every task, in percent, in task order.
+    """
+
+    samples: int
+    task_accuracy: list[float]
+
+    @property
+    def avg(self) -> float:
+        """Mean accuracy over all tasks (the authors' and GEM's curve)."""
+        return statistics.fmean(self.task_accuracy)
+
+
+class PeriodicEvalPlugin(SupervisedPlugin):
+    """Evaluate on a test stream every ``every_samples`` training samples.
+
+    How samples are counted depends on the strategy:
+
+    - a :class:`~avalanche_gss.strategies.RepeatedBatchMixin` strategy
+      (:class:`~avalanche_gss.strategies.OnlineTemplate` and the task-aware GEM and
+      iCaRL of :mod:`avalanche_gss.experiments`) learns each mini-batch ``n_iter`` times:
+      its samples count after the mini-batch's last iteration (``after_training_iteration``,
+      after the plugins before this one, e.g. the replay step), so the points fall inside
+      task-level experiences too;
+    - any other template counts a whole experience at ``after_training_exp`` (Avalanche's
+      ``Naive`` on the online stream, where an experience is one incoming batch).
+
+    When the count reaches or passes a multiple of ``every_samples``, the plugin calls
+    :meth:`record`, which reads the accuracies from the strategy's ``EvaluationPlugin``:
+    create the strategy with ``evaluator=quiet_evaluator(accuracy_metrics(experience=True))``
+    (training refuses to start otherwise). Harnesses call :meth:`record` themselves for
+    points outside that schedule (task ends, the end of training); a second call at the
+    same count is free.
+
+    :param test_stream: the stream's test experiences, one per task (e.g.
+        ``OnlineBenchmark.test_stream``).
+    :param every_samples: samples between two points; ``None``: only explicit
+        :meth:`record` calls (iCaRL).
+    """
+
+    supports_distributed = False
+
+    def __init__(self, test_stream: Any, *, every_samples: int | None = 100) -> None:
+        super().__init__()
+        if every_samples is not None and (isinstance(every_samples, bool) or every_samples < 1):
+            raise ValueError(f"every_samples must be a positive int or None, got {every_samples!r}")
+        self.test_stream = test_stream
+        self.every_samples = every_samples
+        self.samples = 0
+        self.points: list[EvalPoint] = []
+        self.eval_seconds = 0.0
+        self._iterations = 0
+
+    def before_training(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Check that the strategy's evaluator measures per-experience accuracy."""
+        metrics = getattr(strategy.evaluator, "metrics", [])
+        if not any(isinstance(m, ExperienceAccuracy) for m in metrics):
+            raise ValueError(
+                "PeriodicEvalPlugin reads the strategy's per-experience accuracy: create the "
+                "strategy with evaluator=quiet_evaluator(accuracy_metrics(experience=True)) "
+                "(avalanche_gss.strategies.quiet_evaluator)"
+            )
+
+    def before_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Start counting the iterations of a new experience."""
+        self._iterations = 0
+
+    def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Count a mini-batch after its ``n_iter``-th iteration (repeated-batch strategies)."""
+        repeats = _repeats(strategy)
+        if repeats is None:
+            return
+        self._iterations += 1
+        if self._iterations % repeats == 0:
+            self._advance(strategy, int(strategy.mb_y.shape[0]))
+
+    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Count the whole experience (templates without repeated mini-batches)."""
+        if _repeats(strategy) is not None:
+            return
+        assert strategy.experience is not None
+        self._advance(strategy, len(strategy.experience.dataset))
+
+    def _advance(self, strategy: SupervisedTemplate, n: int) -> None:
+        before = self.samples
+        self.samples += n
+        every = self.every_samples
+        if every is not None and self.samples // every > before // every:
+            self.record(strategy)
+
+    def record(self, strategy: SupervisedTemplate, *, samples: int | None = None) -> EvalPoint:
+        """Evaluate now and store the point (or return the last one if nothing was learnt since).
+
+        :param strategy: the strategy being trained (or done training).
+        :param samples: the stream position of this point, when the caller knows it better
+            than the count (iCaRL also trains on its exemplars, which the count would
+            include); the count is set to it.
+        :return: the point at the current sample count.
+        """
+        if samples is not None:
+            self.samples = samples
+        if self.points and self.points[-1].samples == self.samples:
+            return self.points[-1]
+        saved = {name: getattr(strategy, name, None) for name in ("mbatch", "mb_output", "loss")}
+        start = time.perf_counter()
+        with torch.random.fork_rng(devices=[]):
+            accs = _task_accuracies(strategy, self.test_stream)
+        for name, value in saved.items():
+            setattr(strategy, name, value)
+        self.eval_seconds += time.perf_counter() - start
+        point = EvalPoint(self.samples, accs)
+        self.points.append(point)
+        logger.debug("%d samples: avg %.2f %s", self.samples, point.avg, accs)
+        return point
+
+
+def _repeats(strategy: Any) -> int | None:
+    """Iterations per mini-batch of a repeated-batch strategy; ``None`` for other templates."""
+    if isinstance(strategy, RepeatedBatchMixin):
+        return max(1, int(strategy.n_iter))
+    return None
+
+
+def schedule_of(method: str) -> str:
+    """The evaluation schedule of a method in Figure 4 (one of :data:`SCHEDULES`).
+
+    :param method: a method name of :data:`~avalanche_gss.experiments.METHODS`.
+    """
+    if method == "iCaRL":
+        return "task_ends"
+    if method in ("iid-online", "iid-offline"):
+        return "end"
+    return "periodic"
+
+
+def task_end_samples(split: TaskSplit) -> list[int]:
+    """Cumulative training samples at the end of each task (the stream's task boundaries).
+
+    :param split: the task sequence.
+    """
+    ends, total = [], 0
+    for _, y in split.train:
+        total += int(y.shape[0])
+        ends.append(total)
+    return ends
+
+
+def seen_tasks(samples: int, task_ends: Sequence[int]) -> int:
+    """How many tasks had at least one sample learnt after ``samples`` stream samples.
+
+    :param samples: stream samples seen.
+    :param task_ends: cumulative samples at each task's end (:func:`task_end_samples`).
+    """
+    starts = [0, *task_ends[:-1]]
+    return max(1, sum(1 for s in starts if s < samples))
+
+
+@dataclass
+class CurveResult:
+    """The test accuracy of one run along its stream, and its final result.
+
+    :param result: the final per-task accuracies (the last point), as
+        :func:`~avalanche_gss.experiments.run` reports them.
+    :param samples: training samples seen at each point.
+    :param task_accuracy: per point, every task's accuracy (percent).
+    :param schedule: one of :data:`SCHEDULES`.
+    :param task_ends: cumulative samples at each task's end.
+    :param eval_seconds: time spent evaluating (not in ``result.train_seconds``).
+    """
+
+    result: RunResult
+    samples: list[int]
+    task_accuracy: list[list[float]]
+    schedule: str
+    task_ends: list[int]
+    eval_seconds: float = 0.0
+
+    @property
+    def avg(self) -> list[float]:
+        """Per point, the mean accuracy over all tasks (the paper's curve).
+
+        The authors' ``main.py``, like GEM's, evaluates every task at every point.
+        """
+        return [statistics.fmean(a) for a in self.task_accuracy]
+
+    @property
+    def seen_avg(self) -> list[float]:
+        """Per point, the mean accuracy over the tasks seen so far."""
+        return [statistics.fmean(a[: seen_tasks(s, self.task_ends)])
+                for s, a in zip(self.samples, self.task_accuracy, strict=True)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (:meth:`from_dict` reads it back)."""
+        return {**asdict(self), "result": self.result.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CurveResult:
+        """Rebuild a result from :meth:`to_dict`'s output (e.g. a cached sweep result).
+
+        :param data: the dict.
+        """
+        res = dict(data["result"])
+        res["settings"] = RunSettings(**res["settings"])
+        return cls(**{**data, "result": RunResult(**res)})
+
+
+def mean_curve(curves: Sequence[CurveResult], *, seen: bool = False
+               ) -> tuple[list[int], list[float], list[float]]:
+    """Average curves of several seeds point by point.
+
+    :param curves: runs with the same evaluation points (same stream sizes and schedule).
+    :param seen: average over the tasks seen so far instead of over all tasks.
+    :return: ``(samples, mean, std)``; std is the population std over the curves (0 for one).
+    :raises ValueError: if the curves' sample counts differ.
+    """
+    if not curves:
+        raise ValueError("need at least one curve")
+    samples = curves[0].samples
+    if any(c.samples != samples for c in curves):
+        raise ValueError("curves must share their evaluation points")
+    values = [c.seen_avg if seen else c.avg for c in curves]
+    columns = list(zip(*values, strict=True))
+    mean = [statistics.fmean(col) for col in columns]
+    std = [statistics.pstdev(col) if len(col) > 1 else 0.0 for col in columns]
+    return list(samples), mean, std
+
+
+def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 100
+              ) -> CurveResult:
+    """Train as :func:`~avalanche_gss.experiments.run` does, measuring accuracy on the way.
+
+    The test accuracy along the stream is the paper's Figure 4.
+
+    Buffer methods and ``Single`` learn the task-free online stream and are evaluated
+    every ``every_samples`` samples; ``GEM`` learns task-level experiences and is
+    evaluated every ``every_samples`` samples inside them; ``iCaRL`` (nearest-mean
+    classifier) only at each task's end; the i.i.d. baselines only at the end. Every
+    curve also has a point at the end of training, whose accuracies are the returned
+    ``result``.
+
+    :param settings: what to run.
+    :param split: the task sequence.
+    :param every_samples: training samples between two points (the paper: 100).
+    :return: the curve and the final result.
+    """
+    s = settings
+    ends = task_end_samples(split)
+    schedule = schedule_of(s.method)
+    if schedule == "end":
+        final = run(s, split)
+        return CurveResult(final, [ends[-1]], [list(final.task_accuracy)], schedule, ends)
+    if s.method in BUFFER_METHODS:
+        probe = PeriodicEvalPlugin(online_benchmark(split, batch_size=s.batch_size).test_stream,
+                                   every_samples=every_samples)
+        final = run(s, split, plugins=[probe])
+        if not probe.points or probe.points[-1].samples != probe.samples:
+            probe.points.append(EvalPoint(probe.samples, list(final.task_accuracy)))
+        final = replace(final, train_seconds=final.train_seconds - probe.eval_seconds)
+    else:
+        final, probe = _run_baseline_curve(s, split, every_samples, ends)
+    logger.info("%s M=%d seed=%d: %d points, final avg %.2f (train %.1fs, eval %.1fs)",
+                s.method, s.buffer_size, s.seed, len(probe.points), final.avg,
+                final.train_seconds, probe.eval_seconds)
+    return CurveResult(final, [p.samples for p in probe.points],
+                       [list(p.task_accuracy) for p in probe.points], schedule, ends,
+                       probe.eval_seconds)
+
+
+def _run_baseline_curve(s: RunSettings, split: TaskSplit, every_samples: int,
+                        ends: list[int]) -> tuple[RunResult, PeriodicEvalPlugin]:
+    """Train ``Single``, ``GEM`` or ``iCaRL`` as :func:`~avalanche_gss.experiments.run` does.
+
+    With a :class:`PeriodicEvalPlugin` attached (``run`` takes plugins for the buffer
+    methods only).
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(s.seed)
+        model = make_model(s.model, split.input_shape, split.num_classes)
+    optimizer = torch.optim.SGD(model.parameters(), lr=s.lr)
+    bench = online_benchmark(split, batch_size=s.batch_size)
+    common: dict[str, Any] = {"device": s.device, "evaluator": _evaluator()}
+    strategy: SupervisedTemplate
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(s.seed)
+        start = time.perf_counter()
+        if s.method == "Single":
+            probe = PeriodicEvalPlugin(bench.test_stream, every_samples=every_samples)
+            strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
+                             train_epochs=s.n_iter, plugins=[probe], **common)
+            strategy.train(bench.train_stream, eval_streams=[])
+        elif s.method == "GEM":
+            probe = PeriodicEvalPlugin(bench.test_stream, every_samples=every_samples)
+            strategy = _GEM(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
+                            patterns_per_exp=max(1, s.buffer_size // split.n_tasks),
+                            memory_strength=s.gem_memory_strength, train_mb_size=s.batch_size,
+                            plugins=[probe], **common)
+            strategy.n_iter = s.n_iter
+            for exp in bench.task_stream:
+                strategy.train(exp, eval_streams=[])
+                probe.record(strategy)
+        elif s.method == "iCaRL":
+            if not split.is_class_disjoint:
+                raise ValueError("iCaRL needs a class-incremental (disjoint) task sequence")
+            nc = class_incremental_benchmark_for(split)
+            probe = PeriodicEvalPlugin(nc.test_stream, every_samples=None)
+            strategy = _ICaRL(feature_extractor=_Features(model), classifier=model.classifier,
+                              optimizer=optimizer, memory_size=s.buffer_size,
+                              buffer_transform=None, fixed_memory=True,
+                              train_mb_size=s.batch_size, plugins=[probe], **common)
+            strategy.n_iter = s.n_iter
+            for exp, end in zip(nc.train_stream, ends, strict=True):
+                strategy.train(exp, eval_streams=[])
+                probe.record(strategy, samples=end)
+        else:
+            raise ValueError(f"no curve for method {s.method!r}")
+        seconds = time.perf_counter() - start - probe.eval_seconds
+        accs = list(probe.record(strategy).task_accuracy)
+    return RunResult(s, accs, statistics.fmean(accs), seconds, {}), probe

@@ -1,0 +1,213 @@
+"""The paper's figures as PNG files (matplotlib's Agg canvas; no display, no pyplot state).
+
+Each function draws one figure from plain numbers (or a
+:class:`~avalanche_gss.solid_angle.SurrogateStudy`) and returns the path it saved:
+
+- :func:`plot_surrogate_vs_solid_angle`: Figure 2, solid angle against surrogate, log scale;
+- :func:`plot_curves`: Figure 4, test accuracy along the stream, one line per method;
+- :func:`plot_panels`: Figure 5, final accuracy against ``n`` and against the batch size.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from avalanche_gss.solid_angle import SurrogateStudy
+
+__all__ = ["Series", "Panel", "plot_surrogate_vs_solid_angle", "plot_curves", "plot_panels"]
+
+STYLES = ("line", "markers", "end", "reference")
+"""How a :class:`Series` is drawn: a line (with a band of ``err``), markers joined by a
+dashed line, a horizontal dashed line at its last value with a marker at its end, or
+reference markers (e.g. the paper's numbers)."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One labelled set of points.
+
+    :param label: legend entry.
+    :param x: abscissae.
+    :param y: ordinates (same length).
+    :param err: optional spread of ``y`` (std over seeds): a band for lines, error bars
+        for markers.
+    :param style: one of :data:`STYLES`.
+    """
+
+    label: str
+    x: Sequence[float]
+    y: Sequence[float]
+    err: Sequence[float] | None = None
+    style: str = "line"
+
+    def __post_init__(self) -> None:
+        if len(self.x) != len(self.y) or (self.err is not None and len(self.err) != len(self.y)):
+            raise ValueError(f"series {self.label!r}: x, y and err must have the same length")
+        if self.style not in STYLES:
+            raise ValueError(f"unknown style {self.style!r}; choose from {', '.join(STYLES)}")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes of :func:`plot_panels`.
+
+    :param title: the panel's title.
+    :param xlabel: x axis label.
+    :param ylabel: y axis label.
+    :param series: what to draw.
+    :param logx: logarithmic x axis (values spanning decades, e.g. ``n`` from 1 to 50).
+    """
+
+    title: str
+    xlabel: str
+    ylabel: str
+    series: Sequence[Series] = field(default_factory=tuple)
+    logx: bool = False
+
+
+def _save(fig: Figure, path: str | os.PathLike[str]) -> str:
+    path = os.fspath(path)
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    return path
+
+
+def _draw(ax: Axes, series: Sequence[Series], x_span: tuple[float, float] | None = None) -> None:
+    """Draw every series on ``ax`` in its style."""
+    for k, s in enumerate(series):
+        color = f"C{k % 10}"
+        if s.style == "line":
+            ax.plot(s.x, s.y, color=color, label=s.label, linewidth=1.5)
+            if s.err is not None and any(e > 0 for e in s.err):
+                low = [y - e for y, e in zip(s.y, s.err, strict=True)]
+                high = [y + e for y, e in zip(s.y, s.err, strict=True)]
+                ax.fill_between(s.x, low, high, color=color, alpha=0.2, linewidth=0)
+        elif s.style == "markers":
+            ax.errorbar(s.x, s.y, yerr=s.err, color=color, label=s.label, marker="o",
+                        linestyle="--", linewidth=1, capsize=3)
+        elif s.style == "end":
+            if x_span is not None:
+                ax.hlines(s.y[-1], *x_span, colors=color, linestyles=":", linewidth=1.2)
+            ax.errorbar(s.x[-1:], s.y[-1:], yerr=None if s.err is None else s.err[-1:],
+                        color=color, label=s.label, marker="D", linestyle="none", capsize=3)
+        else:  # reference
+            ax.plot(s.x, s.y, color="black", label=s.label, marker="*", markersize=11,
+                    linestyle="none")
+
+
+def plot_surrogate_vs_solid_angle(
+    studies: Mapping[str, SurrogateStudy],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "Surrogate vs solid angle",
+) -> str:
+    """Figure 2: each set's Monte Carlo solid angle (log scale) against its surrogate.
+
+    Sets whose estimate is 0 (no draw in the cone) are drawn as open triangles at
+    ``1 / n_samples``, the estimator's resolution.
+
+    :param studies: the studies to overlay, by legend label (e.g. ``{"k=10": study}``).
+    :param path: the PNG to write.
+    :param title: the figure's title.
+    :return: ``path``.
+    """
+    fig = Figure(figsize=(5.5, 4.2))
+    ax = fig.add_subplot()
+    for k, (label, study) in enumerate(studies.items()):
+        color = f"C{k % 10}"
+        floor = 1.0 / float(study.settings.get("n_samples", 1))
+        hit = [r for r in study.records if r["solid_angle"] > 0]
+        miss = [r for r in study.records if r["solid_angle"] <= 0]
+        ax.scatter([r["surrogate"] for r in hit], [r["solid_angle"] for r in hit], s=12,
+                   color=color, alpha=0.8,
+                   label=f"{label}: Spearman {study.spearman:+.2f}, Pearson {study.pearson:+.2f}")
+        if miss:
+            ax.scatter([r["surrogate"] for r in miss], [floor] * len(miss), s=18,
+                       marker="v", facecolors="none", edgecolors=color,
+                       label=f"{label}: estimate 0 (< 1/N)")
+    ax.set_yscale("log")
+    ax.set_xlabel(r"surrogate $\sum_{i,j} \cos(g_i, g_j)$ (Eq. 5)")
+    ax.set_ylabel("solid angle of the feasible cone (share of the sphere)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_curves(
+    series: Sequence[Series],
+    path: str | os.PathLike[str],
+    *,
+    title: str,
+    xlabel: str = "training samples",
+    ylabel: str = "test accuracy (%)",
+    vlines: Sequence[float] = (),
+    ylim: tuple[float, float] | None = (0.0, 100.0),
+) -> str:
+    """Figure 4: test accuracy along the stream, one series per method.
+
+    :param series: the methods' curves (``"line"``), task-end points (``"markers"``) and
+        end-of-training results (``"end"``: drawn across the whole stream as a dotted line).
+    :param path: the PNG to write.
+    :param title: the figure's title.
+    :param xlabel: x axis label.
+    :param ylabel: y axis label.
+    :param vlines: x positions of thin vertical lines (task boundaries).
+    :param ylim: y axis limits; ``None``: automatic.
+    :return: ``path``.
+    """
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.add_subplot()
+    xs = [x for s in series for x in s.x]
+    span = (min(xs), max(xs)) if xs else None
+    for x in vlines:
+        ax.axvline(x, color="grey", linestyle=":", linewidth=0.8)
+    _draw(ax, series, span)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _save(fig, path)
+
+
+def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title: str = "") -> str:
+    """Figure 5: side-by-side panels of final accuracy against a setting.
+
+    :param panels: one axes each, left to right.
+    :param path: the PNG to write.
+    :param title: the figure's title.
+    :return: ``path``.
+    """
+    if not panels:
+        raise ValueError("need at least one panel")
+    fig = Figure(figsize=(5.0 * len(panels), 4.0))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels, strict=True):
+        _draw(ax, panel.series)
+        if panel.logx:
+            ax.set_xscale("log")
+        values = sorted({float(x) for s in panel.series for x in s.x})
+        if values:
+            ax.set_xticks(values)
+            ax.set_xticklabels([f"{v:g}" for v in values])
+            ax.minorticks_off()
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
+        ax.set_title(panel.title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
