@@ -17,7 +17,9 @@ Python loop over samples and, for ``nn.Linear``, without ever holding a per-samp
 * BatchNorm (eval mode, running statistics): ``g_gamma_i = sum(d_i * xhat_i)``,
   ``g_beta_i = sum(d_i)`` over the non-channel dimensions.
 * Any other parameter (LayerNorm, Embedding, custom modules, tied weights): ``torch.func``
-  (``functional_call`` + ``vmap(grad)``) for those parameters only.
+  (``functional_call`` + ``vmap(grad)``) for those parameters only; if ``vmap`` cannot
+  batch the model (data-dependent control flow, ``.item()``), a per-sample loop, with a
+  ``RuntimeWarning``.
 
 Scoring runs the model in eval mode (as the authors' code does), which also makes the
 samples independent, so the gradient of the summed loss with respect to a layer output is
@@ -31,6 +33,7 @@ The engine never touches ``.grad``, parameters, buffers or the optimizer;
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -426,8 +429,9 @@ def sample_gram(
     ``g_i = d loss_fn(f(x_i), y_i) / d theta`` with ``theta`` the given parameters (default:
     all parameters with ``requires_grad``). One batched forward in eval mode, one
     ``torch.autograd.grad`` to the layer outputs, then the closed forms of the module
-    docstring; parameters without one go through :func:`per_sample_grad_vmap`. Runs on
-    ``x``'s device; the model's modes are restored and no ``.grad``, parameter or buffer is
+    docstring; parameters without one go through :func:`per_sample_grad_vmap` (or
+    :func:`per_sample_grad_loop` if ``vmap`` cannot batch the model). Runs on ``x``'s
+    device; the model's modes are restored and no ``.grad``, parameter or buffer is
     changed.
 
     :param model: the network; BatchNorm layers must keep running statistics.
@@ -452,7 +456,17 @@ def sample_gram(
     if layers:
         fallback += _add_closed_form_grams(gram, model, x, y, loss_fn, layers)
     if fallback:
-        grads = per_sample_grad_vmap(model, x, y, loss_fn=loss_fn, params=fallback)  # (N, P)
+        try:
+            grads = per_sample_grad_vmap(model, x, y, loss_fn=loss_fn, params=fallback)  # (N, P)
+        except RuntimeError as err:  # vmap cannot batch it: data-dependent control flow, ...
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            warnings.warn(
+                f"torch.func.vmap cannot batch {type(model).__name__} ({reason}); its "
+                "per-sample gradients are computed one sample at a time",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            grads = per_sample_grad_loop(model, x, y, loss_fn=loss_fn, params=fallback)
         gram.addmm_(grads, grads.T)
     return gram
 

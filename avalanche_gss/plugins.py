@@ -25,7 +25,28 @@ from avalanche_gss.storage import OnlineBuffer
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["OnlineRehearsalPlugin", "ConstrainedUpdatePlugin", "gem_dual"]
+__all__ = ["OnlineRehearsalPlugin", "ConstrainedUpdatePlugin", "gem_dual", "finite_loss"]
+
+
+def finite_loss(loss: Tensor, owner: Any) -> bool:
+    """Whether ``loss`` is finite; if not, count a skipped step on ``owner`` and warn.
+
+    A NaN or infinite loss would make every parameter NaN at the next ``optimizer.step()``
+    (and every gradient score after it); the caller skips that step instead.
+
+    :param loss: the step's scalar loss.
+    :param owner: the object whose ``skipped_steps`` counter is increased.
+    """
+    if bool(torch.isfinite(loss).all()):
+        return True
+    owner.skipped_steps += 1
+    warnings.warn(
+        f"{type(owner).__name__}: non-finite loss ({float(loss.detach().sum())}); "
+        "the optimizer step is skipped",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return False
 
 
 class OnlineRehearsalPlugin(SupervisedPlugin):
@@ -37,6 +58,9 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
     the model that learnt it. With 10-sample experiences and ``train_epochs = n_iter``
     (or :class:`~avalanche_gss.strategies.OnlineTemplate`'s ``n_iter``) this is the
     paper's schedule: ``n_iter`` times (step on the batch, step on the buffer).
+
+    A replay step whose loss is not finite is skipped (:func:`finite_loss`), and counted in
+    :attr:`skipped_steps`. A buffer smaller than ``replay_batch_size`` is replayed whole.
 
     :param storage_policy: the buffer; an :class:`~avalanche_gss.storage.OnlineBuffer`
         (fast tensor path) or any Avalanche ``ExemplarsBuffer``.
@@ -55,6 +79,7 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.storage_policy = storage_policy
         self.replay_batch_size = replay_batch_size
         self.generator = torch.Generator().manual_seed(seed)
+        self.skipped_steps = 0  # replay steps skipped for a non-finite loss
 
     def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor] | None:
         policy = self.storage_policy
@@ -81,11 +106,33 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         strategy.optimizer.zero_grad()
         loss = strategy._criterion(strategy.model(x), y)
         loss.backward()
-        strategy.optimizer.step()
+        if finite_loss(loss, self):
+            strategy.optimizer.step()
 
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """The storage policy sees the experience once, after it was learnt."""
         self.storage_policy.post_adapt(strategy, strategy.experience)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The replay generator, the counter and the buffer's :meth:`state_dict`.
+
+        Tensors and plain values only (loadable with ``torch.load(weights_only=True)``).
+        :raises TypeError: the storage policy has no ``state_dict`` (an Avalanche buffer).
+        """
+        policy_state = getattr(self.storage_policy, "state_dict", None)
+        if policy_state is None:
+            raise TypeError(f"{type(self.storage_policy).__name__} has no state_dict()")
+        return {
+            "generator": self.generator.get_state(),
+            "skipped_steps": self.skipped_steps,
+            "storage_policy": policy_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.generator.set_state(state["generator"])
+        self.skipped_steps = int(state["skipped_steps"])
+        self.storage_policy.load_state_dict(state["storage_policy"])
 
 
 @contextmanager
@@ -195,6 +242,10 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
         params = self.params or [p for p in model.parameters() if p.requires_grad]
         gram = sample_gram(model, torch.cat([x, bx]), torch.cat([y, by]),
                            loss_fn=self.loss_fn, params=params).detach()  # (B+K, B+K)
+        if not bool(torch.isfinite(gram).all()):
+            warnings.warn("ConstrainedUpdatePlugin: non-finite gradients; the step is not "
+                          "projected", RuntimeWarning, stacklevel=2)
+            return
         dots = gram[b:, :b].mean(dim=1)  # (K,) <g_i, g>, g = mean batch gradient
         self.steps += 1
         self.last_violations = int((dots < 0).sum())
@@ -221,6 +272,24 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Show the experience to the storage policy once, after it was learnt."""
         self.storage_policy.post_adapt(strategy, strategy.experience)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, the last dual solution and the buffer's :meth:`state_dict`."""
+        return {
+            "steps": self.steps,
+            "projections": self.projections,
+            "last_violations": self.last_violations,
+            "last_dual": None if self.last_dual is None else self.last_dual.cpu(),
+            "storage_policy": self.storage_policy.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.steps = int(state["steps"])
+        self.projections = int(state["projections"])
+        self.last_violations = int(state["last_violations"])
+        self.last_dual = state["last_dual"]
+        self.storage_policy.load_state_dict(state["storage_policy"])
 
 
 def _cross_entropy(logits: Tensor, y: Tensor) -> Tensor:

@@ -62,6 +62,12 @@ class OnlineBuffer(ExemplarsBuffer):
     :meth:`post_adapt` (Avalanche's storage-policy hook: the plugin calls it after the
     model learnt the batch) or directly through :meth:`add`.
 
+    Bad input never reaches the storage: labels must be non-negative integers and inputs
+    must have the stored inputs' shape (``ValueError``, the buffer unchanged); samples with
+    a NaN or infinite input value are not stored (a ``RuntimeWarning`` says how many).
+    :attr:`n_rejected` counts them, with the samples a gradient-scored policy refuses
+    because their gradient is not finite.
+
     :param max_size: number of slots ``M``.
     :param seed: seed of the buffer's own ``torch.Generator`` (saved in :meth:`state_dict`).
     """
@@ -79,6 +85,7 @@ class OnlineBuffer(ExemplarsBuffer):
         self.scores: Tensor | None = None  # (M,) float, for policies that score samples
         self.size = 0
         self.n_seen = 0
+        self.n_rejected = 0  # samples refused for a non-finite input or gradient
         self._dataset: AvalancheDataset | None = None
         self.last_slots: Tensor | None = None  # slots taken by the last batch (-1: not stored)
 
@@ -272,16 +279,33 @@ class OnlineBuffer(ExemplarsBuffer):
             "y": None if self.y is None else self.y.cpu(),
             "scores": None if self.scores is None else self.scores.cpu(),
             "generator": self.generator.get_state(),
+            "n_rejected": self.n_rejected,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (tensors stay on the CPU until moved)."""
+        """Restore :meth:`state_dict`'s output (tensors stay on the CPU, see :meth:`to`)."""
         self.max_size = int(state["max_size"])
         self.size = int(state["size"])
         self.n_seen = int(state["n_seen"])
+        self.n_rejected = int(state.get("n_rejected", 0))
         self.x, self.y, self.scores = state["x"], state["y"], state["scores"]
         self.generator.set_state(state["generator"])
         self._dataset = None
+
+    def to(self, device: torch.device | str) -> OnlineBuffer:
+        """Move the stored tensors to ``device`` in place (e.g. after :meth:`load_state_dict`).
+
+        :param device: where the samples live (normally the strategy's device).
+        :return: the buffer.
+        """
+        for name in self._tensor_names:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.to(device))
+        self._dataset = None
+        return self
+
+    _tensor_names: tuple[str, ...] = ("x", "y", "scores")
 
 
 class ReservoirBuffer(OnlineBuffer):
@@ -383,19 +407,30 @@ class GSSGreedyBuffer(OnlineBuffer):
     def _assign(self, x: Tensor, y: Tensor, model: nn.Module | None) -> Tensor:
         if model is None:
             raise ValueError("GSS-Greedy scores samples by the model's gradients: pass model=")
+        _require_gradients(model, self.params, "GSS-Greedy")
         new_scores, batch_score = self._score(x, y, model)
         self._new_scores = new_scores
         assert self.scores is not None or self.size == 0
         stored = self.scores[: self.size] if self.scores is not None else torch.zeros(0)
-        slots, _ = greedy_slots(
+        finite = torch.isfinite(new_scores)  # (B,) a NaN/inf gradient gives a NaN score
+        if not bool(finite.all()):
+            bad = int((~finite).sum())
+            self.n_rejected += bad
+            warnings.warn(
+                f"GSSGreedyBuffer: {bad} sample(s) with a non-finite gradient score not stored",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        slots = torch.full((len(y),), -1, dtype=torch.long)
+        slots[finite] = greedy_slots(
             stored,
-            new_scores,
+            new_scores[finite],
             self.max_size,
             generator=self.generator,
             candidate_draw=self.candidate_draw,
             gate=self.gate,
             batch_score=batch_score,
-        )
+        )[0]
         return slots
 
     def _score(self, x: Tensor, y: Tensor, model: nn.Module) -> tuple[Tensor, float | None]:
@@ -411,17 +446,28 @@ class GSSGreedyBuffer(OnlineBuffer):
         ys = torch.cat([y.to(by.device), by])
         # The engine is state-neutral (parameters, .grad, BN statistics, train/eval mode).
         gram = sample_gram(model, xs, ys, loss_fn=self.loss_fn, params=self.params).detach()
+        # A non-finite gradient (NaN/inf loss) makes its sample's score NaN (not stored);
+        # if a buffer gradient is not finite, every score is NaN.
+        finite = torch.isfinite(gram.diagonal()).cpu()  # (B+k,)
+        if not bool(finite[b:].all()):
+            return torch.full((b,), float("nan")), float("nan")
+        if not bool(finite.all()):  # scrub the bad rows so that they stay out of the sums
+            ok = finite.to(gram.device)
+            gram = gram.masked_fill(~(ok[:, None] & ok[None, :]), 0.0)
         # Rows: the B new samples, their mean (batch gate), then the buffer gradients.
         n_mem = max(1, k // per_group) if groups else k
         member = (torch.arange(k) // per_group).clamp(max=n_mem - 1)  # group of each drawn row
         ids = torch.cat([torch.arange(b), member + b + 1])
         weights = torch.zeros(b + 1 + n_mem, b + k, dtype=gram.dtype)
         weights[ids, torch.arange(b + k)] = 1.0
-        weights[b, :b] = 1.0
-        weights = weights / weights.sum(dim=1, keepdim=True)
+        weights[b, :b] = finite[:b].to(gram.dtype)  # the batch mean of the finite gradients
+        weights = weights / weights.sum(dim=1, keepdim=True).clamp_min(1.0)
         cos = cosine_from_gram(group_gram(gram, weights.to(gram.device)))  # (B+1+n, B+1+n)
         to_memory = cos[: b + 1, b + 1 :]  # (B+1, n_mem)
         scores = greedy_scores(to_memory.float().cpu())
+        scores[: b][~finite[:b]] = float("nan")
+        if not bool(finite[:b].any()):
+            scores[b] = float("nan")
         return scores[:b], float(scores[b])
 
 
@@ -478,17 +524,16 @@ class RecentMergeBuffer(OnlineBuffer):
         :return: ``(B,)`` slot of each sample when this batch triggered a merge, ``-1``
             where a sample was not kept or still waits.
         """
-        if x.shape[0] != y.shape[0]:
-            raise ValueError(f"{x.shape[0]} inputs but {y.shape[0]} labels")
-        ref = self.x if self.x is not None else self.recent_x
-        if ref is not None and x.shape[1:] != ref.shape[1:]:
-            raise ValueError(
-                f"inputs of shape {tuple(x.shape[1:])} do not match the buffer's "
-                f"{tuple(ref.shape[1:])}"
-            )
+        finite = self._check_batch(x, y, self.x if self.x is not None else self.recent_x)
+        if len(y) == 0:
+            return torch.empty(0, dtype=torch.long)
+        slots = torch.full((len(y),), -1, dtype=torch.long)
+        if finite is not None:  # samples with NaN/inf inputs are not offered
+            x, y = x[finite.to(x.device)], y[finite.to(y.device)]
         b = len(y)
         if b == 0:
-            return torch.empty(0, dtype=torch.long)
+            return slots
+        before = (self.recent_x, self.recent_y, self.n_seen)
         if self.recent_x is None or self.recent_y is None:
             self.recent_x, self.recent_y = x.detach().clone(), y.detach().clone().long()
         else:
@@ -497,8 +542,50 @@ class RecentMergeBuffer(OnlineBuffer):
             self.recent_y = torch.cat([self.recent_y, y.detach().to(dev, torch.long)])
         self.n_seen += b
         if self.n_recent < self.recent_size:
-            return torch.full((b,), -1, dtype=torch.long)
-        return self.merge_recent(model)[-b:]
+            return slots
+        try:
+            merged = self.merge_recent(model)[-b:]
+        except Exception:  # a failed selection leaves the buffer as it was before the call
+            self.recent_x, self.recent_y, self.n_seen = before
+            raise
+        if finite is None:
+            return merged
+        slots[finite] = merged
+        return slots
+
+    def _usable(self, valid: Tensor, n_stored: int, what: str = "gradient") -> Tensor | None:
+        """Indices of ``M_b U M_r`` a selection may use, given which ones it can score.
+
+        Waiting samples whose gradient (or feature) is not finite are dropped; if a stored
+        sample's is not finite (a diverged model), nothing is selected: ``None``, the
+        buffer stays as it is and every waiting sample is dropped. A ``RuntimeWarning``
+        says which, and :attr:`n_rejected` counts the dropped samples.
+
+        :param valid: ``(K,)`` whether each union sample has a finite gradient/feature.
+        :param n_stored: number of buffer samples at the head of the union.
+        :param what: ``"gradient"`` or ``"feature"``, for the warning.
+        """
+        if bool(valid.all()):
+            return torch.arange(len(valid))
+        name = type(self).__name__
+        if not bool(valid[:n_stored].all()):
+            dropped = len(valid) - n_stored
+            self.n_rejected += dropped
+            warnings.warn(
+                f"{name}: stored samples have a non-finite {what}; the buffer is left "
+                f"unchanged and {dropped} waiting sample(s) are dropped",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
+        dropped = int((~valid).sum())
+        self.n_rejected += dropped
+        warnings.warn(
+            f"{name}: {dropped} waiting sample(s) with a non-finite {what} not stored",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return valid.nonzero().flatten()
 
     def merge_recent(self, model: nn.Module | None = None) -> Tensor:
         """Run the selection on ``M_b U M_r`` now, whatever the recent buffer holds.
@@ -560,10 +647,24 @@ class RecentMergeBuffer(OnlineBuffer):
         super().load_state_dict(state)
         self.recent_x, self.recent_y = state.get("recent_x"), state.get("recent_y")
 
+    _tensor_names = (*OnlineBuffer._tensor_names, "recent_x", "recent_y")
+
 
 def _model_device(model: nn.Module) -> torch.device | None:
     param = next(model.parameters(), None)
     return None if param is None else param.device
+
+
+def _require_gradients(model: nn.Module, params: list[nn.Parameter] | None, method: str) -> None:
+    """Raise if there is no parameter to take gradients with (every score would be 0)."""
+    if params is None and not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(
+            f"{method} scores samples by their loss gradients, but {type(model).__name__} "
+            "has no trainable parameter; pass params= or use a policy that needs none "
+            "(Reservoir, Rand, FSS-Clust)"
+        )
+    if params is not None and len(params) == 0:
+        raise ValueError(f"{method}: params= is empty, there is no gradient to compare")
 
 
 IQPSolver = Literal["fast", "exact"]
@@ -632,11 +733,24 @@ class GSSIQPBuffer(RecentMergeBuffer):
             return torch.arange(len(y))
         if model is None:
             raise ValueError("GSS-IQP selects by the model's gradients: pass model=")
+        _require_gradients(model, self.params, "GSS-IQP")
         dev = _model_device(model) or x.device
         # The engine is state-neutral (parameters, .grad, BN statistics, train/eval mode).
         gram = sample_gram(
             model, x.to(dev), y.to(dev), loss_fn=self.loss_fn, params=self.params
         ).detach()  # (K, K)
+        usable = self._usable(torch.isfinite(gram.diagonal()).cpu(), n_stored)  # (K',)
+        if usable is None:
+            return torch.arange(n_stored)
+        if len(usable) == len(y):
+            return self._solve(gram)
+        if len(usable) <= self.max_size:
+            return usable
+        idx = usable.to(dev)
+        return usable[self._solve(gram[idx[:, None], idx[None, :]])]  # (K', K') sub-Gram
+
+    def _solve(self, gram: Tensor) -> Tensor:
+        """Keep ``max_size`` of the samples whose gradient Gram is ``gram`` (appendix B)."""
         cos = cosine_from_gram(gram).cpu()  # (K, K), Alg. 1 line 5's matrix
         invalid = None
         if self.slack is not None:
@@ -647,6 +761,18 @@ class GSSIQPBuffer(RecentMergeBuffer):
             restarts=self.restarts, generator=self.generator, invalid=invalid,
         )
         return self.last_result.indices
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`RecentMergeBuffer.state_dict` plus the last selection's outcome."""
+        state = super().state_dict()
+        state["last_result"] = None if self.last_result is None else asdict(self.last_result)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        super().load_state_dict(state)
+        last = state.get("last_result")
+        self.last_result = None if last is None else IQPResult(**last)
 
 
 ClustFeatures = Literal["penultimate", "logits"]
@@ -666,16 +792,26 @@ class _ClustBuffer(RecentMergeBuffer):
         super().__init__(max_size, recent_size=recent_size, seed=seed)
         self.clustering = DoublingClustering(self.max_size, growth=growth, seed=seed)
 
-    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> Tensor:
-        """``(K, K)`` distances between the union's samples."""
+    _measures = "gradient"  # what the distances are between, for warnings
+
+    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> tuple[Tensor, Tensor]:
+        """Return the union's ``(K, K)`` distances and its ``(K,)`` finiteness mask.
+
+        The mask is False for samples whose gradient or feature is not finite (their
+        distances are not either).
+        """
         raise NotImplementedError
 
     def _select(self, x: Tensor, y: Tensor, n_stored: int, model: nn.Module | None) -> Tensor:
         if model is None:
             raise ValueError(f"{type(self).__name__} measures distances with the model: "
                              "pass model=")
-        dist = self._distances(x, y, model).detach().cpu()  # (K, K)
-        alive = torch.ones(len(y), dtype=torch.bool)
+        dist, valid = self._distances(x, y, model)  # (K, K), (K,)
+        usable = self._usable(valid.cpu(), n_stored, self._measures)  # (K',)
+        if usable is None:
+            return torch.arange(n_stored)
+        dist = dist.detach().cpu()[usable[:, None], usable[None, :]]  # (K', K')
+        alive = torch.ones(len(usable), dtype=torch.bool)
         coincide = dist[:n_stored, :n_stored] <= 0  # (n, n)
         coincide.fill_diagonal_(False)
         if bool(coincide.any()):  # keep the first of each group of coinciding centres
@@ -684,7 +820,7 @@ class _ClustBuffer(RecentMergeBuffer):
                     alive[i + 1 : n_stored] &= ~coincide[i, i + 1 :]
         idx = alive.nonzero().flatten()
         keep = self.clustering.update(dist[idx[:, None], idx[None, :]], int(alive[:n_stored].sum()))
-        return idx[keep]
+        return usable[idx[keep]]
 
     def resize(self, strategy: Any, new_size: int) -> None:
         """Change ``max_size`` and the clustering's capacity with it."""
@@ -741,11 +877,13 @@ class GSSClustBuffer(_ClustBuffer):
         self.loss_fn = loss_fn
         self.params = params
 
-    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> Tensor:
+    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> tuple[Tensor, Tensor]:
+        _require_gradients(model, self.params, "GSS-Clust")
         dev = _model_device(model) or x.device
         gram = sample_gram(model, x.to(dev), y.to(dev), loss_fn=self.loss_fn,
                            params=self.params).detach()  # (K, K), state-neutral engine
-        return gradient_distance(cosine_from_gram(gram))  # (K, K)
+        valid = torch.isfinite(gram.diagonal())  # (K,)
+        return gradient_distance(cosine_from_gram(gram)), valid  # (K, K), (K,)
 
 
 class FSSClustBuffer(_ClustBuffer):
@@ -785,7 +923,9 @@ class FSSClustBuffer(_ClustBuffer):
         self.features: ClustFeatures = features
         self.squared = squared
 
-    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> Tensor:
+    _measures = "feature"
+
+    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> tuple[Tensor, Tensor]:
         dev = _model_device(model) or x.device
         if self.features == "penultimate" and not callable(getattr(model, "features", None)):
             raise TypeError(
@@ -797,4 +937,6 @@ class FSSClustBuffer(_ClustBuffer):
                 out = model.features(x.to(dev))  # type: ignore[operator]  # (K, D)
             else:
                 out = model(x.to(dev))  # (K, num_classes)
-        return feature_distance(out.flatten(1), squared=self.squared)  # (K, K)
+        out = out.flatten(1)  # (K, D)
+        valid = torch.isfinite(out).all(dim=1)  # (K,)
+        return feature_distance(out, squared=self.squared), valid  # (K, K), (K,)

@@ -10,6 +10,7 @@ template plus :class:`~avalanche_gss.plugins.OnlineRehearsalPlugin` and a buffer
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +24,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from avalanche_gss.benchmarks.online import experience_tensors
-from avalanche_gss.plugins import ConstrainedUpdatePlugin, OnlineRehearsalPlugin
+from avalanche_gss.plugins import ConstrainedUpdatePlugin, OnlineRehearsalPlugin, finite_loss
 from avalanche_gss.storage import (
     FSSClustBuffer,
     GSSClustBuffer,
@@ -182,8 +183,10 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
             evaluator=evaluator if evaluator is not None else quiet_evaluator(),
         )
         self.n_iter = n_iter
+        self.skipped_steps = 0  # training steps skipped for a non-finite loss
         self._set_up = False
         self._hook_cache: dict[str, list[Any]] = {}
+        self._label_range: tuple[int, int] | None = None  # of the current experience
 
     def _hooks(self, event: str) -> list[Any]:
         """The bound callbacks of the plugins that act on ``event`` (cached per ``train``).
@@ -237,6 +240,8 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
 
     def _train_exp(self, experience: Any, eval_streams: Any = None, **kwargs: Any) -> None:
         x, y = experience_tensors(experience)
+        integer = len(y) > 0 and not (y.is_floating_point() or y.dtype == torch.bool)
+        self._label_range = (int(y.min()), int(y.max())) if integer else None
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
         t = torch.zeros_like(y)
@@ -251,6 +256,80 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
                     return
                 self._iteration(**kwargs)
                 self._after_training_epoch(**kwargs)
+
+    def criterion(self) -> Any:
+        """The training loss, after checking the labels against the model's outputs.
+
+        :raises ValueError: with a class-index criterion (cross-entropy, NLL), a label of
+            the batch is negative or not below the model's number of outputs (PyTorch would
+            raise an ``IndexError``, or a device-side assert on CUDA).
+        """
+        self._check_labels()
+        return super().criterion()
+
+    def _check_labels(self) -> None:
+        span, out = self._label_range, self.mb_output
+        if span is None or not isinstance(out, torch.Tensor) or out.dim() < 2:
+            return
+        if not isinstance(self._criterion, (nn.CrossEntropyLoss, nn.NLLLoss)):
+            return
+        low, high = span
+        outputs = out.shape[1]
+        if high >= outputs or (low < 0 and low != self._criterion.ignore_index):
+            bad = high if high >= outputs else low
+            raise ValueError(
+                f"label {bad} is outside the model's {outputs} outputs (labels must be in "
+                f"[0, {outputs - 1}])"
+            )
+
+    def optimizer_step(self) -> None:
+        """Take the optimizer step, unless the loss is not finite (then warn and skip it).
+
+        A NaN or infinite loss would turn every parameter into NaN; the step is skipped
+        and counted in :attr:`skipped_steps` (:func:`~avalanche_gss.plugins.finite_loss`).
+        """
+        if finite_loss(self.loss, self):
+            self.optimizer.step()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle state for Avalanche's ``save_checkpoint`` (``dill``) and ``deepcopy``.
+
+        The optimizer is pickled by class name: ``dill`` 0.4 cannot locate
+        ``torch.optim.sgd.SGD`` (``torch.optim`` deletes its submodule attributes), tries
+        to pickle the class itself and fails. The hook cache is rebuilt on use.
+        """
+        state = self.__dict__.copy()
+        state["_hook_cache"] = {}
+        if isinstance(state.get("optimizer"), Optimizer):
+            state["optimizer"] = _OptimizerByName(state["optimizer"])
+        return state
+
+    def __copy__(self) -> OnlineTemplate:
+        """A shallow copy sharing every attribute (not routed through :meth:`__getstate__`)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+
+def _rebuild_optimizer(module: str, qualname: str, state: dict[str, Any]) -> Optimizer:
+    """Recreate a pickled optimizer from its class's import path and ``__getstate__``."""
+    cls: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    optimizer = cls.__new__(cls)
+    optimizer.__setstate__(state)
+    return optimizer
+
+
+class _OptimizerByName:
+    """Pickles as the wrapped optimizer, its class referenced by import path."""
+
+    def __init__(self, optimizer: Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        cls = type(self.optimizer)
+        return _rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__())
 
 
 class OnlineRehearsal(OnlineTemplate):

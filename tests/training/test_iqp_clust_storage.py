@@ -140,7 +140,7 @@ def test_exact_solver_fault_warns_and_keeps_m_samples(stream, model, monkeypatch
 
 def _stored_and_seen_distances(buf, model, seen_x, seen_y):
     sx, sy = buf.tensors()
-    dist = buf._distances(torch.cat([sx, seen_x]), torch.cat([sy, seen_y]), model)
+    dist, _ = buf._distances(torch.cat([sx, seen_x]), torch.cat([sy, seen_y]), model)
     n = len(sy)
     return dist[:n, :n], dist[n:, :n]
 

@@ -1,0 +1,275 @@
+"""Exact resume: a run killed with SIGKILL and resumed ends as an uninterrupted one."""
+
+import multiprocessing
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from avalanche.checkpointing import maybe_load_checkpoint, save_checkpoint
+from avalanche.core import SupervisedPlugin
+
+from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
+from avalanche_gss.checkpoint import (
+    load_state,
+    save_state,
+    strategy_state_dict,
+    train_resumable,
+)
+from avalanche_gss.models import MLP
+from avalanche_gss.strategies import (
+    GSSIQP,
+    FSSClust,
+    GSSClust,
+    GSSGreedy,
+    GSSIQPConstrained,
+    Rand,
+    Reservoir,
+)
+
+BUILDERS = {
+    "Reservoir": lambda **kw: Reservoir(mem_size=30, **kw),
+    "Rand": lambda **kw: Rand(mem_size=30, **kw),
+    "GSS-Greedy": lambda **kw: GSSGreedy(mem_size=30, n=5, **kw),
+    "GSS-Greedy-authors": lambda **kw: GSSGreedy(mem_size=30, n=5, variant="authors", **kw),
+    "GSS-IQP": lambda **kw: GSSIQP(mem_size=30, recent_size=20, **kw),
+    "GSS-Clust": lambda **kw: GSSClust(mem_size=30, recent_size=20, growth=1.01, **kw),
+    "FSS-Clust": lambda **kw: FSSClust(mem_size=30, recent_size=20, **kw),
+    "GSS-IQP-constrained": lambda **kw: GSSIQPConstrained(mem_size=30, recent_size=20, **kw),
+}
+
+
+def tiny_stream():
+    """The conftest's ``tiny_split`` (5 tasks x 60 digits) as 30 online batches."""
+    split = disjoint_tasks(load_dataset("mnist-5k"), samples_per_task=60, seed=0)
+    return split, online_benchmark(split, batch_size=10).train_stream
+
+
+def make(method, *, seed=0, momentum=0.0, plugins=()):
+    torch.manual_seed(seed)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum)
+    return BUILDERS[method](model=model, optimizer=optimizer, n_iter=2, seed=seed,
+                            plugins=list(plugins))
+
+
+class KillAt(SupervisedPlugin):
+    """SIGKILL this process once ``k`` experiences were learnt (buffer updated)."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.k, self.seen = k, 0
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.seen += 1
+        if self.seen == self.k:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def accuracy(model, split):
+    with torch.no_grad():
+        return [float((model(x).argmax(1) == y).float().mean()) for x, y in split.test]
+
+
+def assert_same_run(a, b, split):
+    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values(),
+                            strict=True):
+        assert torch.equal(p, q), name
+    assert accuracy(a.model, split) == accuracy(b.model, split)
+    sa, sb = a.storage_policy.state_dict(), b.storage_policy.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        if isinstance(sa[key], torch.Tensor):
+            assert torch.equal(sa[key], sb[key]), key
+        elif key == "clustering":
+            assert sa[key]["threshold"] == sb[key]["threshold"]
+            assert torch.equal(sa[key]["generator"], sb[key]["generator"])
+        elif key == "last_result":
+            assert (sa[key] is None) == (sb[key] is None)
+            if sa[key] is not None:
+                assert torch.equal(sa[key]["indices"], sb[key]["indices"])
+        else:
+            assert sa[key] == sb[key], key
+    if hasattr(a, "rehearsal"):
+        assert torch.equal(a.rehearsal.generator.get_state(), b.rehearsal.generator.get_state())
+
+
+def _killed_run(method, path, every, kill_at, momentum):
+    torch.set_num_threads(1)
+    _, stream = tiny_stream()
+    train_resumable(make(method, momentum=momentum, plugins=[KillAt(kill_at)]), stream, path,
+                    every=every)
+    os._exit(3)  # not reached: the plugin kills the process first
+
+
+def _fork(target, *args):
+    proc = multiprocessing.get_context("fork").Process(target=target, args=args)
+    proc.start()
+    proc.join(60)
+    return proc.exitcode
+
+
+@pytest.mark.parametrize(
+    ("method", "momentum"),
+    [(m, 0.0) for m in BUILDERS] + [("GSS-Greedy", 0.9)],
+)
+def test_sigkilled_run_resumes_bit_for_bit(tmp_path, method, momentum):
+    split, stream = tiny_stream()
+    path = tmp_path / "run.ckpt"
+    # Given a run killed (SIGKILL, in a child process) after 10 of 30 batches, with a
+    # checkpoint every 4: batches 9 and 10 are lost
+    assert _fork(_killed_run, method, path, 4, 10, momentum) == -signal.SIGKILL
+    assert torch.load(path, weights_only=True)["experiences"] == 8
+    # When a fresh process-state strategy resumes it
+    resumed = make(method, momentum=momentum)
+    assert train_resumable(resumed, stream, path, every=4) == len(stream) == 30
+    # Then model, buffer (samples, scores, recent buffer, clustering, generators) and
+    # accuracy equal those of one uninterrupted train() call on the whole stream
+    reference = make(method, momentum=momentum)
+    reference.train(stream)
+    assert_same_run(resumed, reference, split)
+    # And resuming a finished run trains nothing
+    again = make(method, momentum=momentum)
+    assert train_resumable(again, stream, path, every=4) == 30
+    assert_same_run(again, reference, split)
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+torch.set_num_threads(1)
+from test_checkpoint import KillAt, make, tiny_stream
+from avalanche_gss.checkpoint import train_resumable
+_, stream = tiny_stream()
+train_resumable(make("GSS-IQP", plugins=[KillAt(17)]), stream, sys.argv[2], every=5)
+raise SystemExit(3)
+"""
+
+
+def test_sigkill_in_a_fresh_interpreter_then_resume(tmp_path):
+    split, stream = tiny_stream()
+    path = tmp_path / "run.ckpt"
+    # Given a fresh Python process, killed with SIGKILL after 17 batches (checkpoint at 15)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(Path(__file__).parent), str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    # When this process resumes from its file
+    resumed = make("GSS-IQP")
+    assert load_state(make("GSS-IQP"), path) == 15
+    train_resumable(resumed, stream, path, every=5)
+    # Then it ends as the uninterrupted run
+    reference = make("GSS-IQP")
+    reference.train(stream)
+    assert_same_run(resumed, reference, split)
+
+
+def _killed_while_saving(path):
+    torch.set_num_threads(1)
+    _, stream = tiny_stream()
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append(src)
+        if len(calls) == 2:  # the second checkpoint is written but not yet renamed
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(src, dst)
+
+    os.replace = replace
+    train_resumable(make("GSS-Clust"), stream, path, every=6)
+    os._exit(3)
+
+
+def test_a_kill_while_saving_keeps_the_previous_checkpoint(tmp_path):
+    split, stream = tiny_stream()
+    path = tmp_path / "run.ckpt"
+    assert _fork(_killed_while_saving, path) == -signal.SIGKILL
+    # The file is the first checkpoint, whole; the unfinished one is a leftover temp file
+    assert torch.load(path, weights_only=True)["experiences"] == 6
+    assert len(list(tmp_path.glob(".run.ckpt.*.tmp"))) == 1
+    resumed = make("GSS-Clust")
+    train_resumable(resumed, stream, path, every=6)
+    reference = make("GSS-Clust")
+    reference.train(stream)
+    assert_same_run(resumed, reference, split)
+
+
+class StopAt(SupervisedPlugin):
+    def __init__(self, k):
+        super().__init__()
+        self.k, self.seen = k, 0
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.seen += 1
+        if self.seen == self.k:
+            raise KeyboardInterrupt
+
+
+def test_a_stream_without_slicing_is_resumed_by_walking_it(tmp_path):
+    split, stream = tiny_stream()
+    path = tmp_path / "run.ckpt"
+    experiences = list(stream)
+    with pytest.raises(KeyboardInterrupt):
+        train_resumable(make("GSS-Greedy", plugins=[StopAt(12)]), iter(experiences), path,
+                        every=5)
+    resumed = make("GSS-Greedy")
+    assert train_resumable(resumed, (e for e in experiences), path, every=5) == 30
+    reference = make("GSS-Greedy")
+    reference.train(stream)
+    assert_same_run(resumed, reference, split)
+
+
+def test_chunked_training_equals_one_call(tmp_path):
+    split, stream = tiny_stream()
+    chunked = make("GSS-IQP")
+    for start in range(0, 30, 7):
+        chunked.train(stream[start : start + 7])
+    reference = make("GSS-IQP")
+    reference.train(stream)
+    assert_same_run(chunked, reference, split)
+
+
+def test_state_is_weights_only_and_checked_on_load(tmp_path):
+    _, stream = tiny_stream()
+    strategy = make("GSS-Clust")
+    strategy.train(stream[:4])
+    path = tmp_path / "s.ckpt"
+    save_state(strategy, path, experiences=4)
+    state = torch.load(path, weights_only=True)  # no arbitrary object in the file
+    assert state["experiences"] == 4 and state["format"] == 1
+    assert [p["name"] for p in state["plugins"]] == ["OnlineRehearsalPlugin"]
+    # A strategy with other stateful plugins, or another format, is refused
+    with pytest.raises(ValueError, match="plugins"):
+        load_state(make("GSS-IQP-constrained"), path)
+    bad = strategy_state_dict(strategy) | {"format": 99, "experiences": 4}
+    torch.save(bad, tmp_path / "bad.ckpt")
+    with pytest.raises(ValueError, match="format"):
+        load_state(make("GSS-Clust"), tmp_path / "bad.ckpt")
+    with pytest.raises(ValueError, match="every"):
+        train_resumable(make("GSS-Clust"), stream, path, every=0)
+    with pytest.raises(ValueError, match="only 3"):
+        train_resumable(make("GSS-Clust"), stream[:3], path)
+
+
+def test_avalanche_checkpoint_helpers_resume_our_strategies(tmp_path):
+    split, stream = tiny_stream()
+    path = tmp_path / "avalanche.pkl"
+    # Given Avalanche's own helpers (dill pickle of the whole strategy) between train calls
+    first = make("GSS-IQP", momentum=0.5)
+    first.train(stream[:13])
+    save_checkpoint(first, str(path))
+    # When a fresh strategy loads the file and learns the rest of the stream
+    resumed, done = maybe_load_checkpoint(make("GSS-IQP", momentum=0.5), str(path))
+    assert done == 13
+    resumed.train(stream[done:])
+    # Then it ends as the uninterrupted run
+    reference = make("GSS-IQP", momentum=0.5)
+    reference.train(stream)
+    assert_same_run(resumed, reference, split)
+    # And that file cannot be read without unpickling arbitrary objects
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=True)
