@@ -31,6 +31,7 @@ _EXPORTS = {
     "GSSClust": "avalanche_gss.strategies",
     "FSSClust": "avalanche_gss.strategies",
     "GSSIQPConstrained": "avalanche_gss.strategies",
+    "train_resumable": "avalanche_gss.checkpoint",
     "MLP": "avalanche_gss.models",
     "ReducedResNet18": "avalanche_gss.models",
 }

@@ -265,8 +265,8 @@ class _Features(nn.Module):
         return self.model.features(x)  # type: ignore[operator]
 
 
-def _evaluator() -> Any:
-    return quiet_evaluator(accuracy_metrics(experience=True))
+def _evaluator(metrics: Sequence[Any] = (), loggers: Sequence[Any] = ()) -> Any:
+    return quiet_evaluator(accuracy_metrics(experience=True), *metrics, loggers=loggers)
 
 
 def _task_accuracies(strategy: SupervisedTemplate, test_stream: Any) -> list[float]:
@@ -289,7 +289,8 @@ def _whole_stream(x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) 
     return benchmark_from_datasets(train=[data]).train_stream
 
 
-def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = ()) -> RunResult:
+def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
+        metrics: Sequence[Any] = (), loggers: Sequence[Any] = ()) -> RunResult:
     """Train ``settings.method`` on ``split`` and measure each task's final test accuracy.
 
     Buffer methods learn the task-free online stream (batches of ``batch_size``, no task
@@ -303,6 +304,9 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = ())
     :param split: the task sequence (train stream and per-task test sets).
     :param plugins: extra Avalanche plugins for the buffer methods' strategy (e.g. a
         :class:`~avalanche_gss.diagnostics.BufferTrace`).
+    :param metrics: extra Avalanche metrics for the strategy's ``EvaluationPlugin`` (e.g.
+        :func:`~avalanche_gss.metrics.buffer_metrics`).
+    :param loggers: Avalanche loggers for it (e.g. ``TensorboardLogger(dir)``).
     :return: the per-task accuracies and training time.
     """
     s = settings
@@ -312,7 +316,7 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = ())
     optimizer = torch.optim.SGD(model.parameters(), lr=s.lr)
     bench = online_benchmark(split, batch_size=s.batch_size)
     extras: dict[str, Any] = {}
-    common: dict[str, Any] = {"device": s.device, "evaluator": _evaluator()}
+    common: dict[str, Any] = {"device": s.device, "evaluator": _evaluator(metrics, loggers)}
     test_stream = bench.test_stream
     strategy: SupervisedTemplate
     with torch.random.fork_rng(devices=[]):

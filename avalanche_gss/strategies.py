@@ -50,17 +50,18 @@ __all__ = [
 ]
 
 
-def quiet_evaluator(*metrics: Any) -> EvaluationPlugin:
-    """Build an ``EvaluationPlugin`` with these metrics and no logger.
+def quiet_evaluator(*metrics: Any, loggers: Sequence[Any] = ()) -> EvaluationPlugin:
+    """Build an ``EvaluationPlugin`` with these metrics and loggers (none by default).
 
-    Avalanche warns "No loggers specified" for it; results are read from
+    Avalanche warns "No loggers specified" when there is none; results are read from
     ``strategy.eval``'s return value, so the warning is silenced.
 
     :param metrics: Avalanche metrics (e.g. ``accuracy_metrics(experience=True)``).
+    :param loggers: Avalanche loggers (e.g. ``TensorboardLogger(dir)``).
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "No loggers specified")
-        return EvaluationPlugin(*metrics, loggers=[])
+        return EvaluationPlugin(*metrics, loggers=list(loggers))
 
 
 class RepeatedBatchMixin:

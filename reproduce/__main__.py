@@ -24,6 +24,7 @@ from avalanche_gss.experiments import (
     RunSettings,
 )
 from avalanche_gss.experiments import run as run_one
+from avalanche_gss.metrics import buffer_metrics
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
 from avalanche_gss.reporting import rows_from_runs, write_outputs
 from avalanche_gss.sweep import config_key, run_sweep
@@ -59,6 +60,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "so a stopped sweep resumes (default: OUT/cache/EXPERIMENT)")
     parser.add_argument("--launcher", choices=("local", "submitit"), default="local",
                         help="submitit: send the runs to a SLURM cluster")
+    parser.add_argument("--tensorboard", default=None, metavar="DIR",
+                        help="log each buffer method's buffer composition (per class and "
+                        "task) and surrogate value every 100 batches to TensorBoard under DIR")
     parser.add_argument("--cluster", default=None,
                         help="submitit cluster (slurm, local, debug; default: auto)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
@@ -114,7 +118,16 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
     data = _load(config["data"], config["root"], config["download"])
     settings = RunSettings(**config["settings"])
     split = PROTOCOLS[config["experiment"]].stream(data, settings.seed, config["variant"])
-    return run_one(settings, split).to_dict()
+    metrics: list[Any] = []
+    loggers: list[Any] = []
+    if config.get("tensorboard") and settings.method in BUFFER_METHODS:
+        from avalanche.logging import TensorboardLogger
+
+        task_of_class = ({c: t for t, classes in enumerate(split.task_classes) for c in classes}
+                         if split.is_class_disjoint else None)
+        metrics = buffer_metrics(every=100, task_of_class=task_of_class)
+        loggers = [TensorboardLogger(config["tensorboard"])]
+    return run_one(settings, split, metrics=metrics, loggers=loggers).to_dict()
 
 
 _DATA: dict[tuple[Any, ...], ArrayDataset] = {}
@@ -169,9 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         s = r["settings"]
         base = (dataclasses.replace(s, buffer_size=chosen["buffer_sizes"][0])
                 if _bufferless(s) else s)
-        configs.append({"version": RESULTS_VERSION, "experiment": args.experiment,
-                        "data": data_name, "root": args.root, "download": args.download,
-                        "variant": r["variant"], "settings": dataclasses.asdict(base)})
+        config = {"version": RESULTS_VERSION, "experiment": args.experiment,
+                  "data": data_name, "root": args.root, "download": args.download,
+                  "variant": r["variant"], "settings": dataclasses.asdict(base)}
+        if args.tensorboard:  # a logged run is its own job: its side effect differs
+            tag = "-".join([base.method, base.variant, base.update, f"M{base.buffer_size}",
+                            f"seed{base.seed}", *(f"{k}{v}" for k, v in r["variant"].items())])
+            config["tensorboard"] = os.path.join(args.tensorboard, args.experiment, tag)
+        configs.append(config)
     log.info("%s: %d runs on %s (%s)", args.experiment, len({config_key(c) for c in configs}),
              data.name, data.source)
     start = time.perf_counter()
