@@ -55,6 +55,7 @@ __all__ = [
     "per_sample_grad_loop",
     "per_sample_grad_vmap",
     "preserved_state",
+    "eval_mode",
 ]
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -151,8 +152,15 @@ def _plan(
 
 
 @contextmanager
-def _scoring_mode(model: nn.Module) -> Iterator[None]:
-    """Put every submodule in eval mode and restore each one's own flag on exit."""
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Put every submodule in eval mode and restore each one's own flag on exit.
+
+    Scoring runs in eval mode, as the authors' code does: BatchNorm uses its running
+    statistics (so samples stay independent and the statistics are not updated) and
+    dropout is off.
+
+    :param model: the network.
+    """
     modes = [(m, m.training) for m in model.modules()]
     if any(training for _, training in modes):
         model.eval()
@@ -388,7 +396,7 @@ def _add_closed_form_grams(
         ran but that still get a gradient (used by another module).
     """
     n = x.shape[0]
-    with _scoring_mode(model), torch.enable_grad():
+    with eval_mode(model), torch.enable_grad():
         handles = [layer.module.register_forward_hook(layer.capture) for layer in layers]
         try:
             losses = loss_fn(model(x), y)  # (N,)
@@ -605,7 +613,7 @@ def per_sample_grad_loop(
     loss_fn = _cross_entropy if loss_fn is None else loss_fn
     selected = _selected(model, params)
     rows = []
-    with _scoring_mode(model), torch.enable_grad():
+    with eval_mode(model), torch.enable_grad():
         for i in range(x.shape[0]):
             loss = loss_fn(model(x[i : i + 1]), y[i : i + 1]).sum()
             grads = torch.autograd.grad(loss, selected, allow_unused=True)
@@ -646,7 +654,7 @@ def per_sample_grad_vmap(
         logits = torch.func.functional_call(model, theta, (xi.unsqueeze(0),))  # (1, ...)
         return loss_fn(logits, yi.unsqueeze(0)).sum()
 
-    with _scoring_mode(model):
+    with eval_mode(model):
         grads = torch.func.vmap(torch.func.grad(one_loss), in_dims=(None, 0, 0))(theta, x, y)
     return torch.cat([grads[names[id(p)]].reshape(x.shape[0], -1) for p in selected], dim=1)
 

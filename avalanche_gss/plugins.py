@@ -7,8 +7,6 @@ which samples stay is the storage policy's business.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +17,7 @@ from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from avalanche_gss.gradients import LossFn, sample_gram
+from avalanche_gss.gradients import LossFn, eval_mode, sample_gram
 from avalanche_gss.storage import OnlineBuffer
 
 if TYPE_CHECKING:
@@ -135,18 +133,6 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.storage_policy.load_state_dict(state["storage_policy"])
 
 
-@contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    """Put every submodule in eval mode and restore each one's own flag on exit."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training
-
-
 def gem_dual(gram: Tensor, dots: Tensor, *, margin: float, ridge: float) -> Tensor | None:
     """Solve GEM's dual QP ``min_v 1/2 v^T (G G^T + ridge I) v + (G g)^T v, v >= margin``.
 
@@ -254,7 +240,7 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
         v = gem_dual(gram[b:, b:], dots, margin=self.margin, ridge=self.ridge)  # (K,)
         if v is None:
             return
-        with _eval_mode(model), torch.enable_grad():
+        with eval_mode(model), torch.enable_grad():
             losses = self.loss_fn(model(bx), by)  # (K,)
             weighted = (losses * v.to(losses.device, losses.dtype)).sum()
             correction = torch.autograd.grad(weighted, params, allow_unused=True)  # G^T v

@@ -27,7 +27,7 @@ from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 
 from avalanche_gss.benchmarks.online import experience_tensors
-from avalanche_gss.gradients import cosine_from_gram, group_gram, preserved_state, sample_gram
+from avalanche_gss.gradients import cosine_from_gram, eval_mode, group_gram, sample_gram
 from avalanche_gss.selection.clust import (
     DoublingClustering,
     feature_distance,
@@ -931,8 +931,7 @@ class FSSClustBuffer(_ClustBuffer):
             raise TypeError(
                 f"{type(model).__name__} has no features(x); use features='logits' or add one"
             )
-        with preserved_state(model), torch.no_grad():
-            model.eval()
+        with eval_mode(model), torch.no_grad():  # changes nothing on the model
             if self.features == "penultimate":
                 out = model.features(x.to(dev))  # type: ignore[operator]  # (K, D)
             else:
