@@ -28,20 +28,16 @@ from typing import Any
 import torch
 from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
-from avalanche.training import Naive
 from avalanche.training.templates import SupervisedTemplate
-from torch import nn
 
-from avalanche_gss.benchmarks import TaskSplit, class_incremental_benchmark_for, online_benchmark
+from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.experiments import (
-    _GEM,
     BUFFER_METHODS,
     RunResult,
     RunSettings,
     _evaluator,
-    _Features,
-    _ICaRL,
     _task_accuracies,
+    baseline_plan,
     run,
 )
 from avalanche_gss.models import make_model
@@ -349,42 +345,24 @@ def _run_baseline_curve(s: RunSettings, split: TaskSplit, every_samples: int,
         torch.manual_seed(s.seed)
         model = make_model(s.model, split.input_shape, split.num_classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=s.lr)
-    bench = online_benchmark(split, batch_size=s.batch_size)
-    common: dict[str, Any] = {"device": s.device, "evaluator": _evaluator()}
-    strategy: SupervisedTemplate
+    if s.method not in ("Single", "GEM", "iCaRL"):
+        raise ValueError(f"no curve for method {s.method!r}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(s.seed)
         start = time.perf_counter()
-        if s.method == "Single":
-            probe = PeriodicEvalPlugin(bench.test_stream, every_samples=every_samples)
-            strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
-                             train_epochs=s.n_iter, plugins=[probe], **common)
-            strategy.train(bench.train_stream, eval_streams=[])
-        elif s.method == "GEM":
-            probe = PeriodicEvalPlugin(bench.test_stream, every_samples=every_samples)
-            strategy = _GEM(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
-                            patterns_per_exp=max(1, s.buffer_size // split.n_tasks),
-                            memory_strength=s.gem_memory_strength, train_mb_size=s.batch_size,
-                            plugins=[probe], **common)
-            strategy.n_iter = s.n_iter
-            for exp in bench.task_stream:
-                strategy.train(exp, eval_streams=[])
+        # iCaRL's nearest-mean classifier is only ready at a task's end.
+        probe = PeriodicEvalPlugin(None, every_samples=None if s.method == "iCaRL"
+                                   else every_samples)
+        plan = baseline_plan(s, split, model, optimizer, evaluator=_evaluator(),
+                             plugins=[probe])
+        probe.test_stream = plan.test_stream
+        strategy = plan.strategy
+        for call, end in zip(plan.train_calls, ends, strict=False):
+            strategy.train(call, eval_streams=[])
+            if s.method == "GEM":  # task-level experiences: a point at each task's end
                 probe.record(strategy)
-        elif s.method == "iCaRL":
-            if not split.is_class_disjoint:
-                raise ValueError("iCaRL needs a class-incremental (disjoint) task sequence")
-            nc = class_incremental_benchmark_for(split)
-            probe = PeriodicEvalPlugin(nc.test_stream, every_samples=None)
-            strategy = _ICaRL(feature_extractor=_Features(model), classifier=model.classifier,
-                              optimizer=optimizer, memory_size=s.buffer_size,
-                              buffer_transform=None, fixed_memory=True,
-                              train_mb_size=s.batch_size, plugins=[probe], **common)
-            strategy.n_iter = s.n_iter
-            for exp, end in zip(nc.train_stream, ends, strict=True):
-                strategy.train(exp, eval_streams=[])
+            elif s.method == "iCaRL":  # it also learns its exemplars: count stream samples
                 probe.record(strategy, samples=end)
-        else:
-            raise ValueError(f"no curve for method {s.method!r}")
         seconds = time.perf_counter() - start - probe.eval_seconds
         accs = list(probe.record(strategy).task_accuracy)
     return RunResult(s, accs, statistics.fmean(accs), seconds, {}), probe

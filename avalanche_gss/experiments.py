@@ -53,6 +53,8 @@ __all__ = [
     "RunSettings",
     "RunResult",
     "make_buffer",
+    "BaselinePlan",
+    "baseline_plan",
     "run",
 ]
 
@@ -289,6 +291,71 @@ def _whole_stream(x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) 
     return benchmark_from_datasets(train=[data]).train_stream
 
 
+@dataclass
+class BaselinePlan:
+    """A baseline's Avalanche strategy and what it learns, one ``train`` call at a time.
+
+    :param strategy: the strategy (``Naive``, GEM or iCaRL).
+    :param train_calls: the argument of each ``strategy.train`` call, in order: the whole
+        stream for ``Single`` and the i.i.d. baselines, one task-level experience per call
+        for the task-aware ones.
+    :param test_stream: the stream its accuracy is measured on (iCaRL's comes from its
+        class-incremental scenario).
+    """
+
+    strategy: SupervisedTemplate
+    train_calls: list[Any]
+    test_stream: Any
+
+
+def baseline_plan(settings: RunSettings, split: TaskSplit, model: nn.Module,
+                  optimizer: torch.optim.Optimizer, *, evaluator: Any,
+                  plugins: Sequence[Any] = ()) -> BaselinePlan:
+    """Build a baseline's strategy (``Single``, ``iid-*``, ``GEM``, ``iCaRL``) and its data.
+
+    :param settings: the run's settings.
+    :param split: the task sequence.
+    :param model: the network (``features`` + ``classifier`` for iCaRL).
+    :param optimizer: its optimizer.
+    :param evaluator: the strategy's ``EvaluationPlugin``.
+    :param plugins: extra plugins.
+    """
+    s = settings
+    bench = online_benchmark(split, batch_size=s.batch_size)
+    common: dict[str, Any] = {"device": s.device, "evaluator": evaluator,
+                              "plugins": list(plugins)}
+    strategy: SupervisedTemplate
+    if s.method == "Single":
+        strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
+                         train_epochs=s.n_iter, **common)
+        return BaselinePlan(strategy, [bench.train_stream], bench.test_stream)
+    if s.method in ("iid-online", "iid-offline"):
+        epochs = 1 if s.method == "iid-online" else s.iid_epochs
+        strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
+                         train_epochs=epochs, **common)
+        x, y = split.stream_tensors()
+        stream = _whole_stream(x, y, torch.Generator().manual_seed(s.seed))
+        return BaselinePlan(strategy, [stream], bench.test_stream)
+    if s.method == "GEM":
+        strategy = _GEM(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
+                        patterns_per_exp=max(1, s.buffer_size // split.n_tasks),
+                        memory_strength=s.gem_memory_strength, train_mb_size=s.batch_size,
+                        **common)
+        strategy.n_iter = s.n_iter
+        return BaselinePlan(strategy, list(bench.task_stream), bench.test_stream)
+    if s.method == "iCaRL":
+        if not split.is_class_disjoint:
+            raise ValueError("iCaRL needs a class-incremental (disjoint) task sequence")
+        nc = class_incremental_benchmark_for(split)
+        strategy = _ICaRL(feature_extractor=_Features(model), classifier=model.classifier,
+                          optimizer=optimizer, memory_size=s.buffer_size,
+                          buffer_transform=None, fixed_memory=True,
+                          train_mb_size=s.batch_size, **common)
+        strategy.n_iter = s.n_iter
+        return BaselinePlan(strategy, list(nc.train_stream), nc.test_stream)
+    raise ValueError(f"{s.method!r} is not a baseline; baselines: {', '.join(BASELINES)}")
+
+
 def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
         metrics: Sequence[Any] = (), loggers: Sequence[Any] = ()) -> RunResult:
     """Train ``settings.method`` on ``split`` and measure each task's final test accuracy.
@@ -302,8 +369,8 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
 
     :param settings: what to run.
     :param split: the task sequence (train stream and per-task test sets).
-    :param plugins: extra Avalanche plugins for the buffer methods' strategy (e.g. a
-        :class:`~avalanche_gss.diagnostics.BufferTrace`).
+    :param plugins: extra Avalanche plugins for the strategy (e.g. a
+        :class:`~avalanche_gss.diagnostics.BufferTrace` for a buffer method).
     :param metrics: extra Avalanche metrics for the strategy's ``EvaluationPlugin`` (e.g.
         :func:`~avalanche_gss.metrics.buffer_metrics`).
     :param loggers: Avalanche loggers for it (e.g. ``TensorboardLogger(dir)``).
@@ -350,39 +417,12 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
             if constrained is not None:
                 extras["projected_steps"] = constrained.projections
                 extras["constrained_steps"] = constrained.steps
-        elif s.method == "Single":
-            strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
-                             train_epochs=s.n_iter, **common)
-            strategy.train(bench.train_stream, eval_streams=[])
-        elif s.method in ("iid-online", "iid-offline"):
-            epochs = 1 if s.method == "iid-online" else s.iid_epochs
-            strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
-                             train_epochs=epochs, **common)
-            x, y = split.stream_tensors()
-            strategy.train(_whole_stream(x, y, torch.Generator().manual_seed(s.seed)),
-                           eval_streams=[])
-        elif s.method == "GEM":
-            strategy = _GEM(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
-                            patterns_per_exp=max(1, s.buffer_size // split.n_tasks),
-                            memory_strength=s.gem_memory_strength, train_mb_size=s.batch_size,
-                            **common)
-            strategy.n_iter = s.n_iter
-            for exp in bench.task_stream:
-                strategy.train(exp, eval_streams=[])
-        elif s.method == "iCaRL":
-            if not split.is_class_disjoint:
-                raise ValueError("iCaRL needs a class-incremental (disjoint) task sequence")
-            nc = class_incremental_benchmark_for(split)
-            strategy = _ICaRL(feature_extractor=_Features(model), classifier=model.classifier,
-                              optimizer=optimizer, memory_size=s.buffer_size,
-                              buffer_transform=None, fixed_memory=True,
-                              train_mb_size=s.batch_size, **common)
-            strategy.n_iter = s.n_iter
-            for exp in nc.train_stream:
-                strategy.train(exp, eval_streams=[])
-            test_stream = nc.test_stream
-        else:  # pragma: no cover - guarded by RunSettings
-            raise ValueError(s.method)
+        else:
+            plan = baseline_plan(s, split, model, optimizer, evaluator=common["evaluator"],
+                                 plugins=plugins)
+            strategy, test_stream = plan.strategy, plan.test_stream
+            for call in plan.train_calls:
+                strategy.train(call, eval_streams=[])
         seconds = time.perf_counter() - start
         accs = _task_accuracies(strategy, test_stream)
     logger.info("%s M=%d seed=%d: avg %.2f in %.1fs", s.method, s.buffer_size, s.seed,
