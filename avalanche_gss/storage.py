@@ -524,6 +524,11 @@ class RecentMergeBuffer(OnlineBuffer):
         :return: ``(B,)`` slot of each sample when this batch triggered a merge, ``-1``
             where a sample was not kept or still waits.
         """
+        slots = self._offer(x, y, model)
+        self.last_slots = slots
+        return slots
+
+    def _offer(self, x: Tensor, y: Tensor, model: nn.Module | None) -> Tensor:
         finite = self._check_batch(x, y, self.x if self.x is not None else self.recent_x)
         if len(y) == 0:
             return torch.empty(0, dtype=torch.long)

@@ -6,7 +6,7 @@ from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.experiments import RunSettings, run
 
 
-@pytest.mark.parametrize("method", ["Reservoir", "GSS-Greedy"])
+@pytest.mark.parametrize("method", ["Reservoir", "GSS-Greedy", "GSS-IQP"])
 def test_trace_counts_match_the_final_buffer(tiny_split, method):
     trace = BufferTrace(None, tiny_split.task_classes, every=60)
     result = run(RunSettings(method=method, buffer_size=40, n_iter=1), tiny_split,
@@ -18,6 +18,7 @@ def test_trace_counts_match_the_final_buffer(tiny_split, method):
     assert trace.records[0]["task_counts"][1:] == [0, 0, 0, 0]
     assert ("score_q10_q50_q90" in trace.records[-1]) == (method == "GSS-Greedy")
     assert all(0.0 <= r["admitted_share"] <= 1.0 for r in trace.records)
+    assert any(r["admitted_share"] > 0 for r in trace.records[1:])  # it does take samples
 
 
 def test_trace_needs_a_positive_period(tiny_split):
