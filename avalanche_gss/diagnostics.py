@@ -74,6 +74,7 @@ class BufferTrace(SupervisedPlugin):
         offered = buf.n_seen - self._seen_at_record
         record["admitted_share"] = self._admitted / offered if offered else 0.0
         self._seen_at_record, self._admitted = buf.n_seen, 0
+        record["task_counts"] = [0] * self.n_tasks
         if len(buf):
             _, y = buf.tensors()
             tasks = self.task_of_class[y.cpu()]
