@@ -6,14 +6,12 @@ import argparse
 import dataclasses
 import logging
 import os
-import shlex
 import sys
 import time
 from typing import Any
 
 import torch
 
-from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.experiments import (
     BUFFER_METHODS,
     METHODS,
@@ -28,6 +26,7 @@ from avalanche_gss.metrics import buffer_metrics
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
 from avalanche_gss.reporting import rows_from_runs, write_outputs
 from avalanche_gss.sweep import config_key, run_sweep
+from reproduce.common import command, load, resolve_data, settings_for
 from reproduce.composition import composition
 from reproduce.figures import FIGURES
 from reproduce.protocols import METHOD_OVERRIDES, PROTOCOLS, Protocol
@@ -89,13 +88,6 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[dict[str, A
     for variant in chosen["variants"]:
         for seed in chosen["seeds"]:
             for method in chosen["methods"]:
-                settings = {"lr": protocol.lr, "n_iter": protocol.n_iter, "device": args.device,
-                            "model": protocol.model}
-                settings.update(METHOD_OVERRIDES.get(method, {}))
-                if args.n_iter is not None and method in BUFFER_METHODS:
-                    settings["n_iter"] = args.n_iter
-                if args.lr is not None:
-                    settings["lr"] = args.lr
                 flavours: list[dict[str, Any]] = list(protocol.flavours.get(method, ({},)))
                 if method in VARIANT_METHODS:
                     flavours = [{**f, "variant": v} for f in flavours for v in args.variants]
@@ -103,8 +95,9 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[dict[str, A
                     row = {**variant, **flavour}
                     for m in chosen["buffer_sizes"]:
                         runs.append({"variant": {**variant, **stream_extra}, "row": row,
-                                     "settings": RunSettings(method=method, buffer_size=m,
-                                                             seed=seed, **settings, **flavour)})
+                                     "settings": settings_for(args, protocol, method,
+                                                              buffer_size=m, seed=seed,
+                                                              **flavour)})
     return runs, chosen
 
 
@@ -115,7 +108,7 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
         stream's row keys) and ``settings`` (a :class:`RunSettings` as a dict).
     :return: the :class:`RunResult` as a dict.
     """
-    data = _load(config["data"], config["root"], config["download"])
+    data = load(config["data"], config["root"], config["download"])
     settings = RunSettings(**config["settings"])
     split = PROTOCOLS[config["experiment"]].stream(data, settings.seed, config["variant"])
     metrics: list[Any] = []
@@ -130,38 +123,6 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
     return run_one(settings, split, metrics=metrics, loggers=loggers).to_dict()
 
 
-_DATA: dict[tuple[Any, ...], ArrayDataset] = {}
-
-
-STANDIN = "cifar10-standin"
-"""The generated stand-in used by ``--quick`` when CIFAR-10 cannot be loaded."""
-
-
-def _load(name: str, root: str | None, download: bool) -> ArrayDataset:
-    """Load a dataset once per process (``cifar10-standin``: the generated stand-in)."""
-    key = (name, root, download)
-    if key not in _DATA:
-        if name == STANDIN:
-            _DATA[key] = synthetic_images(STANDIN, shape=(3, 32, 32), num_classes=10,
-                                          train_per_class=100, test_per_class=50)
-        else:
-            _DATA[key] = load_dataset(name, root=root, download=download)
-    return _DATA[key]
-
-
-def _resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, ArrayDataset]:
-    """The dataset to use: ``--data``, the protocol's, or (``--quick`` only) the stand-in."""
-    name = args.data or protocol.dataset
-    try:
-        return name, _load(name, args.root, args.download)
-    except FileNotFoundError as err:
-        if not (protocol.standin and args.quick and args.data is None):
-            raise SystemExit(f"{err}\nGive --root with the data, or --download (needs "
-                             "internet); --quick falls back to a generated stand-in.") from err
-        log.warning("%s; --quick runs on a generated stand-in instead (not CIFAR-10)", err)
-        return STANDIN, _load(STANDIN, None, False)
-
-
 def _bufferless(settings: RunSettings) -> bool:
     return settings.method in ("Single", "iid-online", "iid-offline")
 
@@ -174,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.experiment == "composition":
         return composition(args)
     protocol = PROTOCOLS[args.experiment]
-    data_name, data = _resolve_data(args, protocol)
+    data_name, data = resolve_data(args, protocol)
     runs, chosen = plan(args, protocol)
     # Methods without a buffer give the same run for every buffer size: run them once.
     configs = []
@@ -210,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "title": protocol.title,
         "dataset": data.name,
         "data_source": data.source,
-        "command": "python -m reproduce " + " ".join(shlex.quote(a) for a in (
-            sys.argv[1:] if argv is None else argv)),
+        "command": command(argv),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
             "method_variants": list(args.variants),

@@ -11,23 +11,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
-import sys
 from typing import Any
 
 import torch
 
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.experiments import VARIANT_METHODS, RunSettings, run
+from reproduce.common import command, resolve_data
 from reproduce.protocols import PROTOCOLS
 
 
 def composition(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
-    from reproduce.__main__ import _resolve_data  # the CLI's data rules
-
     protocol = PROTOCOLS["table1"]
-    data_name, data = _resolve_data(args, protocol)
+    data_name, data = resolve_data(args, protocol)
     methods = args.methods or ["Reservoir", "GSS-Greedy"]
     seeds = args.seeds or [0]
     m = (args.buffer_sizes or [300])[0]
@@ -47,7 +44,7 @@ def composition(args: argparse.Namespace) -> int:
                              "trace": trace.records})
     os.makedirs(args.out, exist_ok=True)
     report = {"experiment": "composition", "dataset": data.name, "data_source": data.source,
-              "command": "python -m reproduce " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+              "command": command(),
               "rows": rows}
     with open(os.path.join(args.out, "composition.json"), "w") as f:
         json.dump(report, f, indent=1)

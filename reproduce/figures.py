@@ -21,15 +21,13 @@ import dataclasses
 import json
 import logging
 import os
-import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from avalanche_gss.benchmarks import ArrayDataset, TaskSplit, load_dataset
+from avalanche_gss.benchmarks import ArrayDataset, TaskSplit
 from avalanche_gss.evaluation import CurveResult, mean_curve, run_curve
 from avalanche_gss.experiments import (
     BUFFER_METHODS,
@@ -46,6 +44,7 @@ from avalanche_gss.plotting import plot_surrogate_vs_solid_angle as plot_surroga
 from avalanche_gss.reporting import format_cell, rows_from_runs, write_outputs
 from avalanche_gss.solid_angle import SurrogateStudy, surrogate_vs_solid_angle
 from avalanche_gss.sweep import run_sweep
+from reproduce.common import command, load, settings_for
 from reproduce.protocols import METHOD_OVERRIDES, PROTOCOLS, disjoint_stream
 
 log = logging.getLogger("reproduce")
@@ -95,41 +94,8 @@ def _chosen(args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:
     return chosen
 
 
-def _command(argv: Sequence[str] | None) -> str:
-    words = sys.argv[1:] if argv is None else argv
-    return "python -m reproduce " + " ".join(shlex.quote(a) for a in words)
-
-
-def _settings(args: argparse.Namespace, method: str, **fields: Any) -> RunSettings:
-    """Return a run's settings.
-
-    The disjoint-MNIST protocol, the authors' per-method overrides, the command line's
-    ``--lr``/``--n-iter``, then ``fields``.
-    """
-    values: dict[str, Any] = {"lr": _DISJOINT.lr, "n_iter": _DISJOINT.n_iter,
-                              "device": args.device, "model": _DISJOINT.model}
-    values.update(METHOD_OVERRIDES.get(method, {}))
-    if args.n_iter is not None and method in BUFFER_METHODS:
-        values["n_iter"] = args.n_iter
-    if args.lr is not None:
-        values["lr"] = args.lr
-    values.update(fields)
-    return RunSettings(method=method, **values)
-
-
-_DATA: dict[tuple[Any, ...], ArrayDataset] = {}
-
-
-def _load(name: str, root: str | None, download: bool) -> ArrayDataset:
-    """Load a dataset once per process."""
-    key = (name, root, download)
-    if key not in _DATA:
-        _DATA[key] = load_dataset(name, root=root, download=download)
-    return _DATA[key]
-
-
 def _split(config: dict[str, Any], seed: int) -> TaskSplit:
-    data = _load(config["data"], config["root"], config["download"])
+    data = load(config["data"], config["root"], config["download"])
     return disjoint_stream(config["samples_per_task"])(data, seed, {})
 
 
@@ -164,7 +130,7 @@ def _base_config(args: argparse.Namespace, data_name: str, samples_per_task: int
 
 def _stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: int,
                      seed: int) -> tuple[ArrayDataset, TaskSplit, dict[str, Any]]:
-    data = _load(data_name, args.root, args.download)
+    data = load(data_name, args.root, args.download)
     split = disjoint_stream(samples_per_task)(data, seed, {})
     stream = {k: v for k, v in split.protocol.items() if k != "deviations"}
     return data, split, {"stream": stream, "deviations": split.protocol.get("deviations", [])}
@@ -246,13 +212,13 @@ def figure2(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                 writer.writerow([row["k"], row["seeds"][0], i, f"{r['correlation']:.4f}",
                                  f"{r['surrogate']:.4f}", f"{r['solid_angle']:.6g}",
                                  f"{r['stderr']:.3g}", int(r["span_dim"])])
-    command = _command(argv)
+    cmd = command(argv)
     source = (f"synthetic: random vector sets in {chosen['dim']} dimensions "
               "(avalanche_gss.solid_angle.shared_direction_set), no dataset")
     report = {
         "experiment": "figure2",
         "title": "surrogate (Eq. 5) vs Monte Carlo solid angle (Eq. 4) (paper Figure 2)",
-        "dataset": "synthetic", "data_source": source, "command": command,
+        "dataset": "synthetic", "data_source": source, "command": cmd,
         "protocol": {**{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
                      "ks": list(ks), "quick": args.quick,
                      "expected_sign": "+ (a smaller surrogate goes with a smaller solid "
@@ -275,7 +241,7 @@ def figure2(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             f"| {row['k']} | {row['dim']} | {row['pearson']:+.3f} | {row['spearman']:+.3f} | "
             f"{row['log_pearson']:+.3f} | {row['pearson_sign']:+d} / {row['spearman_sign']:+d} "
             f"| {row['zero_estimates']} |")
-    lines += ["", f"Plot: `{paths['png']}`", "", f"Command: `{command}`", ""]
+    lines += ["", f"Plot: `{paths['png']}`", "", f"Command: `{cmd}`", ""]
     return _finish(report, paths, "\n".join(lines))
 
 
@@ -323,7 +289,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             for flavour in _flavours(args, method):
                 keys = dict(flavour)
                 for m in chosen["buffer_sizes"]:
-                    s = _settings(args, method, buffer_size=m, seed=seed, **flavour)
+                    s = settings_for(args, _DISJOINT, method, buffer_size=m, seed=seed, **flavour)
                     runs.append(keys)
                     configs.append({**_base_config(args, data_name, spt), "kind": "curve",
                                     "every_samples": every, "settings": dataclasses.asdict(s)})
@@ -333,11 +299,11 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     pairs = [(keys, CurveResult.from_dict(r)) for keys, r in zip(runs, results, strict=True)]
     rows = _curve_rows(pairs)
     ends = pairs[0][1].task_ends
-    command = _command(argv)
+    cmd = command(argv)
     report = {
         "experiment": "figure4",
         "title": "test accuracy along disjoint MNIST, every 100 samples (paper Figure 4a)",
-        "dataset": data.name, "data_source": data.source, "command": command,
+        "dataset": data.name, "data_source": data.source, "command": cmd,
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
             **stream, "lr": _DISJOINT.lr, "n_iter": _DISJOINT.n_iter,
@@ -383,7 +349,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                                  c.schedule, x, f"{a:.2f}", f"{sa:.2f}",
                                  *[f"{v:.2f}" for v in accs]])
     with open(paths["md"]) as f:
-        md = f.read().replace(f"\nCommand: `{command}`\n", "")
+        md = f.read().replace(f"\nCommand: `{cmd}`\n", "")
     lines = [md.rstrip("\n"), "", "## Accuracy along the stream (mean over all tasks)", "",
              f"Stream: {len(ends)} tasks, {ends[0]} training samples each (the paper: 1000), "
              f"batches of 10, test accuracy every {every} samples.", "",
@@ -396,7 +362,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         cells = [f"{at[x]:.1f}" if x in at else "-" for x in ends]
         label = _label(row["method"], row)
         lines.append(f"| {label} ({row['schedule']}) | " + " | ".join(cells) + " |")
-    lines += ["", f"Plot: `{paths['png']}`", "", f"Command: `{command}`", ""]
+    lines += ["", f"Plot: `{paths['png']}`", "", f"Command: `{cmd}`", ""]
     return _finish(report, paths, "\n".join(lines))
 
 
@@ -430,8 +396,8 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                     for point in points:
                         fields = {"n": chosen["n"], "batch_size": chosen["batch_size"],
                                   **point}
-                        s = _settings(args, method, buffer_size=m, seed=seed, **flavour,
-                                      **fields)
+                        s = settings_for(args, _DISJOINT, method, buffer_size=m,
+                                         seed=seed, **flavour, **fields)
                         runs.append({**variant, **point})
                         configs.append({**_base_config(args, data_name, spt), "kind": "final",
                                         "settings": dataclasses.asdict(s)})
@@ -444,12 +410,12 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         res["settings"] = RunSettings(**res["settings"])
         pairs.append((keys, RunResult(**res)))
     rows = rows_from_runs(pairs)
-    command = _command(argv)
+    cmd = command(argv)
     report = {
         "experiment": "figure5",
         "title": "GSS-Greedy: final average accuracy vs n and vs batch size on disjoint "
                  "MNIST (paper Figure 5)",
-        "dataset": data.name, "data_source": data.source, "command": command,
+        "dataset": data.name, "data_source": data.source, "command": cmd,
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
             "methods": list(methods), **stream, "lr": _DISJOINT.lr,
@@ -509,7 +475,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     if deviations:
         md += ["Deviations from the paper's protocol:", ""] + [f"- {d}" for d in deviations]
         md.append("")
-    md += [f"Plot: `{paths['png']}`", "", f"Command: `{command}`", ""]
+    md += [f"Plot: `{paths['png']}`", "", f"Command: `{cmd}`", ""]
     return _finish(report, paths, "\n".join(md))
 
 
