@@ -17,10 +17,12 @@ reproduce: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check avalanche_gss reproduce benchmarks tests
+	$(VENV)/bin/mypy avalanche_gss
 	$(PY) -m pytest -q
 
 quality: $(STAMP)
 	$(VENV)/bin/ruff check avalanche_gss reproduce benchmarks tests
+	$(VENV)/bin/mypy avalanche_gss
 
 bench: $(STAMP)
 	$(PY) benchmarks/online_throughput.py

@@ -184,6 +184,7 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
             evaluator=evaluator if evaluator is not None else quiet_evaluator(),
         )
         self.n_iter = n_iter
+        self._stop_training: bool = False
         self.skipped_steps = 0  # training steps skipped for a non-finite loss
         self._set_up = False
         self._hook_cache: dict[str, list[Any]] = {}
