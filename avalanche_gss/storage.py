@@ -454,6 +454,10 @@ class GSSGreedyBuffer(OnlineBuffer):
         if not bool(finite.all()):  # scrub the bad rows so that they stay out of the sums
             ok = finite.to(gram.device)
             gram = gram.masked_fill(~(ok[:, None] & ok[None, :]), 0.0)
+        if not groups and self.gate == "sample":  # Algorithm 2: per-sample cosines only
+            scores = greedy_scores(cosine_from_gram(gram)[:b, b:].float().cpu())  # (B,)
+            scores[~finite[:b]] = float("nan")
+            return scores, None
         # Rows: the B new samples, their mean (batch gate), then the buffer gradients.
         n_mem = max(1, k // per_group) if groups else k
         member = (torch.arange(k) // per_group).clamp(max=n_mem - 1)  # group of each drawn row

@@ -83,42 +83,49 @@ def greedy_slots(
         raise ValueError("more buffer scores than capacity")
     if gate == "batch" and batch_score is None:
         raise ValueError('gate="batch" needs batch_score')
-    scores = buffer_scores.detach().to("cpu", torch.float64).clone()
-    new = new_scores.detach().to("cpu", torch.float64)
-    n_new = len(new)
-    slots = torch.full((n_new,), -1, dtype=torch.long)
-    uniforms = torch.rand(n_new, generator=generator, dtype=torch.float64)
+    n_old, n_new = len(buffer_scores), len(new_scores)
+    # Scores live in one preallocated float64 tensor (the candidate draws read it) and,
+    # for the per-sample bookkeeping, in Python floats: B is small, tensor ops per
+    # sample would cost more than the rule itself.
+    table = torch.zeros(max(capacity, n_old + n_new), dtype=torch.float64)
+    table[:n_old] = buffer_scores.detach().to("cpu", torch.float64)
+    values = table[:n_old].tolist()
+    new = new_scores.detach().to("cpu", torch.float64).tolist()
+    slots = [-1] * n_new
+    uniforms = torch.rand(n_new, generator=generator, dtype=torch.float64).tolist()
     batch_passes = gate == "sample" or (batch_score is not None and batch_score < 1.0)
     minmax_candidates: Tensor | None = None
     first = 0
     for k in range(n_new):
-        c = float(new[k])
-        size = len(scores)
+        c = new[k]
+        size = len(values)
         if size < capacity:  # line 17: fill phase
-            scores = torch.cat([scores, new[k : k + 1]])
+            table[size] = c
+            values.append(c)
             slots[k] = size
             continue
         if not batch_passes or (gate == "sample" and not c < 1.0):  # line 9
             continue
+        current = table[:size]
         if candidate_draw == "proportional":  # line 10
-            total = float(scores.sum())
-            if total > 0:
-                i = int(torch.multinomial(scores, 1, generator=generator))
+            if float(current.sum()) > 0:
+                i = int(torch.multinomial(current, 1, generator=generator))
             else:  # every stored score is 0: all equally redundant
                 i = int(torch.randint(size, (1,), generator=generator))
         elif candidate_draw == "minmax":
             if minmax_candidates is None:
-                minmax_candidates = _minmax_candidates(scores, n_new - k, generator)
+                minmax_candidates = _minmax_candidates(current, n_new - k, generator)
                 first = k
             i = int(minmax_candidates[(k - first) % len(minmax_candidates)])
         else:
             raise ValueError(f"unknown candidate_draw {candidate_draw!r}")
-        ci = float(scores[i])
-        if ci + c > 0 and float(uniforms[k]) < ci / (ci + c):  # lines 11-13
-            slots[(slots == i).nonzero().flatten()] = -1
+        ci = values[i]
+        if ci + c > 0 and uniforms[k] < ci / (ci + c):  # lines 11-13
+            slots = [-1 if s == i else s for s in slots]  # an earlier sample loses the slot
             slots[k] = i
-            scores[i] = c
-    return slots, scores
+            values[i] = c
+            table[i] = c
+    return torch.tensor(slots, dtype=torch.long), table[: len(values)].clone()
 
 
 def _minmax_candidates(scores: Tensor, count: int, generator: torch.Generator | None) -> Tensor:
