@@ -338,7 +338,7 @@ def test_iqp_solver_missing_falls_back_to_the_fast_solver(iqp_input, monkeypatch
 
 
 def test_iqp_solver_failing_falls_back_to_the_fast_solver(iqp_input, monkeypatch):
-    cp = pytest.importorskip("cvxpy")
+    import cvxpy as cp  # a declared dependency: its absence must fail, not skip
     model, x, y = iqp_input
 
     def broken(*args, **kwargs):
@@ -352,7 +352,7 @@ def test_iqp_solver_failing_falls_back_to_the_fast_solver(iqp_input, monkeypatch
 
 
 def test_iqp_solver_timing_out_still_keeps_m_samples(iqp_input):
-    pytest.importorskip("pyscipopt")
+    import pyscipopt  # noqa: F401  (declared dependency: must be installed)
     model, x, y = iqp_input
     buf = GSSIQPBuffer(15, recent_size=20, solver="exact", time_limit=1e-9)
     with pytest.warns(RuntimeWarning, match="no solution in 1e-09 s.*fast solver"):
