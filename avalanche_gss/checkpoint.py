@@ -29,7 +29,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import tempfile
 from collections.abc import Iterable, Iterator, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from avalanche_gss._atomic import atomic_write
 from avalanche_gss.storage import OnlineBuffer
 
 if TYPE_CHECKING:
@@ -191,26 +191,8 @@ def save_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {**strategy_state_dict(strategy), "experiences": int(experiences)}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            torch.save(state, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, lambda file: torch.save(state, file), prefix=f".{path.name}.",
+                 suffix=".tmp", sync_dir=True)
 
 
 def load_state(strategy: SupervisedTemplate, path: str | os.PathLike[str]) -> int:

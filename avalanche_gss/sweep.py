@@ -24,7 +24,6 @@ import os
 import pickle
 import platform
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tqdm import tqdm
+
+from avalanche_gss._atomic import atomic_write
 
 __all__ = ["ResultCache", "SweepError", "config_key", "run_sweep", "worker_threads"]
 
@@ -120,16 +121,7 @@ class ResultCache:
         except TypeError as err:
             raise TypeError(f"the result of job {dict(config)} is not JSON-serialisable") from err
         path = self.path(config)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.dir)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda f: f.write(text.encode()), prefix=".tmp-", suffix=".json")
         return path
 
 
