@@ -12,8 +12,10 @@ Python loop over samples and, for ``nn.Linear``, without ever holding a per-samp
   ``D_i (C, T)``): ``<gW_i, gW_j> = sum_pq (U_i^T U_j)_pq (D_i^T D_j)_pq``, or, when a cost
   estimate says that is dearer (large feature maps), the layer's per-sample weight gradients
   ``D_i U_i^T`` are materialised in bounded chunks and multiplied (for stride-1 convolutions
-  tap by tap from shifted views of the input, without unfolding it). Any stride, padding
-  (mode), dilation and groups.
+  tap by tap from shifted views of the input, without unfolding it). On an accelerator the
+  per-sample weight gradients of a convolution come from one weight-gradient convolution
+  with the samples stacked as groups, which needs a kernel or two instead of dozens. Any
+  stride, padding (mode), dilation and groups.
 * BatchNorm (eval mode, running statistics): ``g_gamma_i = sum(d_i * xhat_i)``,
   ``g_beta_i = sum(d_i)`` over the non-channel dimensions.
 * Any other parameter (LayerNorm, Embedding, custom modules, tied weights): ``torch.func``
@@ -43,6 +45,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.graph import GradientEdge, get_gradient_edge
 from torch.nn import functional as F
+from torch.nn.grad import conv2d_weight
 from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = [
@@ -63,6 +66,21 @@ LossFn = Callable[[Tensor, Tensor], Tensor]
 
 # Largest temporary (in elements) the conv routes build at once: 2**24 floats = 64 MiB.
 _CHUNK_ELEMENTS = 1 << 24
+# Largest block of per-sample weight gradients (in elements) a convolution's accelerator
+# route builds at once: 2**26 floats = 256 MiB.
+_GROUPED_ELEMENTS = 1 << 26
+
+
+def _grouped_route(device: torch.device, elements: int) -> bool:
+    """Whether a convolution's per-sample weight gradients come from grouped convolutions.
+
+    On an accelerator, one weight-gradient convolution with the samples as groups (a kernel
+    or two per layer) beats unfolding (CUDA's ``im2col`` loops over samples) and the CPU's
+    tap-by-tap route (``kh * kw`` launches), as long as its smallest block, ``elements``
+    floats, fits in ``_GROUPED_ELEMENTS``. On the CPU, grouped convolutions are slow for
+    small feature maps, so the routes of :func:`_weight_route` run there.
+    """
+    return device.type != "cpu" and elements <= _GROUPED_ELEMENTS
 
 
 def _cross_entropy(logits: Tensor, y: Tensor) -> Tensor:
@@ -130,7 +148,7 @@ def _plan(
                 "BatchNorm without running statistics normalises with batch statistics, so "
                 "per-sample gradients are not defined; use track_running_stats=True"
             )
-        own = dict(module.named_parameters(recurse=False))
+        own = {name: p for name, p in module._parameters.items() if p is not None}
         for p in own.values():
             owners[id(p)] = owners.get(id(p), 0) + 1
         own = {name: p for name, p in own.items() if id(p) in wanted}
@@ -161,14 +179,14 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 
     :param model: the network.
     """
-    modes = [(m, m.training) for m in model.modules()]
-    if any(training for _, training in modes):
+    training = [m for m in model.modules() if m.training]
+    if training:
         model.eval()
     try:
         yield
     finally:
-        for module, training in modes:
-            module.training = training
+        for module in training:  # the others were, and are, in eval mode
+            module.training = True
 
 
 def _add_pair_sum_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
@@ -322,8 +340,93 @@ def _add_shifted_conv_gram(
                 out.addmm_(g, g.T)
 
 
-def _add_layer_gram(out: Tensor, layer: _Layer, douts: Sequence[Tensor | None]) -> None:
-    """Add one closed-form layer's Gram contribution, from its captured calls, to ``out``."""
+def _bn_sample_grads(
+    module: _BatchNorm, calls: Sequence[tuple[Tensor, Tensor]], weight: bool, bias: bool
+) -> Tensor:
+    """Per-sample gradients of an eval-mode BatchNorm's ``gamma`` and/or ``beta``.
+
+    ``g_gamma_i = sum(d_i * xhat_i)`` and ``g_beta_i = sum(d_i)`` over the non-channel
+    dimensions, summed over the module's calls; ``xhat`` is normalised with the running
+    statistics by the same kernel as the module's own forward.
+
+    :param module: the BatchNorm layer.
+    :param calls: per call, its input and output gradient, shape ``(N, C, *)`` each.
+    :param weight: include ``gamma``.
+    :param bias: include ``beta``.
+    :return: per-sample gradients, shape ``(N, C)`` or ``(N, 2C)`` (gamma first).
+    """
+    total: Tensor | None = None
+    for x, d in calls:
+        n, c = d.shape[0], d.shape[1]
+        parts = []
+        if weight:
+            xhat = F.batch_norm(x, module.running_mean, module.running_var, eps=module.eps)
+            parts.append(torch.einsum("ncs,ncs->nc", d.reshape(n, c, -1), xhat.reshape(n, c, -1)))
+        if bias:
+            parts.append(d.reshape(n, c, -1).sum(dim=2))  # (N, C)
+        grads = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (N, C or 2C)
+        total = grads if total is None else total + grads
+    assert total is not None
+    return total
+
+
+def _add_grouped_conv_gram(
+    out: Tensor,
+    calls: Sequence[tuple[Tensor, Tensor]],
+    weight_shape: torch.Size,
+    stride: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+) -> None:
+    """Add the Gram of a convolution's per-sample weight gradients, built as grouped convs.
+
+    Stacking the ``N`` samples along channels turns the per-sample weight gradients into
+    the weight gradient of one convolution with ``N * groups`` groups
+    (``torch.nn.grad.conv2d_weight``), of shape ``(N * C, Cin / groups, kh, kw)``. Without
+    groups it is built for a block of output channels at a time, at most
+    ``_GROUPED_ELEMENTS`` floats, and the blocks' Grams add up.
+
+    :param out: Gram accumulator, shape ``(N, N)``.
+    :param calls: per call, padded input ``(N, Cin, Hp, Wp)`` and output gradient
+        ``(N, C, Ho, Wo)``.
+    :param weight_shape: the weight's shape ``(C, Cin / groups, kh, kw)`` (or ``kw`` alone
+        for ``Conv1d``, treated as a ``1 x L`` convolution).
+    :param stride: stride ``(s_h, s_w)``.
+    :param dilation: dilation ``(dil_h, dil_w)``.
+    :param groups: the convolution's groups.
+    """
+    n = out.shape[0]
+    c, cin_g = weight_shape[0], weight_shape[1]
+    kernel = tuple(weight_shape[2:]) if len(weight_shape) == 4 else (1, weight_shape[2])
+    per_channel = n * cin_g * kernel[0] * kernel[1]  # elements of one output channel's block
+    step = c if groups > 1 else max(1, _GROUPED_ELEMENTS // per_channel)
+    inputs = [xp.reshape(1, -1, xp.shape[2], xp.shape[3]) for xp, _ in calls]  # (1, N*Cin, ..)
+    for c0 in range(0, c, step):
+        block = min(c, c0 + step) - c0
+        grads: Tensor | None = None
+        for x1, (_, d) in zip(inputs, calls, strict=True):
+            g = conv2d_weight(
+                x1,
+                (n * block, cin_g, *kernel),
+                d[:, c0 : c0 + block].reshape(1, -1, d.shape[2], d.shape[3]),  # (1, N*b, ..)
+                stride=stride,
+                dilation=dilation,
+                groups=n * groups,
+            )  # (N*block, Cin/groups, kh, kw)
+            grads = g if grads is None else grads.add_(g)
+        assert grads is not None
+        flat = grads.reshape(n, -1)  # (N, block*Cin/groups*kh*kw)
+        out.addmm_(flat, flat.T)
+
+
+def _add_layer_gram(
+    out: Tensor, layer: _Layer, douts: Sequence[Tensor | None], small: list[Tensor]
+) -> None:
+    """Add one closed-form layer's Gram contribution, from its captured calls, to ``out``.
+
+    Per-sample gradients that are only ``O(C)`` per sample (BatchNorm's) are appended to
+    ``small`` instead, for one joint Gram product over all such layers.
+    """
     n = out.shape[0]
     calls = [(a, d) for a, d in zip(layer.inputs, douts, strict=True) if d is not None]
     if not calls:
@@ -331,28 +434,15 @@ def _add_layer_gram(out: Tensor, layer: _Layer, douts: Sequence[Tensor | None]) 
     module = layer.module
     if layer.kind == "linear" and len(calls) == 1 and calls[0][0].dim() == 2:
         a, d = calls[0]  # (N, K), (N, C): (a_i.a_j)(d_i.d_j) + d_i.d_j
-        dd = d @ d.T  # (N, N)
         if layer.weight:
-            out.addcmul_(a @ a.T, dd)
-        if layer.bias:
-            out.add_(dd)
+            aa = a @ a.T  # (N, N)
+            out.addcmul_(aa.add_(1.0) if layer.bias else aa, d @ d.T)  # bias: (a.a + 1)(d.d)
+        else:
+            out.addmm_(d, d.T)
         return
     if layer.kind == "bn":
         assert isinstance(module, _BatchNorm)
-        mean, var = module.running_mean, module.running_var
-        assert mean is not None and var is not None
-        per_sample: list[Tensor] = []
-        for x, d in calls:
-            shape = (1, -1) + (1,) * (x.dim() - 2)
-            xhat = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + module.eps)  # (N, C, *)
-            parts = []
-            if layer.weight:
-                parts.append((d * xhat).reshape(n, d.shape[1], -1).sum(dim=2))  # (N, C)
-            if layer.bias:
-                parts.append(d.reshape(n, d.shape[1], -1).sum(dim=2))  # (N, C)
-            per_sample.append(torch.cat(parts, dim=1))  # (N, C or 2C)
-        g = torch.stack(per_sample).sum(dim=0) if len(per_sample) > 1 else per_sample[0]
-        out.addmm_(g, g.T)
+        small.append(_bn_sample_grads(module, calls, layer.weight, layer.bias))
         return
     cols_list, dout_list = [], []
     if layer.kind == "linear":
@@ -369,6 +459,15 @@ def _add_layer_gram(out: Tensor, layer: _Layer, douts: Sequence[Tensor | None]) 
             padded.append((xp, d.reshape(n, d.shape[1], -1, d.shape[-1])))  # (N, C, Ho, Wo)
         t = sum(d.shape[2] * d.shape[3] for _, d in padded)
         k = module.in_channels * kernel[0] * kernel[1]
+        smallest = n * (k // groups) * (1 if groups == 1 else module.out_channels)
+        if _grouped_route(out.device, smallest):
+            if layer.bias:
+                gb = sum(d.sum(dim=(2, 3)) for _, d in padded)  # (N, C)
+                assert isinstance(gb, Tensor)
+                out.addmm_(gb, gb.T)
+            if layer.weight:
+                _add_grouped_conv_gram(out, padded, module.weight.shape, stride, dilation, groups)
+            return
         shiftable = groups == 1 and stride == (1, 1)
         if shiftable and _weight_route(n, t, k, module.out_channels, 1) == "materialise":
             if layer.bias:
@@ -412,6 +511,7 @@ def _add_closed_form_grams(
         inputs = edges + [get_gradient_edge(p) for p in idle]
         grads = torch.autograd.grad(losses.sum(), inputs, allow_unused=True) if inputs else ()
     start = 0
+    small: list[Tensor] = []  # per-sample gradients of O(C) parameters, one product at the end
     for layer in layers:
         if any(a._version != v for a, v in zip(layer.inputs, layer.versions, strict=True)):
             raise RuntimeError(
@@ -419,8 +519,11 @@ def _add_closed_form_grams(
                 "layer used it; per-sample gradients need the original input"
             )
         if layer.edges:
-            _add_layer_gram(out, layer, grads[start : start + len(layer.edges)])
+            _add_layer_gram(out, layer, grads[start : start + len(layer.edges)], small)
             start += len(layer.edges)
+    if small:
+        joint = small[0] if len(small) == 1 else torch.cat(small, dim=1)  # (N, sum of C)
+        out.addmm_(joint, joint.T)
     return fallback + [p for p, g in zip(idle, grads[start:], strict=True) if g is not None]
 
 

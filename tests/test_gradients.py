@@ -202,10 +202,14 @@ def test_cnn_with_batchnorm_matches_loop_and_uses_running_stats() -> None:
 
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
 @pytest.mark.parametrize("chunk", [gradients._CHUNK_ELEMENTS, 7])
+@pytest.mark.parametrize("grouped", [False, True])
 def test_unusual_convolutions_and_repeated_module_match_loop(
-    monkeypatch: pytest.MonkeyPatch, chunk: int
+    monkeypatch: pytest.MonkeyPatch, chunk: int, grouped: bool
 ) -> None:
     monkeypatch.setattr(gradients, "_CHUNK_ELEMENTS", chunk)  # 7: every route in small chunks
+    # grouped=True: the accelerators' grouped-convolution route, forced on the CPU
+    monkeypatch.setattr(gradients, "_grouped_route", lambda device, size: grouped)
+    monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", chunk)  # 7: one output channel a block
     torch.manual_seed(2)
     model = OddConvs()
     x, y = torch.randn(5, 2, 6, 6), torch.randint(0, 3, (5,))
@@ -447,15 +451,23 @@ def test_invalid_inputs_raise() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu() -> None:
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
+@pytest.mark.parametrize("block", [gradients._GROUPED_ELEMENTS, 7])
+def test_cuda_matches_cpu(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    # On CUDA convolutions take the grouped route; 7 builds one output channel at a time
+    monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", block)
+    # float32 arithmetic, not TF32 (PyTorch's default for cuDNN): the routes are checked here
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     torch.manual_seed(13)
-    model = SmallCNN()
-    set_bn_stats(model)
-    x, y = torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,))
-    cpu = sample_gram(model, x, y)
-    gpu = sample_gram(model.cuda(), x.cuda(), y.cuda())
-    assert gpu.device.type == "cuda"
-    torch.testing.assert_close(gpu.cpu(), cpu, rtol=RTOL, atol=RTOL * cpu.abs().max().item())
+    cnn = SmallCNN()
+    set_bn_stats(cnn)
+    cases = [(cnn, torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,)))]
+    cases.append((OddConvs(), torch.randn(5, 2, 6, 6), torch.randint(0, 3, (5,))))
+    for model, x, y in cases:
+        cpu = sample_gram(model, x, y)
+        gpu = sample_gram(model.cuda(), x.cuda(), y.cuda())
+        assert gpu.device.type == "cuda"
+        torch.testing.assert_close(gpu.cpu(), cpu, rtol=RTOL, atol=RTOL * cpu.abs().max().item())
 
 
 def test_engine_does_not_import_avalanche() -> None:
