@@ -512,18 +512,19 @@ def _add_closed_form_grams(
         grads = torch.autograd.grad(losses.sum(), inputs, allow_unused=True) if inputs else ()
     start = 0
     small: list[Tensor] = []  # per-sample gradients of O(C) parameters, one product at the end
-    for layer in layers:
-        if any(a._version != v for a, v in zip(layer.inputs, layer.versions, strict=True)):
-            raise RuntimeError(
-                f"the input of {type(layer.module).__name__} was modified in place after the "
-                "layer used it; per-sample gradients need the original input"
-            )
-        if layer.edges:
-            _add_layer_gram(out, layer, grads[start : start + len(layer.edges)], small)
-            start += len(layer.edges)
-    if small:
-        joint = small[0] if len(small) == 1 else torch.cat(small, dim=1)  # (N, sum of C)
-        out.addmm_(joint, joint.T)
+    with torch.no_grad():  # the layer inputs carry the forward graph: record nothing on it
+        for layer in layers:
+            if any(a._version != v for a, v in zip(layer.inputs, layer.versions, strict=True)):
+                raise RuntimeError(
+                    f"the input of {type(layer.module).__name__} was modified in place after "
+                    "the layer used it; per-sample gradients need the original input"
+                )
+            if layer.edges:
+                _add_layer_gram(out, layer, grads[start : start + len(layer.edges)], small)
+                start += len(layer.edges)
+        if small:
+            joint = small[0] if len(small) == 1 else torch.cat(small, dim=1)  # (N, sum of C)
+            out.addmm_(joint, joint.T)
     return fallback + [p for p, g in zip(idle, grads[start:], strict=True) if g is not None]
 
 

@@ -383,8 +383,10 @@ def test_engine_is_state_neutral() -> None:
     modes = {n: m.training for n, m in model.named_modules()}
     # When scoring (twice, so a leak would also compound)
     for _ in range(2):
-        sample_gram(model, x, y)
-    # Then parameters, buffers (BN stats), .grad (None stays None), modes and the
+        gram = sample_gram(model, x, y)
+    # Then the Gram is a plain tensor, not tied to the forward graph
+    assert not gram.requires_grad and gram.grad_fn is None
+    # and parameters, buffers (BN stats), .grad (None stays None), modes and the
     # optimizer's momentum buffers are exactly as before
     for name, value in model.state_dict().items():
         assert torch.equal(value, before[name]), name
