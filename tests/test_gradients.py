@@ -460,6 +460,10 @@ def test_cuda_matches_cpu(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
     monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", block)
     # float32 arithmetic, not TF32 (PyTorch's default for cuDNN): the routes are checked here
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    grouped, used = gradients._add_grouped_conv_gram, []
+    monkeypatch.setattr(
+        gradients, "_add_grouped_conv_gram", lambda *a: used.append(1) or grouped(*a)
+    )
     torch.manual_seed(13)
     cnn = SmallCNN()
     set_bn_stats(cnn)
@@ -470,6 +474,7 @@ def test_cuda_matches_cpu(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
         gpu = sample_gram(model.cuda(), x.cuda(), y.cuda())
         assert gpu.device.type == "cuda"
         torch.testing.assert_close(gpu.cpu(), cpu, rtol=RTOL, atol=RTOL * cpu.abs().max().item())
+    assert used  # the convolutions took the accelerator route
 
 
 def test_engine_does_not_import_avalanche() -> None:
