@@ -457,32 +457,29 @@ def _add_layer_gram(
         for x, d in calls:
             xp, kernel, stride, dilation = _padded_conv_input(module, x)  # (N, Cin, Hp, Wp)
             padded.append((xp, d.reshape(n, d.shape[1], -1, d.shape[-1])))  # (N, C, Ho, Wo)
+        if layer.bias:  # the same for every weight route: sum of d over positions and calls
+            gb = sum(d.sum(dim=(2, 3)) for _, d in padded)  # (N, C)
+            assert isinstance(gb, Tensor)
+            out.addmm_(gb, gb.T)
+        if not layer.weight:
+            return
         t = sum(d.shape[2] * d.shape[3] for _, d in padded)
         k = module.in_channels * kernel[0] * kernel[1]
         smallest = n * (k // groups) * (1 if groups == 1 else module.out_channels)
         if _grouped_route(out.device, smallest):
-            if layer.bias:
-                gb = sum(d.sum(dim=(2, 3)) for _, d in padded)  # (N, C)
-                assert isinstance(gb, Tensor)
-                out.addmm_(gb, gb.T)
-            if layer.weight:
-                _add_grouped_conv_gram(out, padded, module.weight.shape, stride, dilation, groups)
+            _add_grouped_conv_gram(out, padded, module.weight.shape, stride, dilation, groups)
             return
         shiftable = groups == 1 and stride == (1, 1)
         if shiftable and _weight_route(n, t, k, module.out_channels, 1) == "materialise":
-            if layer.bias:
-                gb = sum(d.sum(dim=(2, 3)) for _, d in padded)  # (N, C)
-                assert isinstance(gb, Tensor)
-                out.addmm_(gb, gb.T)
-            if layer.weight:
-                _add_shifted_conv_gram(out, padded, kernel, dilation)
+            _add_shifted_conv_gram(out, padded, kernel, dilation)
             return
         for xp, d in padded:
             cols_list.append(F.unfold(xp, kernel, dilation=dilation, stride=stride))  # (N, K, T)
             dout_list.append(d.flatten(2))  # (N, C, T)
     cols = cols_list[0] if len(calls) == 1 else torch.cat(cols_list, dim=2)  # (N, K, T)
     dout = dout_list[0] if len(calls) == 1 else torch.cat(dout_list, dim=2)  # (N, C, T)
-    _add_patch_gram(out, cols, dout, groups, layer.weight, layer.bias)
+    bias = layer.bias and layer.kind == "linear"  # a convolution's bias was added above
+    _add_patch_gram(out, cols, dout, groups, layer.weight, bias)
 
 
 def _add_closed_form_grams(
