@@ -364,6 +364,20 @@ def test_zero_gradient_sample_has_cosine_zero() -> None:
     torch.testing.assert_close(cos[keep][:, keep].double(), cosines(ref), rtol=0, atol=RTOL)
 
 
+def assert_state_and_grads_equal(
+    model: nn.Module, state: dict[str, Tensor], grads: dict[str, Tensor | None]
+) -> None:
+    """Every parameter and buffer equals ``state``; every ``.grad`` equals ``grads`` (None too)."""
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, state[name]), name
+    for name, p in model.named_parameters():
+        saved = grads[name]
+        if saved is None:
+            assert p.grad is None, name
+        else:
+            assert p.grad is not None and torch.equal(p.grad, saved), name
+
+
 def test_engine_is_state_neutral() -> None:
     # Given a CNN in training mode with one eval submodule, some .grad set and some None,
     # and an SGD-with-momentum optimizer that has taken a step
@@ -388,14 +402,7 @@ def test_engine_is_state_neutral() -> None:
     assert not gram.requires_grad and gram.grad_fn is None
     # and parameters, buffers (BN stats), .grad (None stays None), modes and the
     # optimizer's momentum buffers are exactly as before
-    for name, value in model.state_dict().items():
-        assert torch.equal(value, before[name]), name
-    for name, p in model.named_parameters():
-        saved = grads[name]
-        if saved is None:
-            assert p.grad is None, name
-        else:
-            assert p.grad is not None and torch.equal(p.grad, saved), name
+    assert_state_and_grads_equal(model, before, grads)
     assert {n: m.training for n, m in model.named_modules()} == modes
     opt_after = optimizer.state_dict()
     assert opt_after["param_groups"] == opt_before["param_groups"]
@@ -426,14 +433,7 @@ def test_preserved_state_undoes_a_training_step() -> None:
         assert not torch.equal(model.conv1.weight, before["conv1.weight"])  # it did change
     # Then everything is back
     assert not model.training
-    for name, value in model.state_dict().items():
-        assert torch.equal(value, before[name]), name
-    for name, p in model.named_parameters():
-        saved = grads[name]
-        if saved is None:
-            assert p.grad is None, name
-        else:
-            assert p.grad is not None and torch.equal(p.grad, saved), name
+    assert_state_and_grads_equal(model, before, grads)
     state = optimizer.state_dict()["state"]
     assert all(torch.equal(state[k]["momentum_buffer"], v) for k, v in momentum.items())
 
