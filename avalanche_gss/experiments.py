@@ -16,15 +16,17 @@ from typing import Any
 
 import torch
 from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
-from avalanche.benchmarks.utils.classification_dataset import (
-    _make_taskaware_tensor_classification_dataset,
-)
 from avalanche.evaluation.metrics import accuracy_metrics
 from avalanche.training import GEM, ICaRL, Naive
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
-from avalanche_gss.benchmarks import TaskSplit, class_incremental_benchmark_for, online_benchmark
+from avalanche_gss.benchmarks import (
+    TaskSplit,
+    class_incremental_benchmark_for,
+    online_benchmark,
+    tensor_dataset,
+)
 from avalanche_gss.models import make_model
 from avalanche_gss.plugins import ConstrainedUpdatePlugin
 from avalanche_gss.storage import (
@@ -287,7 +289,7 @@ def _task_accuracies(strategy: SupervisedTemplate, test_stream: Any) -> list[flo
 def _whole_stream(x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> Any:
     """One shuffled experience holding the whole training stream (i.i.d. baselines)."""
     order = torch.randperm(len(y), generator=generator)
-    data = _make_taskaware_tensor_classification_dataset(x[order], y[order], task_labels=0)
+    data = tensor_dataset(x[order], y[order])
     return benchmark_from_datasets(train=[data]).train_stream
 
 

@@ -13,12 +13,13 @@ import numpy as np
 import qpsolvers
 import torch
 from avalanche.core import SupervisedPlugin
+from avalanche.models import avalanche_forward
 from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from avalanche_gss.gradients import LossFn, eval_mode, sample_gram
-from avalanche_gss.storage import OnlineBuffer
+from avalanche_gss.gradients import LossFn, eval_mode
+from avalanche_gss.storage import OnlineBuffer, _gram, task_labels_for
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
@@ -48,7 +49,7 @@ def finite_loss(loss: Tensor, owner: Any) -> bool:
 
 
 class OnlineRehearsalPlugin(SupervisedPlugin):
-    """Online rehearsal as in the paper and the authors' code (PEERS.md 1a).
+    """Online rehearsal as in the paper and the authors' code.
 
     After every training iteration on the incoming batch, one more SGD step on
     ``replay_batch_size`` samples drawn from the buffer (new and replayed samples never
@@ -79,30 +80,36 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.generator = torch.Generator().manual_seed(seed)
         self.skipped_steps = 0  # replay steps skipped for a non-finite loss
 
-    def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor] | None:
+    def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor] | None:
+        """Draw ``replay_batch_size`` distinct buffer samples: ``(x, y, t)`` on ``device``.
+
+        A buffer whose stored tensors are what its dataset yields (no transform) is read
+        from the tensors; otherwise the drawn samples are read through
+        ``storage_policy.buffer``, so that a random augmentation is drawn anew.
+        """
         policy = self.storage_policy
         if isinstance(policy, OnlineBuffer):
             if len(policy) == 0:
                 return None
-            x, y = policy.sample(self.replay_batch_size, self.generator)
-            return x.to(device), y.to(device)
+            slots = policy.sample_slots(self.replay_batch_size, self.generator)
+            if policy.replays_tensors:
+                x, y, t = policy.rows(slots)
+                return x.to(device), y.to(device), t.to(device)
+            return _read_items(policy.buffer, slots, device)
         data = policy.buffer
         if len(data) == 0:
             return None
         idx = torch.randperm(len(data), generator=self.generator)[: self.replay_batch_size]
-        items = [data[int(i)] for i in idx]
-        x = torch.stack([item[0] for item in items]).to(device)
-        y = torch.as_tensor([int(item[1]) for item in items], device=device)
-        return x, y
+        return _read_items(data, idx, device)
 
     def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """One SGD step on a replay batch (skipped while the buffer is empty)."""
         batch = self._replay_batch(strategy.device)
         if batch is None:
             return
-        x, y = batch
+        x, y, t = batch
         strategy.optimizer.zero_grad()
-        loss = strategy._criterion(strategy.model(x), y)
+        loss = strategy._criterion(avalanche_forward(strategy.model, x, t), y)
         loss.backward()
         if finite_loss(loss, self):
             strategy.optimizer.step()
@@ -222,12 +229,15 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
             return
         model = strategy.model
         x, y = strategy.mb_x, strategy.mb_y
+        mbatch = getattr(strategy, "mbatch", None)
+        t = mbatch[2] if mbatch is not None and len(mbatch) > 2 else torch.zeros_like(y)
         bx, by = policy.tensors()
-        bx, by = bx.to(x.device), by.to(y.device)
+        bx, by, bt = bx.to(x.device), by.to(y.device), policy.task_labels.to(y.device)
         b = len(y)
         params = self.params or [p for p in model.parameters() if p.requires_grad]
-        gram = sample_gram(model, torch.cat([x, bx]), torch.cat([y, by]),
-                           loss_fn=self.loss_fn, params=params).detach()  # (B+K, B+K)
+        labels = task_labels_for(model, torch.cat([t.to(y.device), bt]))
+        gram = _gram(model, torch.cat([x, bx]), torch.cat([y, by]), loss_fn=self.loss_fn,
+                     params=params, task_labels=labels).detach()  # (B+K, B+K)
         if not bool(torch.isfinite(gram).all()):
             warnings.warn("ConstrainedUpdatePlugin: non-finite gradients; the step is not "
                           "projected", RuntimeWarning, stacklevel=2)
@@ -241,7 +251,7 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
         if v is None:
             return
         with eval_mode(model), torch.enable_grad():
-            losses = self.loss_fn(model(bx), by)  # (K,)
+            losses = self.loss_fn(avalanche_forward(model, bx, bt), by)  # (K,)
             weighted = (losses * v.to(losses.device, losses.dtype)).sum()
             correction = torch.autograd.grad(weighted, params, allow_unused=True)  # G^T v
         with torch.no_grad():
@@ -276,6 +286,20 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
         self.last_violations = int(state["last_violations"])
         self.last_dual = state["last_dual"]
         self.storage_policy.load_state_dict(state["storage_policy"])
+
+
+def _read_items(
+    data: Any, idx: Tensor, device: torch.device | str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Read ``data[i]`` for ``i`` in ``idx`` and collate: ``(x, y, t)`` on ``device``."""
+    items = [data[int(i)] for i in idx]
+    x = torch.stack([torch.as_tensor(item[0]) for item in items]).to(device)
+    y = torch.as_tensor([int(item[1]) for item in items], device=device)
+    if len(items[0]) > 2:
+        t = torch.as_tensor([int(item[2]) for item in items], device=device)
+    else:
+        t = torch.zeros(len(items), dtype=torch.long, device=device)
+    return x, y, t
 
 
 def _cross_entropy(logits: Tensor, y: Tensor) -> Tensor:

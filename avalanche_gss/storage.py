@@ -1,32 +1,35 @@
 """Avalanche storage policies (``ExemplarsBuffer`` subclasses) for the paper's buffers.
 
-:class:`OnlineBuffer` owns the storage (tensors of inputs, labels and scores), its
-invariants (never more than ``max_size`` samples, filled contiguously from slot 0) and
-its state; each policy contributes one decision, :meth:`OnlineBuffer._assign`, that says
-which slot each new sample takes. The decisions themselves are the pure tensor code of
-:mod:`avalanche_gss.selection`.
+:class:`OnlineBuffer` owns the storage and its invariants (never more than ``max_size``
+samples, filled contiguously from slot 0); each policy contributes one decision,
+:meth:`OnlineBuffer._assign`, that says which slot each new sample takes. The decisions
+themselves are the pure tensor code of :mod:`avalanche_gss.selection`.
 
-The buffers work with :class:`~avalanche_gss.plugins.OnlineRehearsalPlugin` (the paper's
-online rehearsal), and also as ``storage_policy`` of Avalanche's own ``ReplayPlugin``,
-which reads :attr:`OnlineBuffer.buffer` as an ``AvalancheDataset``.
+Every buffer is an Avalanche storage policy in full: give it to Avalanche's
+``ReplayPlugin`` (or to :class:`~avalanche_gss.plugins.OnlineRehearsalPlugin`) in any
+strategy. Each stored sample remembers where it came from (its dataset and index), so
+:attr:`OnlineBuffer.buffer` is a subset of the stream's own datasets: samples keep their
+task label, their fields and their transform groups (a random train augmentation is drawn
+anew at each read, eval transforms apply in eval mode). Beside it the buffer keeps the
+tensors the policy scored (the samples as the model was trained on them), which the fast
+replay path uses when the stream's datasets have no transform.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from avalanche.benchmarks.utils import AvalancheDataset
-from avalanche.benchmarks.utils.classification_dataset import (
-    _make_taskaware_tensor_classification_dataset,
-)
+from avalanche.benchmarks import CLExperience
+from avalanche.benchmarks.utils import AvalancheDataset, concat_datasets
+from avalanche.models import MultiTaskModule
 from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 
-from avalanche_gss.benchmarks.online import experience_tensors
+from avalanche_gss._avalanche import has_transforms, tensor_dataset
 from avalanche_gss.gradients import cosine_from_gram, eval_mode, group_gram, sample_gram
 from avalanche_gss.selection.clust import (
     DoublingClustering,
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OnlineBuffer",
+    "BufferView",
     "ReservoirBuffer",
     "RandBuffer",
     "GSSGreedyBuffer",
@@ -50,17 +54,114 @@ __all__ = [
     "GSSIQPBuffer",
     "GSSClustBuffer",
     "FSSClustBuffer",
+    "task_labels_for",
+    "model_features",
 ]
 
 logger = logging.getLogger(__name__)
 
 
+def task_labels_for(model: nn.Module | None, t: Tensor) -> Tensor | None:
+    """The task labels to call ``model`` with: ``t`` for a ``MultiTaskModule``, else None.
+
+    Avalanche's ``avalanche_forward`` calls a ``MultiTaskModule`` as ``model(x, t)`` and any
+    other model as ``model(x)``; the gradient engine and the feature scorer do the same.
+
+    :param model: the network.
+    :param t: ``(N,)`` task labels of the samples.
+    """
+    return t if isinstance(model, MultiTaskModule) else None
+
+
+@dataclass
+class _Rows:
+    """A batch of samples with everything a buffer keeps about each one.
+
+    ``x``, ``y``, ``t`` live on the samples' device; the provenance columns on the CPU.
+    """
+
+    x: Tensor  # (B, *input_shape) the inputs as the model was trained on them
+    y: Tensor  # (B,) int64 class labels
+    t: Tensor  # (B,) int64 task labels
+    src: Tensor  # (B,) int64 id of the source dataset in the buffer's registry, -1: none
+    idx: Tensor  # (B,) int64 index of the sample in its source dataset
+    plain: Tensor  # (B,) bool: reading the source gives exactly ``x`` (no transform)
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def take(self, index: Tensor) -> _Rows:
+        """Rows at ``index`` (a CPU index or boolean mask)."""
+        index = index.cpu()
+        dev = index.to(self.x.device)
+        return _Rows(self.x[dev], self.y[dev], self.t[dev], self.src[index], self.idx[index],
+                     self.plain[index])
+
+    @staticmethod
+    def cat(a: _Rows, b: _Rows) -> _Rows:
+        """``a`` then ``b`` (``b`` moved to ``a``'s device)."""
+        dev = a.x.device
+        return _Rows(torch.cat([a.x, b.x.to(dev)]), torch.cat([a.y, b.y.to(dev)]),
+                     torch.cat([a.t, b.t.to(dev)]), torch.cat([a.src, b.src]),
+                     torch.cat([a.idx, b.idx]), torch.cat([a.plain, b.plain]))
+
+    def to(self, device: torch.device | str) -> _Rows:
+        """The same rows with ``x``, ``y``, ``t`` on ``device``."""
+        return _Rows(self.x.to(device), self.y.to(device), self.t.to(device), self.src,
+                     self.idx, self.plain)
+
+
+def _read_dataset(data: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """Read every sample of a classification dataset: ``(x, y, t)`` stacked tensors.
+
+    Items are ``(x, y)`` or ``(x, y, t, ...)``; without a task field, task labels come from
+    the dataset's ``targets_task_labels`` when it has them, else 0.
+    """
+    n = len(data)
+    if n == 0:
+        raise ValueError("the dataset is empty")
+    items = [data[i] for i in range(n)]
+    x = torch.stack([torch.as_tensor(item[0]) for item in items])
+    y = torch.tensor([int(item[1]) for item in items], dtype=torch.long)
+    if len(items[0]) > 2:
+        t = torch.tensor([int(item[2]) for item in items], dtype=torch.long)
+    else:
+        labels = getattr(data, "targets_task_labels", None)
+        t = (torch.tensor([int(labels[i]) for i in range(n)], dtype=torch.long)
+             if labels is not None else torch.zeros(n, dtype=torch.long))
+    return x, y, t
+
+
+class BufferView:
+    """A read-only view of some of a buffer's samples (one class or one task).
+
+    Offers what Avalanche reads from the groups of its balanced buffers: :attr:`buffer`
+    (an ``AvalancheDataset``), ``len()`` and :attr:`max_size` (the whole buffer's).
+
+    :param owner: the buffer.
+    :param slots: the slots of the samples in view.
+    """
+
+    def __init__(self, owner: OnlineBuffer, slots: Tensor) -> None:
+        self.owner = owner
+        self.slots = slots
+        self.max_size = owner.max_size
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    @property
+    def buffer(self) -> AvalancheDataset:
+        """The samples in view, as a subset of the owner's :attr:`OnlineBuffer.buffer`."""
+        return self.owner.buffer.subset(self.slots.tolist())
+
+
 class OnlineBuffer(ExemplarsBuffer):
-    """A fixed-size replay buffer of tensors, updated one incoming batch at a time.
+    """A fixed-size replay buffer, updated one incoming batch at a time.
 
     Subclasses implement :meth:`_assign`. The buffer sees each batch once, through
     :meth:`post_adapt` (Avalanche's storage-policy hook: the plugin calls it after the
-    model learnt the batch) or directly through :meth:`add`.
+    model learnt the experience), :meth:`update_from_dataset` or :meth:`add` (tensors).
 
     Bad input never reaches the storage: labels must be non-negative integers and inputs
     must have the stored inputs' shape (``ValueError``, the buffer unchanged); samples with
@@ -75,22 +176,34 @@ class OnlineBuffer(ExemplarsBuffer):
     scored = False
     """Whether the policy keeps a meaningful score per stored sample (``self.scores``)."""
 
+    dataset_batch_size = 10
+    """Samples offered at once by :meth:`update_from_dataset` (the paper's batch size)."""
+
     def __init__(self, max_size: int, *, seed: int = 0) -> None:
         if int(max_size) < 1:
             raise ValueError(f"buffer size must be >= 1, got {max_size}")
-        super().__init__(int(max_size))
+        m = int(max_size)
+        super().__init__(m)
+        self.max_size: int = m
         self.generator = torch.Generator().manual_seed(seed)
         self.x: Tensor | None = None  # (M, *input_shape) once the first batch arrived
-        self.y: Tensor | None = None  # (M,)
+        self.y: Tensor | None = None  # (M,) class labels
+        self.t: Tensor | None = None  # (M,) task labels
         self.scores: Tensor | None = None  # (M,) float, for policies that score samples
+        self.src = torch.full((m,), -1, dtype=torch.long)  # (M,) source ids
+        self.src_idx = torch.zeros(m, dtype=torch.long)  # (M,) index in source
+        self.plain = torch.ones(m, dtype=torch.bool)  # (M,) no transform
         self.size = 0
         self.n_seen = 0
         self.n_rejected = 0  # samples refused for a non-finite input or gradient
+        self._sources: dict[int, Any] = {}  # source id -> dataset
+        self._source_of: dict[int, int] = {}  # id(dataset) -> source id
+        self._next_source = 0
         self._dataset: AvalancheDataset | None = None
         self.last_slots: Tensor | None = None  # slots taken by the last batch (-1: not stored)
 
     # ------------------------------------------------------------------ decisions
-    def _assign(self, x: Tensor, y: Tensor, model: nn.Module | None) -> Tensor:
+    def _assign(self, rows: _Rows, model: nn.Module | None) -> Tensor:
         """Return the slot of each new sample (``-1``: not stored); slots are distinct.
 
         Slots ``< size`` overwrite stored samples; the others must continue the filled
@@ -100,30 +213,116 @@ class OnlineBuffer(ExemplarsBuffer):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ updates
-    def add(self, x: Tensor, y: Tensor, model: nn.Module | None = None) -> Tensor:
-        """Offer a batch to the buffer.
+    def add(
+        self, x: Tensor, y: Tensor, model: nn.Module | None = None, *,
+        task_labels: Tensor | int = 0,
+    ) -> Tensor:
+        """Offer a batch of tensors to the buffer.
+
+        Samples added this way have no source dataset: :attr:`buffer` yields them as
+        ``(x, y, t)`` from the stored tensors.
 
         :param x: ``(B, *input_shape)`` inputs.
         :param y: ``(B,)`` integer labels.
         :param model: the learner, for policies that score samples by its gradients.
+        :param task_labels: ``(B,)`` task labels, or one for the whole batch.
         :return: ``(B,)`` slot taken by each sample, ``-1`` where it was not stored.
         """
-        finite = self._check_batch(x, y, self.x)
-        if len(y) == 0:
+        b = int(y.shape[0]) if y.dim() else 0
+        t = self._task_tensor(task_labels, b, y.device)
+        rows = _Rows(x, y, t, torch.full((b,), -1, dtype=torch.long),
+                     torch.zeros(b, dtype=torch.long), torch.ones(b, dtype=torch.bool))
+        slots = self._offer(rows, model)
+        self.last_slots = slots
+        return slots
+
+    @staticmethod
+    def _task_tensor(task_labels: Tensor | int, b: int, device: torch.device) -> Tensor:
+        if isinstance(task_labels, Tensor):
+            if task_labels.shape != (b,):
+                raise ValueError(f"task_labels must have shape ({b},), got "
+                                 f"{tuple(task_labels.shape)}")
+            return task_labels.to(device, torch.long)
+        return torch.full((b,), int(task_labels), dtype=torch.long, device=device)
+
+    def update_from_dataset(
+        self, new_data: Any, model: nn.Module | None = None, *,
+        device: torch.device | str | None = None, batch_size: int | None = None,
+    ) -> None:
+        """Offer every sample of a dataset, ``batch_size`` at a time, in order.
+
+        The samples are read through the dataset's current transforms (what the model is
+        trained on) and scored as such; the buffer remembers each one's dataset and index.
+
+        :param new_data: an ``AvalancheDataset`` (or any dataset of ``(x, y[, t])`` items).
+        :param model: the learner, for policies that score samples by its gradients.
+        :param device: where to score; the model's device by default.
+        :param batch_size: samples offered at once (:attr:`dataset_batch_size` by default).
+        """
+        x, y, t = _read_dataset(new_data)
+        self._offer_source(new_data, x, y, t, model, device, batch_size,
+                           plain=not has_transforms(new_data))
+
+    def _offer_source(
+        self, data: Any, x: Tensor, y: Tensor, t: Tensor, model: nn.Module | None,
+        device: torch.device | str | None, batch_size: int | None, *, plain: bool,
+    ) -> None:
+        step = int(batch_size or self.dataset_batch_size)
+        if step < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if device is None and model is not None:
+            device = _model_device(model)
+        if device is not None:
+            x, y, t = x.to(device), y.to(device), t.to(device)
+        sid = self._register(data)
+        n = len(y)
+        for start in range(0, n, step):
+            end = min(start + step, n)
+            rows = _Rows(x[start:end], y[start:end], t[start:end],
+                         torch.full((end - start,), sid, dtype=torch.long),
+                         torch.arange(start, end), torch.full((end - start,), plain))
+            self.last_slots = self._offer(rows, model)
+        self._prune_sources()
+
+    def _register(self, data: Any) -> int:
+        sid = self._source_of.get(id(data))
+        if sid is None:
+            sid = self._next_source
+            self._next_source += 1
+            self._sources[sid] = data
+            self._source_of[id(data)] = sid
+        return sid
+
+    def _referenced_sources(self) -> Tensor:
+        """Source ids still referenced by a stored (or waiting) sample."""
+        return self.src[: self.size]
+
+    def _prune_sources(self) -> None:
+        """Forget the source datasets no stored sample refers to any more."""
+        if len(self._sources) <= 2 * self.max_size + 8:
+            return
+        used = set(torch.unique(self._referenced_sources()).tolist())
+        for sid in [s for s in self._sources if s not in used]:
+            data = self._sources.pop(sid)
+            self._source_of.pop(id(data), None)
+
+    def _offer(self, rows: _Rows, model: nn.Module | None) -> Tensor:
+        """Validate a batch, drop non-finite samples, let the policy place the rest."""
+        finite = self._check_batch(rows.x, rows.y, self.x)
+        if len(rows) == 0:
             return torch.empty(0, dtype=torch.long)
-        slots = torch.full((len(y),), -1, dtype=torch.long)
+        slots = torch.full((len(rows),), -1, dtype=torch.long)
         if finite is not None:  # samples with NaN/inf inputs are not offered
-            x, y = x[finite.to(x.device)], y[finite.to(y.device)]
-        if len(y):
+            rows = rows.take(finite)
+        if len(rows):
             self._new_scores: Tensor | None = None
-            assigned = self._assign(x, y, model).cpu()
-            self._store(x, y, assigned, self._new_scores)
-            self.n_seen += len(y)
+            assigned = self._assign(rows, model).cpu()
+            self._store(rows, assigned, self._new_scores)
+            self.n_seen += len(rows)
             if finite is None:
                 slots = assigned
             else:
                 slots[finite] = assigned
-        self.last_slots = slots
         return slots
 
     def _check_batch(self, x: Tensor, y: Tensor, ref: Tensor | None) -> Tensor | None:
@@ -134,16 +333,16 @@ class OnlineBuffer(ExemplarsBuffer):
         :param ref: stored inputs whose shape ``x`` must match, if any.
         :raises ValueError: sizes or shapes disagree, or labels are not non-negative integers.
         """
+        if y.dim() != 1 or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            raise ValueError(
+                f"labels must be a 1-D integer tensor, got {y.dtype} of shape {tuple(y.shape)}"
+            )
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"{x.shape[0]} inputs but {y.shape[0]} labels")
         if ref is not None and x.shape[1:] != ref.shape[1:]:
             raise ValueError(
                 f"inputs of shape {tuple(x.shape[1:])} do not match the buffer's "
                 f"{tuple(ref.shape[1:])}"
-            )
-        if y.dim() != 1 or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
-            raise ValueError(
-                f"labels must be a 1-D integer tensor, got {y.dtype} of shape {tuple(y.shape)}"
             )
         if len(y) == 0:
             return None
@@ -159,11 +358,18 @@ class OnlineBuffer(ExemplarsBuffer):
         warnings.warn(
             f"{type(self).__name__}: {bad} sample(s) with NaN or infinite inputs not stored",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         return finite
 
-    def _store(self, x: Tensor, y: Tensor, slots: Tensor, scores: Tensor | None) -> None:
+    def _allocate(self, like: _Rows) -> None:
+        m, dev = self.max_size, like.x.device
+        self.x = torch.zeros((m, *like.x.shape[1:]), dtype=like.x.dtype, device=dev)
+        self.y = torch.zeros(m, dtype=torch.long, device=dev)
+        self.t = torch.zeros(m, dtype=torch.long, device=dev)
+        self.scores = torch.zeros(m, dtype=torch.float32, device=dev)
+
+    def _store(self, rows: _Rows, slots: Tensor, scores: Tensor | None) -> None:
         keep = (slots >= 0).nonzero().flatten()
         target = slots[keep]
         if len(target) != len(torch.unique(target)):
@@ -174,27 +380,36 @@ class OnlineBuffer(ExemplarsBuffer):
         appended = target[target >= self.size]
         if len(appended) != new_size - self.size:
             raise RuntimeError("a policy left a hole in the buffer")
-        if self.x is None or self.y is None:
-            self.x = torch.zeros((self.max_size, *x.shape[1:]), dtype=x.dtype, device=x.device)
-            self.y = torch.zeros(self.max_size, dtype=torch.long, device=x.device)
-            self.scores = torch.zeros(self.max_size, dtype=torch.float32, device=x.device)
+        if self.x is None:
+            self._allocate(rows)
+        assert self.x is not None and self.y is not None and self.t is not None
         dev = self.x.device
         idx = target.to(dev)
-        self.x[idx] = x[keep.to(x.device)].to(dev)
-        self.y[idx] = y[keep.to(y.device)].to(dev, torch.long)
+        self.x[idx] = rows.x[keep.to(rows.x.device)].to(dev)
+        self.y[idx] = rows.y[keep.to(rows.y.device)].to(dev, torch.long)
+        self.t[idx] = rows.t[keep.to(rows.t.device)].to(dev, torch.long)
         if scores is not None and self.scores is not None:
             self.scores[idx] = scores[keep.to(scores.device)].to(dev, torch.float32)
+        self.src[target] = rows.src[keep]
+        self.src_idx[target] = rows.idx[keep]
+        self.plain[target] = rows.plain[keep]
         self.size = new_size
         if len(target):
             self._dataset = None
 
     def post_adapt(self, agent_state: SupervisedTemplate, exp: Any) -> None:
         """Avalanche's hook: offer the experience's samples, scored with the current model."""
-        x, y = experience_tensors(exp)
+        model = getattr(agent_state, "model", None)
         device = getattr(agent_state, "device", None)
-        if device is not None:
-            x, y = x.to(device), y.to(device)
-        self.add(x, y, getattr(agent_state, "model", None))
+        tensors = getattr(exp, "tensors", None)  # a TensorExperience: no transform, no copy
+        if tensors is not None and isinstance(exp, CLExperience):
+            x, y = tensors
+            t = torch.full((len(y),), int(getattr(exp, "task_label", 0)), dtype=torch.long)
+            self._offer_source(exp.dataset, x, y, t, model, device, len(y) or None, plain=True)
+            return
+        data = exp.dataset if isinstance(exp, CLExperience) else exp
+        x, y, t = _read_dataset(data)
+        self._offer_source(data, x, y, t, model, device, None, plain=not has_transforms(data))
 
     def update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Offer ``strategy.experience`` (as :meth:`post_adapt`).
@@ -205,24 +420,34 @@ class OnlineBuffer(ExemplarsBuffer):
         self.post_adapt(strategy, strategy.experience)
 
     def resize(self, strategy: Any, new_size: int) -> None:
-        """Change ``max_size``; shrinking keeps a uniform random subset of the samples."""
+        """Change ``max_size``, mid-run if need be.
+
+        Shrinking keeps a uniform random subset of the samples; growing keeps every sample,
+        and the next incoming samples fill the free slots before the policy decides again.
+        """
         if int(new_size) < 1:
             raise ValueError(f"buffer size must be >= 1, got {new_size}")
         new_size = int(new_size)
-        if self.x is not None and self.y is not None and self.scores is not None:
-            keep = torch.arange(self.size)
-            if self.size > new_size:
-                keep = torch.randperm(self.size, generator=self.generator)[:new_size].sort().values
-            keep = keep.to(self.x.device)
-            x = torch.zeros((new_size, *self.x.shape[1:]), dtype=self.x.dtype, device=self.x.device)
-            y = torch.zeros(new_size, dtype=torch.long, device=self.x.device)
-            s = torch.zeros(new_size, dtype=torch.float32, device=self.x.device)
-            x[: len(keep)], y[: len(keep)], s[: len(keep)] = (
-                self.x[keep],
-                self.y[keep],
-                self.scores[keep],
-            )
-            self.x, self.y, self.scores, self.size = x, y, s, len(keep)
+        keep = torch.arange(self.size)
+        if self.size > new_size:
+            keep = torch.randperm(self.size, generator=self.generator)[:new_size].sort().values
+        n = len(keep)
+        if self.x is not None and self.y is not None and self.t is not None:
+            dev = self.x.device
+            kd = keep.to(dev)
+            columns = {"x": self.x, "y": self.y, "t": self.t, "scores": self.scores}
+            for name, old in columns.items():
+                if old is None:
+                    continue
+                new = torch.zeros((new_size, *old.shape[1:]), dtype=old.dtype, device=dev)
+                new[:n] = old[kd]
+                setattr(self, name, new)
+        for name, fill in (("src", -1), ("src_idx", 0), ("plain", True)):
+            old = getattr(self, name)
+            new = torch.full((new_size,), fill, dtype=old.dtype)
+            new[:n] = old[keep]
+            setattr(self, name, new)
+        self.size = n
         self.max_size = new_size
         self._dataset = None
 
@@ -230,35 +455,70 @@ class OnlineBuffer(ExemplarsBuffer):
     def __len__(self) -> int:
         return self.size
 
+    def sample_slots(self, k: int, generator: torch.Generator | None = None) -> Tensor:
+        """Draw ``min(k, len(self))`` distinct slots uniformly at random (CPU int64).
+
+        :param k: how many.
+        :param generator: source of randomness; the buffer's own by default.
+        """
+        if self.size == 0:
+            raise ValueError("the buffer is empty")
+        return torch.randperm(self.size, generator=generator or self.generator)[:k]
+
     def sample(self, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Draw ``min(k, len(self))`` distinct stored samples uniformly at random.
 
         :param k: how many samples.
         :param generator: source of randomness; the buffer's own by default.
-        :return: ``(x, y)`` on the buffer's device.
+        :return: ``(x, y)`` on the buffer's device (task labels: :meth:`rows`).
         """
-        if self.size == 0 or self.x is None or self.y is None:
+        x, y, _ = self.rows(self.sample_slots(k, generator))
+        return x, y
+
+    def rows(self, slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The stored ``(x, y, t)`` tensors of ``slots``, on the buffer's device.
+
+        :param slots: ``(K,)`` slot indices below ``len(self)``.
+        """
+        if self.x is None or self.y is None or self.t is None:
             raise ValueError("the buffer is empty")
-        idx = torch.randperm(self.size, generator=generator or self.generator)[:k]
-        idx = idx.to(self.x.device)
-        return self.x[idx], self.y[idx]
+        idx = slots.to(self.x.device)
+        return self.x[idx], self.y[idx], self.t[idx]
 
     def tensors(self) -> tuple[Tensor, Tensor]:
-        """The stored ``(x, y)``, ``len(self)`` rows each."""
+        """The stored ``(x, y)``, ``len(self)`` rows each (task labels: :attr:`task_labels`)."""
         if self.x is None or self.y is None:
             raise ValueError("the buffer is empty")
         return self.x[: self.size], self.y[: self.size]
 
     @property
+    def task_labels(self) -> Tensor:
+        """The stored samples' task labels, ``(len(self),)``."""
+        if self.t is None:
+            return torch.zeros(0, dtype=torch.long)
+        return self.t[: self.size]
+
+    @property
+    def replays_tensors(self) -> bool:
+        """Whether the stored tensors are what reading :attr:`buffer` gives (no transform).
+
+        Then replay may use the tensors directly; otherwise it reads :attr:`buffer`, so
+        that a random augmentation is drawn anew at each read.
+        """
+        return bool(self.plain[: self.size].all())
+
+    @property
     def buffer(self) -> AvalancheDataset:
-        """The stored samples as an ``AvalancheDataset`` (for Avalanche's ``ReplayPlugin``)."""
+        """The stored samples as an ``AvalancheDataset``, ``buffer[i]`` being slot ``i``.
+
+        Samples that came from a dataset are a subset of it (same fields, task labels and
+        transform groups); samples given as tensors (:meth:`add`, or restored by
+        :meth:`load_state_dict`) yield ``(x, y, t)`` from the stored tensors.
+        """
         if self._dataset is None:
             if self.size == 0:
                 return super().buffer
-            x, y = self.tensors()
-            self._dataset = _make_taskaware_tensor_classification_dataset(
-                x.cpu(), y.cpu(), task_labels=0
-            )
+            self._dataset = self._build_dataset()
         return self._dataset
 
     @buffer.setter
@@ -268,15 +528,66 @@ class OnlineBuffer(ExemplarsBuffer):
             return
         raise AttributeError(f"{type(self).__name__} is filled through add()/post_adapt()")
 
+    def _build_dataset(self) -> AvalancheDataset:
+        src = self.src[: self.size]
+        parts: list[AvalancheDataset] = []
+        order: list[Tensor] = []  # slots in the order of the concatenated parts
+        for sid in torch.unique(src).tolist():
+            slots = (src == sid).nonzero().flatten()
+            if sid < 0:
+                x, y, t = self.rows(slots)
+                parts.append(tensor_dataset(x.cpu(), y.cpu(), t.cpu()))
+            else:
+                parts.append(self._sources[sid].subset(self.src_idx[slots].tolist()))
+            order.append(slots)
+        data = parts[0] if len(parts) == 1 else concat_datasets(parts)
+        position = torch.empty(self.size, dtype=torch.long)
+        position[torch.cat(order)] = torch.arange(self.size)
+        return data.subset(position.tolist())
+
+    def _groups(self, labels: Tensor) -> dict[int, BufferView]:
+        labels = labels.cpu()
+        return {int(v): BufferView(self, (labels == v).nonzero().flatten())
+                for v in torch.unique(labels).tolist()}
+
+    @property
+    def buffer_groups(self) -> dict[int, BufferView]:
+        """The stored samples per class label (as Avalanche's ``ClassBalancedBuffer``)."""
+        if self.size == 0 or self.y is None:
+            return {}
+        return self._groups(self.y[: self.size])
+
+    @property
+    def buffer_datasets(self) -> list[AvalancheDataset]:
+        """The datasets of :attr:`buffer_groups`, one per class present."""
+        return [group.buffer for group in self.buffer_groups.values()]
+
+    @property
+    def task_groups(self) -> dict[int, BufferView]:
+        """The stored samples per task label."""
+        if self.size == 0 or self.t is None:
+            return {}
+        return self._groups(self.t[: self.size])
+
+    @property
+    def task_datasets(self) -> list[AvalancheDataset]:
+        """The datasets of :attr:`task_groups`, one per task present."""
+        return [group.buffer for group in self.task_groups.values()]
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: samples, scores, counters and the RNG state."""
+        """Everything needed to resume: samples, scores, counters and the RNG state.
+
+        Tensors and plain values only. The source datasets are not part of it: after
+        :meth:`load_state_dict` the samples are served from the stored tensors.
+        """
         return {
             "max_size": self.max_size,
             "size": self.size,
             "n_seen": self.n_seen,
             "x": None if self.x is None else self.x.cpu(),
             "y": None if self.y is None else self.y.cpu(),
+            "t": None if self.t is None else self.t.cpu(),
             "scores": None if self.scores is None else self.scores.cpu(),
             "generator": self.generator.get_state(),
             "n_rejected": self.n_rejected,
@@ -289,6 +600,14 @@ class OnlineBuffer(ExemplarsBuffer):
         self.n_seen = int(state["n_seen"])
         self.n_rejected = int(state.get("n_rejected", 0))
         self.x, self.y, self.scores = state["x"], state["y"], state["scores"]
+        t = state.get("t")
+        if t is None and self.y is not None:
+            t = torch.zeros_like(self.y)
+        self.t = t
+        self.src = torch.full((self.max_size,), -1, dtype=torch.long)
+        self.src_idx = torch.zeros(self.max_size, dtype=torch.long)
+        self.plain = torch.ones(self.max_size, dtype=torch.bool)
+        self._sources, self._source_of = {}, {}
         self.generator.set_state(state["generator"])
         self._dataset = None
 
@@ -305,20 +624,35 @@ class OnlineBuffer(ExemplarsBuffer):
         self._dataset = None
         return self
 
-    _tensor_names: tuple[str, ...] = ("x", "y", "scores")
+    _tensor_names: tuple[str, ...] = ("x", "y", "t", "scores")
 
 
 class ReservoirBuffer(OnlineBuffer):
     """``Reservoir``: reservoir sampling (Vitter's Algorithm R).
 
     Every sample of the stream is in the buffer with the same probability ``M / n_seen``.
+    After :meth:`resize` grew the buffer, the next samples fill the free slots first.
 
     :param max_size: number of slots ``M``.
     :param seed: seed of the buffer's generator.
     """
 
-    def _assign(self, x: Tensor, y: Tensor, model: nn.Module | None) -> Tensor:
-        return reservoir_slots(self.n_seen, len(y), self.max_size, generator=self.generator)
+    def _assign(self, rows: _Rows, model: nn.Module | None) -> Tensor:
+        b, free = len(rows), self.max_size - self.size
+        if free > 0 and self.n_seen > self.size:  # grown by resize(): fill the free slots
+            first = min(free, b)
+            slots = torch.full((b,), -1, dtype=torch.long)
+            slots[:first] = torch.arange(self.size, self.size + first)
+            if b > first:
+                rest = reservoir_slots(self.n_seen + first, b - first, self.max_size,
+                                       generator=self.generator)
+                # a later sample may replace one placed just now; slots stay distinct
+                taken = rest[rest >= 0]
+                clash = torch.isin(slots[:first], taken)
+                slots[:first][clash] = -1
+                slots[first:] = rest
+            return slots
+        return reservoir_slots(self.n_seen, b, self.max_size, generator=self.generator)
 
 
 class RandBuffer(OnlineBuffer):
@@ -331,11 +665,25 @@ class RandBuffer(OnlineBuffer):
     :param seed: seed of the buffer's generator.
     """
 
-    def _assign(self, x: Tensor, y: Tensor, model: nn.Module | None) -> Tensor:
-        return rand_slots(self.size, len(y), self.max_size, generator=self.generator)
+    def _assign(self, rows: _Rows, model: nn.Module | None) -> Tensor:
+        return rand_slots(self.size, len(rows), self.max_size, generator=self.generator)
 
 
 MemoryGrads = Literal["samples", "groups"]
+
+Variant = Literal["paper", "authors"]
+"""``"paper"``: a method as the paper writes it; ``"authors"``: as the authors' code does it.
+
+The authors' code is what produced the paper's published numbers, so ``"authors"`` is the
+default of every buffer that has both (GSS-Greedy, GSS-Clust, FSS-Clust).
+"""
+
+
+def _check_variant(variant: str) -> bool:
+    """Return whether ``variant`` is ``"authors"``; raise on anything but the two names."""
+    if variant not in ("paper", "authors"):
+        raise ValueError(f"variant must be 'paper' or 'authors', got {variant!r}")
+    return variant == "authors"
 
 
 class GSSGreedyBuffer(OnlineBuffer):
@@ -348,15 +696,17 @@ class GSSGreedyBuffer(OnlineBuffer):
     eval mode and leaves no trace on it (parameters, ``.grad``, BatchNorm statistics and
     the train/eval mode are restored).
 
-    The defaults follow the paper. ``variant="authors"`` switches to what the authors'
-    code does (PEERS.md 1a): the ``n`` buffer gradients are each the mean gradient of
+    ``variant="authors"`` (the default: it reproduces the paper's published numbers) is
+    what the authors' code does: the ``n`` buffer gradients are each the mean gradient of
     ``group_size`` buffer samples, the gate is applied once to the batch's mean gradient,
-    candidates are drawn with min-max normalised scores. Each of these can also be set
-    alone with ``memory_grads``, ``gate`` and ``candidate_draw``.
+    candidates are drawn with min-max normalised scores. ``variant="paper"`` is Algorithm
+    2 as written. Each of the three can also be set alone with ``memory_grads``, ``gate``
+    and ``candidate_draw``.
 
     :param max_size: number of slots ``M``.
     :param n: number of buffer gradients a new sample is compared with (paper ``n``, 10).
-    :param variant: ``"paper"`` or ``"authors"``: the defaults of the three options below.
+    :param variant: ``"authors"`` (default) or ``"paper"``: the defaults of the three
+        options below.
     :param memory_grads: ``"samples"`` (paper: ``n`` per-sample gradients) or ``"groups"``
         (authors: ``n`` mean gradients of ``group_size`` samples each).
     :param gate: ``"sample"`` (paper: per-sample ``c < 1``) or ``"batch"`` (authors).
@@ -375,7 +725,7 @@ class GSSGreedyBuffer(OnlineBuffer):
         max_size: int,
         *,
         n: int = 10,
-        variant: Literal["paper", "authors"] = "paper",
+        variant: Variant = "authors",
         memory_grads: MemoryGrads | None = None,
         gate: Gate | None = None,
         candidate_draw: CandidateDraw | None = None,
@@ -389,9 +739,8 @@ class GSSGreedyBuffer(OnlineBuffer):
             raise ValueError(f"n must be >= 1, got {n}")
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
-        if variant not in ("paper", "authors"):
-            raise ValueError(f"variant must be 'paper' or 'authors', got {variant!r}")
-        authors = variant == "authors"
+        authors = _check_variant(variant)
+        self.variant: Variant = variant
         self.n = n
         self.memory_grads: MemoryGrads = memory_grads or ("groups" if authors else "samples")
         self.gate: Gate = gate or ("batch" if authors else "sample")
@@ -404,11 +753,12 @@ class GSSGreedyBuffer(OnlineBuffer):
         self.loss_fn = loss_fn
         self.params = params
 
-    def _assign(self, x: Tensor, y: Tensor, model: nn.Module | None) -> Tensor:
+    def _assign(self, rows: _Rows, model: nn.Module | None) -> Tensor:
         if model is None:
             raise ValueError("GSS-Greedy scores samples by the model's gradients: pass model=")
         _require_gradients(model, self.params, "GSS-Greedy")
-        new_scores, batch_score = self._score(x, y, model)
+        x, y = rows.x, rows.y
+        new_scores, batch_score = self._score(x, y, rows.t, model)
         self._new_scores = new_scores
         assert self.scores is not None or self.size == 0
         stored = self.scores[: self.size] if self.scores is not None else torch.zeros(0)
@@ -433,7 +783,9 @@ class GSSGreedyBuffer(OnlineBuffer):
         )[0]
         return slots
 
-    def _score(self, x: Tensor, y: Tensor, model: nn.Module) -> tuple[Tensor, float | None]:
+    def _score(
+        self, x: Tensor, y: Tensor, t: Tensor, model: nn.Module
+    ) -> tuple[Tensor, float | None]:
         """Lines 5-7: scores ``c`` of the new samples (and of their mean, for the batch gate)."""
         b = len(y)
         groups = self.memory_grads == "groups"
@@ -441,11 +793,13 @@ class GSSGreedyBuffer(OnlineBuffer):
         k = min(self.size, self.n * per_group)
         if k == 0:
             return greedy_scores(torch.zeros(b, 0)), 1.0
-        bx, by = self.sample(k)
+        bx, by, bt = self.rows(self.sample_slots(k))
         xs = torch.cat([x.to(bx.device), bx])
         ys = torch.cat([y.to(by.device), by])
+        ts = task_labels_for(model, torch.cat([t.to(bt.device), bt]))
         # The engine is state-neutral (parameters, .grad, BN statistics, train/eval mode).
-        gram = sample_gram(model, xs, ys, loss_fn=self.loss_fn, params=self.params).detach()
+        gram = _gram(model, xs, ys, loss_fn=self.loss_fn, params=self.params,
+                           task_labels=ts).detach()
         # A non-finite gradient (NaN/inf loss) makes its sample's score NaN (not stored);
         # if a buffer gradient is not finite, every score is NaN.
         finite = torch.isfinite(gram.diagonal()).cpu()  # (B+k,)
@@ -500,62 +854,64 @@ class RecentMergeBuffer(OnlineBuffer):
         if int(recent_size) < 1:
             raise ValueError(f"recent_size must be >= 1, got {recent_size}")
         self.recent_size = int(recent_size)
-        self.recent_x: Tensor | None = None  # (R, *input_shape), R < recent_size between calls
-        self.recent_y: Tensor | None = None  # (R,)
+        self.recent: _Rows | None = None  # R < recent_size waiting samples between calls
 
     @property
     def n_recent(self) -> int:
         """Number of samples waiting in the recent buffer."""
-        return 0 if self.recent_y is None else len(self.recent_y)
+        return 0 if self.recent is None else len(self.recent)
 
-    def _select(self, x: Tensor, y: Tensor, n_stored: int, model: nn.Module | None) -> Tensor:
+    @property
+    def recent_x(self) -> Tensor | None:
+        """Inputs of the waiting samples, ``(R, *input_shape)`` (``None``: none wait)."""
+        return None if self.recent is None else self.recent.x
+
+    @property
+    def recent_y(self) -> Tensor | None:
+        """Labels of the waiting samples, ``(R,)`` (``None``: none wait)."""
+        return None if self.recent is None else self.recent.y
+
+    def _select(self, union: _Rows, n_stored: int, model: nn.Module | None) -> Tensor:
         """Return the ascending indices of ``M_b U M_r`` to keep, at most ``max_size``.
 
-        :param x: ``(K, *input_shape)`` the union: the ``n_stored`` buffer samples first,
-            then the recent ones.
-        :param y: ``(K,)`` their labels.
+        :param union: the ``K`` samples of the union: the ``n_stored`` buffer samples
+            first, then the recent ones (``union.x``, ``union.y``, ``union.t``).
         :param n_stored: number of buffer samples at the head of the union.
         :param model: the learner.
         """
         raise NotImplementedError
 
-    def add(self, x: Tensor, y: Tensor, model: nn.Module | None = None) -> Tensor:
-        """Offer a batch: it joins the recent buffer, merged once ``recent_size`` wait.
+    def _referenced_sources(self) -> Tensor:
+        stored = super()._referenced_sources()
+        return stored if self.recent is None else torch.cat([stored, self.recent.src])
 
-        :param x: ``(B, *input_shape)`` inputs.
-        :param y: ``(B,)`` integer labels.
-        :param model: the learner (the selections score samples with it).
+    def _offer(self, rows: _Rows, model: nn.Module | None) -> Tensor:
+        """Queue a batch in the recent buffer; merge once ``recent_size`` samples wait.
+
         :return: ``(B,)`` slot of each sample when this batch triggered a merge, ``-1``
             where a sample was not kept or still waits.
         """
-        slots = self._offer(x, y, model)
-        self.last_slots = slots
-        return slots
-
-    def _offer(self, x: Tensor, y: Tensor, model: nn.Module | None) -> Tensor:
-        finite = self._check_batch(x, y, self.x if self.x is not None else self.recent_x)
-        if len(y) == 0:
+        ref = self.x if self.x is not None else self.recent_x
+        finite = self._check_batch(rows.x, rows.y, ref)
+        if len(rows) == 0:
             return torch.empty(0, dtype=torch.long)
-        slots = torch.full((len(y),), -1, dtype=torch.long)
+        slots = torch.full((len(rows),), -1, dtype=torch.long)
         if finite is not None:  # samples with NaN/inf inputs are not offered
-            x, y = x[finite.to(x.device)], y[finite.to(y.device)]
-        b = len(y)
+            rows = rows.take(finite)
+        b = len(rows)
         if b == 0:
             return slots
-        before = (self.recent_x, self.recent_y, self.n_seen)
-        if self.recent_x is None or self.recent_y is None:
-            self.recent_x, self.recent_y = x.detach().clone(), y.detach().clone().long()
-        else:
-            dev = self.recent_x.device
-            self.recent_x = torch.cat([self.recent_x, x.detach().to(dev)])
-            self.recent_y = torch.cat([self.recent_y, y.detach().to(dev, torch.long)])
+        before = (self.recent, self.n_seen)
+        rows = _Rows(rows.x.detach().clone(), rows.y.detach().clone().long(),
+                     rows.t.detach().clone().long(), rows.src, rows.idx, rows.plain)
+        self.recent = rows if self.recent is None else _Rows.cat(self.recent, rows)
         self.n_seen += b
         if self.n_recent < self.recent_size:
             return slots
         try:
             merged = self.merge_recent(model)[-b:]
         except Exception:  # a failed selection leaves the buffer as it was before the call
-            self.recent_x, self.recent_y, self.n_seen = before
+            self.recent, self.n_seen = before
             raise
         if finite is None:
             return merged
@@ -596,67 +952,91 @@ class RecentMergeBuffer(OnlineBuffer):
         )
         return valid.nonzero().flatten()
 
+    def _stored_rows(self) -> _Rows:
+        assert self.x is not None and self.y is not None and self.t is not None
+        n = self.size
+        return _Rows(self.x[:n], self.y[:n], self.t[:n], self.src[:n], self.src_idx[:n],
+                     self.plain[:n])
+
     def merge_recent(self, model: nn.Module | None = None) -> Tensor:
         """Run the selection on ``M_b U M_r`` now, whatever the recent buffer holds.
 
         :param model: the learner.
         :return: ``(R,)`` slot taken by each recent sample, ``-1`` where it was dropped.
         """
-        if self.recent_x is None or self.recent_y is None:
+        recent = self.recent
+        if recent is None:
             return torch.empty(0, dtype=torch.long)
-        rx, ry = self.recent_x, self.recent_y
-        if self.x is not None and self.y is not None:
-            sx, sy = self.tensors()
-            ux = torch.cat([sx, rx.to(sx.device)])  # (K, *input_shape)
-            uy = torch.cat([sy, ry.to(sy.device)])  # (K,)
-        else:
-            ux, uy = rx, ry
+        union = recent if self.x is None else _Rows.cat(self._stored_rows(), recent)
         n = self.size
-        keep = self._select(ux, uy, n, model).cpu().long()
+        keep = self._select(union, n, model).cpu().long()
         if len(keep) > self.max_size or (len(keep) > 1 and not bool((keep[1:] > keep[:-1]).all())):
             raise RuntimeError("a selection returned unsorted indices or more than max_size")
         new = keep[keep >= n] - n
-        slots = torch.full((len(ry),), -1, dtype=torch.long)
-        slots[new] = self._replace(keep[keep < n], rx[new.to(rx.device)], ry[new.to(ry.device)])
-        self.recent_x = self.recent_y = None
+        slots = torch.full((len(recent),), -1, dtype=torch.long)
+        slots[new] = self._replace(keep[keep < n], recent.take(new))
+        self.recent = None
         return slots
 
-    def _replace(self, keep_stored: Tensor, x_new: Tensor, y_new: Tensor) -> Tensor:
+    def _replace(self, keep_stored: Tensor, new_rows: _Rows) -> Tensor:
         """Keep the stored slots ``keep_stored``, drop the others, store the new samples.
 
-        :return: ``(len(y_new),)`` slot of each new sample.
+        :return: ``(len(new_rows),)`` slot of each new sample.
         """
-        new_size = len(keep_stored) + len(y_new)
+        new_size = len(keep_stored) + len(new_rows)
         stay = keep_stored[keep_stored < new_size]
         movers = keep_stored[keep_stored >= new_size]  # only when the buffer shrinks
         occupied = torch.zeros(new_size, dtype=torch.bool)
         occupied[stay] = True
         vacant = (~occupied).nonzero().flatten()  # dropped slots, then the free ones
-        if len(movers) and self.x is not None and self.y is not None and self.scores is not None:
+        if len(movers) and self.x is not None:
             dest, vacant = vacant[: len(movers)], vacant[len(movers) :]
             dev = self.x.device
-            self.x[dest.to(dev)] = self.x[movers.to(dev)]
-            self.y[dest.to(dev)] = self.y[movers.to(dev)]
-            self.scores[dest.to(dev)] = self.scores[movers.to(dev)]
-        self.size = min(self.size, new_size)
+            for name in ("x", "y", "t", "scores"):
+                column = getattr(self, name)
+                if column is not None:
+                    column[dest.to(dev)] = column[movers.to(dev)]
+            for name in ("src", "src_idx", "plain"):
+                column = getattr(self, name)
+                column[dest] = column[movers]
+        self.size = min(self.size, new_size)  # the slots past the kept ones count as free
         self._dataset = None
-        self._store(x_new, y_new, vacant, torch.zeros(len(y_new)))
+        self._store(new_rows, vacant, torch.zeros(len(new_rows)))
         self.size = new_size
         return vacant
 
     def state_dict(self) -> dict[str, Any]:
         """:meth:`OnlineBuffer.state_dict` plus the waiting samples."""
         state = super().state_dict()
-        state["recent_x"] = None if self.recent_x is None else self.recent_x.cpu()
-        state["recent_y"] = None if self.recent_y is None else self.recent_y.cpu()
+        recent = self.recent
+        state["recent_x"] = None if recent is None else recent.x.cpu()
+        state["recent_y"] = None if recent is None else recent.y.cpu()
+        state["recent_t"] = None if recent is None else recent.t.cpu()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
         super().load_state_dict(state)
-        self.recent_x, self.recent_y = state.get("recent_x"), state.get("recent_y")
+        rx, ry = state.get("recent_x"), state.get("recent_y")
+        if rx is None or ry is None:
+            self.recent = None
+            return
+        rt = state.get("recent_t")
+        b = len(ry)
+        self.recent = _Rows(rx, ry, torch.zeros_like(ry) if rt is None else rt,
+                            torch.full((b,), -1, dtype=torch.long),
+                            torch.zeros(b, dtype=torch.long), torch.ones(b, dtype=torch.bool))
 
-    _tensor_names = (*OnlineBuffer._tensor_names, "recent_x", "recent_y")
+    def to(self, device: torch.device | str) -> OnlineBuffer:
+        """Move the stored and the waiting tensors to ``device`` in place.
+
+        :param device: where the samples live (normally the strategy's device).
+        :return: the buffer.
+        """
+        super().to(device)
+        if self.recent is not None:
+            self.recent = self.recent.to(device)
+        return self
 
 
 def _model_device(model: nn.Module) -> torch.device | None:
@@ -737,7 +1117,8 @@ class GSSIQPBuffer(RecentMergeBuffer):
         """Surrogate ``x^T G x`` of the last selection (``None`` before the first one)."""
         return None if self.last_result is None else self.last_result.objective
 
-    def _select(self, x: Tensor, y: Tensor, n_stored: int, model: nn.Module | None) -> Tensor:
+    def _select(self, union: _Rows, n_stored: int, model: nn.Module | None) -> Tensor:
+        x, y = union.x, union.y
         if len(y) <= self.max_size:
             return torch.arange(len(y))
         if model is None:
@@ -745,8 +1126,9 @@ class GSSIQPBuffer(RecentMergeBuffer):
         _require_gradients(model, self.params, "GSS-IQP")
         dev = _model_device(model) or x.device
         # The engine is state-neutral (parameters, .grad, BN statistics, train/eval mode).
-        gram = sample_gram(
-            model, x.to(dev), y.to(dev), loss_fn=self.loss_fn, params=self.params
+        gram = _gram(
+            model, x.to(dev), y.to(dev), loss_fn=self.loss_fn, params=self.params,
+            task_labels=_labels_on(model, union.t, dev),
         ).detach()  # (K, K)
         usable = self._usable(torch.isfinite(gram.diagonal()).cpu(), n_stored)  # (K',)
         if usable is None:
@@ -803,7 +1185,7 @@ class _ClustBuffer(RecentMergeBuffer):
 
     _measures = "gradient"  # what the distances are between, for warnings
 
-    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> tuple[Tensor, Tensor]:
+    def _distances(self, union: _Rows, model: nn.Module) -> tuple[Tensor, Tensor]:
         """Return the union's ``(K, K)`` distances and its ``(K,)`` finiteness mask.
 
         The mask is False for samples whose gradient or feature is not finite (their
@@ -811,11 +1193,11 @@ class _ClustBuffer(RecentMergeBuffer):
         """
         raise NotImplementedError
 
-    def _select(self, x: Tensor, y: Tensor, n_stored: int, model: nn.Module | None) -> Tensor:
+    def _select(self, union: _Rows, n_stored: int, model: nn.Module | None) -> Tensor:
         if model is None:
             raise ValueError(f"{type(self).__name__} measures distances with the model: "
                              "pass model=")
-        dist, valid = self._distances(x, y, model)  # (K, K), (K,)
+        dist, valid = self._distances(union, model)  # (K, K), (K,)
         usable = self._usable(valid.cpu(), n_stored, self._measures)  # (K',)
         if usable is None:
             return torch.arange(n_stored)
@@ -864,9 +1246,11 @@ class GSSClustBuffer(_ClustBuffer):
     282 centres, 82%; ``Rand`` 57%, ``GSS-IQP`` 80%).
 
     :param max_size: number of slots ``M``.
+    :param variant: ``"authors"`` (default: it reproduces the paper's published numbers)
+        grows the threshold by 1.01 per merge round, as the authors' ``GSS_Clust.py``;
+        ``"paper"`` doubles it (the doubling algorithm as the paper writes it).
     :param recent_size: recent buffer size ``M_r`` (the authors' 100).
-    :param growth: threshold factor per merge round: 2 is the doubling algorithm (paper);
-        the authors' ``GSS_Clust.py`` grew it by 1.01 (on ``1 - cos``).
+    :param growth: threshold factor per merge round; ``None``: by ``variant``.
     :param loss_fn: per-sample loss ``(logits, y) -> (B,)``; cross-entropy by default.
     :param params: the parameters whose gradients are compared; all trainable by default.
     :param seed: seed of the buffer's and the clustering's generators.
@@ -876,21 +1260,26 @@ class GSSClustBuffer(_ClustBuffer):
         self,
         max_size: int,
         *,
+        variant: Variant = "authors",
         recent_size: int = 100,
-        growth: float = 2.0,
+        growth: float | None = None,
         loss_fn: Any = None,
         params: list[nn.Parameter] | None = None,
         seed: int = 0,
     ) -> None:
+        authors = _check_variant(variant)
+        growth = growth if growth is not None else (1.01 if authors else 2.0)
         super().__init__(max_size, recent_size=recent_size, growth=growth, seed=seed)
+        self.variant: Variant = variant
         self.loss_fn = loss_fn
         self.params = params
 
-    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> tuple[Tensor, Tensor]:
+    def _distances(self, union: _Rows, model: nn.Module) -> tuple[Tensor, Tensor]:
         _require_gradients(model, self.params, "GSS-Clust")
-        dev = _model_device(model) or x.device
-        gram = sample_gram(model, x.to(dev), y.to(dev), loss_fn=self.loss_fn,
-                           params=self.params).detach()  # (K, K), state-neutral engine
+        dev = _model_device(model) or union.x.device
+        gram = _gram(model, union.x.to(dev), union.y.to(dev), loss_fn=self.loss_fn,
+                           params=self.params, task_labels=_labels_on(model, union.t, dev),
+                           ).detach()  # (K, K), state-neutral engine
         valid = torch.isfinite(gram.diagonal())  # (K,)
         return gradient_distance(cosine_from_gram(gram)), valid  # (K, K), (K,)
 
@@ -903,15 +1292,20 @@ class FSSClustBuffer(_ClustBuffer):
     :class:`~avalanche_gss.selection.clust.DoublingClustering`, which keeps at most ``M``
     cluster centres (Charikar et al.'s doubling algorithm); the centres are stored.
     As the threshold only grows, the buffer may hold far fewer than ``M`` centres
-    (disjoint MNIST, 5 x 400 digits, ``M = 300``: 48 with the defaults, 183 with the
-    authors' squared distances between logits).
+    (disjoint MNIST, 5 x 400 digits, ``M = 300``: 48 with the paper's Euclidean
+    distances between penultimate features, 183 with the authors' squared distances
+    between logits).
 
     :param max_size: number of slots ``M``.
+    :param variant: ``"authors"`` (default: it reproduces the paper's published numbers)
+        clusters squared Euclidean distances between logits, as the authors'
+        ``FSS_Clust.py``; ``"paper"`` Euclidean distances between penultimate features.
     :param recent_size: recent buffer size ``M_r`` (the authors' 100).
     :param features: ``"penultimate"`` (paper: "the last layer before classification",
-        ``model.features(x)``) or ``"logits"`` (the authors' ``FSS_Clust.py``).
+        the input of the model's classifier, see :func:`model_features`) or ``"logits"``
+        (the authors'); ``None``: by ``variant``.
     :param squared: squared Euclidean distances, as the authors' code (not a metric: the
-        clustering's radius bound no longer holds); the paper's Euclidean by default.
+        clustering's radius bound no longer holds); ``None``: by ``variant``.
     :param growth: threshold factor per merge round (2: doubling, also the authors').
     :param seed: seed of the buffer's and the clustering's generators.
     """
@@ -920,13 +1314,18 @@ class FSSClustBuffer(_ClustBuffer):
         self,
         max_size: int,
         *,
+        variant: Variant = "authors",
         recent_size: int = 100,
-        features: ClustFeatures = "penultimate",
-        squared: bool = False,
+        features: ClustFeatures | None = None,
+        squared: bool | None = None,
         growth: float = 2.0,
         seed: int = 0,
     ) -> None:
+        authors = _check_variant(variant)
+        features = features if features is not None else ("logits" if authors else "penultimate")
+        squared = squared if squared is not None else authors
         super().__init__(max_size, recent_size=recent_size, growth=growth, seed=seed)
+        self.variant: Variant = variant
         if features not in ("penultimate", "logits"):
             raise ValueError(f"features must be 'penultimate' or 'logits', got {features!r}")
         self.features: ClustFeatures = features
@@ -934,17 +1333,90 @@ class FSSClustBuffer(_ClustBuffer):
 
     _measures = "feature"
 
-    def _distances(self, x: Tensor, y: Tensor, model: nn.Module) -> tuple[Tensor, Tensor]:
-        dev = _model_device(model) or x.device
-        if self.features == "penultimate" and not callable(getattr(model, "features", None)):
-            raise TypeError(
-                f"{type(model).__name__} has no features(x); use features='logits' or add one"
-            )
-        with eval_mode(model), torch.no_grad():  # changes nothing on the model
-            if self.features == "penultimate":
-                out = model.features(x.to(dev))  # type: ignore[operator]  # (K, D)
-            else:
-                out = model(x.to(dev))  # (K, num_classes)
-        out = out.flatten(1)  # (K, D)
+    def _distances(self, union: _Rows, model: nn.Module) -> tuple[Tensor, Tensor]:
+        dev = _model_device(model) or union.x.device
+        out = model_features(model, union.x.to(dev), union.t.to(dev),
+                             penultimate=self.features == "penultimate")  # (K, D)
         valid = torch.isfinite(out).all(dim=1)  # (K,)
         return feature_distance(out, squared=self.squared), valid  # (K, K), (K,)
+
+
+def _gram(model: nn.Module, x: Tensor, y: Tensor, *, loss_fn: Any, params: Any,
+          task_labels: Tensor | None) -> Tensor:
+    if task_labels is None:
+        return sample_gram(model, x, y, loss_fn=loss_fn, params=params)
+    return sample_gram(model, x, y, loss_fn=loss_fn, params=params,  # type: ignore[call-arg]
+                       task_labels=task_labels)
+
+
+def _labels_on(model: nn.Module, t: Tensor, device: torch.device | str) -> Tensor | None:
+    labels = task_labels_for(model, t)
+    return None if labels is None else labels.to(device)
+
+
+def _classifier(model: nn.Module) -> nn.Module:
+    """The module whose input is the model's feature: ``model.classifier``, or its last Linear."""
+    head = getattr(model, "classifier", None)
+    if isinstance(head, nn.Module):
+        return head
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if linears:
+        return linears[-1]
+    raise TypeError(
+        f"{type(model).__name__} has no `classifier` module and no nn.Linear, so the "
+        "features before its classifier cannot be found; name the last layer `classifier` "
+        "or use features='logits'"
+    )
+
+
+def model_features(
+    model: nn.Module, x: Tensor, t: Tensor | None = None, *, penultimate: bool = True
+) -> Tensor:
+    """The features of ``x`` before the model's classifier (or its logits), ``(N, D)``.
+
+    The features are the input of ``model.classifier`` (or of the model's last
+    ``nn.Linear``), captured while the model runs its own ``forward``, so any model works
+    whatever its input shape (Avalanche's ``SimpleMLP`` flattens inside ``forward``). A
+    ``MultiTaskModule`` is called once per task label, as ``model(x, t)``. Eval mode, no
+    gradient; the model's modes are restored.
+
+    :param model: the network.
+    :param x: ``(N, ...)`` inputs.
+    :param t: ``(N,)`` task labels (used for a ``MultiTaskModule`` only).
+    :param penultimate: the classifier's input (True) or the model's output (False).
+    :raises TypeError: the classifier cannot be found, or it is called other than once per
+        forward on the whole batch.
+    """
+    labels = None if t is None else task_labels_for(model, t)
+    groups = [torch.arange(len(x), device=x.device)] if labels is None else [
+        (labels == v).nonzero().flatten() for v in torch.unique(labels)]
+    head = _classifier(model) if penultimate else None
+    parts: list[Tensor] = []
+    seen: list[Tensor] = []  # the classifier's input at each call
+    with eval_mode(model), torch.no_grad():
+        for rows in groups:
+            seen.clear()
+            handle = None if head is None else head.register_forward_pre_hook(
+                lambda _m, args: seen.append(args[0]))
+            try:
+                if labels is None:
+                    out = model(x)
+                else:
+                    out = model(x[rows], labels[rows])
+            finally:
+                if handle is not None:
+                    handle.remove()
+            if head is not None:
+                if len(seen) != 1 or seen[0].shape[0] != len(rows):
+                    raise TypeError(
+                        f"the classifier {type(head).__name__} of {type(model).__name__} ran "
+                        f"{len(seen)} time(s) on other rows than the batch; FSS-Clust needs it "
+                        "to run once on the whole batch (or use features='logits')")
+                out = seen[0]
+            parts.append(out.flatten(1))
+    if len(parts) == 1:
+        return parts[0]
+    feats = torch.empty(len(x), parts[0].shape[1], dtype=parts[0].dtype, device=x.device)
+    for rows, part in zip(groups, parts, strict=True):
+        feats[rows] = part
+    return feats

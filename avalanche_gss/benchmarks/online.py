@@ -6,9 +6,8 @@ consecutive samples (10 in the paper), every task label 0, and no boundary attri
 It is built lazily: an experience (a 10-sample tensor dataset) is made when the stream is
 indexed, so construction costs O(tasks) whatever the stream length.
 
-Avalanche 0.6 has no public tensor-dataset builder; its
-``_make_taskaware_tensor_classification_dataset`` (underscore-named but in Avalanche's
-``__all__``) is used in one place, :func:`tensor_dataset`.
+Avalanche 0.6 has no public tensor-dataset builder: :func:`tensor_dataset` wraps the one
+in :mod:`avalanche_gss._avalanche`, where every use of an Avalanche internal lives.
 """
 
 from __future__ import annotations
@@ -27,11 +26,10 @@ from avalanche.benchmarks import (
     SequenceCLStream,
     nc_benchmark,
 )
-from avalanche.benchmarks.utils import (
-    AvalancheDataset,
-    _make_taskaware_tensor_classification_dataset,
-)
+from avalanche.benchmarks.utils import AvalancheDataset
 from torch import Tensor
+
+from avalanche_gss._avalanche import tensor_dataset as _tensor_dataset
 
 from ._split import TaskSplit
 
@@ -54,7 +52,7 @@ def tensor_dataset(x: Tensor, y: Tensor) -> AvalancheDataset:
     :param x: ``(N, ...)`` inputs.
     :param y: ``(N,)`` int64 labels.
     """
-    return _make_taskaware_tensor_classification_dataset(x, y, task_labels=0)
+    return _tensor_dataset(x, y, 0)
 
 
 class TensorExperience(DatasetExperience):

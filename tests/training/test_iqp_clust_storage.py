@@ -11,7 +11,7 @@ from avalanche_gss.gradients import cosine_from_gram, per_sample_grad_loop, samp
 from avalanche_gss.models import MLP
 from avalanche_gss.selection import iqp
 from avalanche_gss.selection.iqp import select_iqp, surrogate
-from avalanche_gss.storage import FSSClustBuffer, GSSClustBuffer, GSSIQPBuffer
+from avalanche_gss.storage import FSSClustBuffer, GSSClustBuffer, GSSIQPBuffer, _Rows
 
 POLICIES = [GSSIQPBuffer, GSSClustBuffer, FSSClustBuffer]
 
@@ -138,9 +138,15 @@ def test_exact_solver_fault_warns_and_keeps_m_samples(stream, model, monkeypatch
             buf.add(bx, by, model)
 
 
+def _rows(x, y):
+    n = len(y)
+    return _Rows(x, y, torch.zeros_like(y), torch.full((n,), -1), torch.zeros(n, dtype=torch.long),
+                 torch.ones(n, dtype=torch.bool))
+
+
 def _stored_and_seen_distances(buf, model, seen_x, seen_y):
     sx, sy = buf.tensors()
-    dist, _ = buf._distances(torch.cat([sx, seen_x]), torch.cat([sy, seen_y]), model)
+    dist, _ = buf._distances(_rows(torch.cat([sx, seen_x]), torch.cat([sy, seen_y])), model)
     n = len(sy)
     return dist[:n, :n], dist[n:, :n]
 
@@ -226,9 +232,10 @@ def test_bad_arguments_raise(model):
     buf = FSSClustBuffer(10, recent_size=5)
     with pytest.raises(ValueError, match="model"):
         buf.add(torch.rand(5, 1, 28, 28), torch.zeros(5, dtype=torch.long))
-    buf = FSSClustBuffer(10, recent_size=5)
-    with pytest.raises(TypeError, match="features"):
-        buf.add(torch.rand(5, 784), torch.zeros(5, dtype=torch.long), torch.nn.Linear(784, 10))
+    buf = FSSClustBuffer(10, recent_size=5, variant="paper")
+    no_linear = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Conv1d(1, 10, 784))
+    with pytest.raises(TypeError, match="classifier"):
+        buf.add(torch.rand(5, 1, 784), torch.zeros(5, dtype=torch.long), no_linear)
     buf = GSSIQPBuffer(10, recent_size=50)
     buf.add(torch.rand(5, 1, 28, 28), torch.zeros(5, dtype=torch.long), model)
     with pytest.raises(ValueError, match="do not match"):

@@ -1,0 +1,60 @@
+"""The one place where avalanche-gss touches Avalanche 0.6 internals, and why.
+
+* :func:`tensor_dataset`: Avalanche 0.6 has no public builder for a classification
+  dataset over tensors; its ``_make_taskaware_tensor_classification_dataset`` (underscore
+  named, but listed in ``avalanche.benchmarks.utils.__all__``) is the one its own
+  benchmarks use.
+* :func:`has_transforms`: whether reading a dataset can give anything but the stored
+  tensors. Avalanche keeps transform groups in its private flat-data tree
+  (``_flat_data``, ``_transform_groups``, ``_frozen_transform_groups``); no public
+  attribute tells whether a dataset transforms its samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from avalanche.benchmarks.utils import (
+    AvalancheDataset,
+    _make_taskaware_tensor_classification_dataset,
+)
+from torch import Tensor
+
+__all__ = ["tensor_dataset", "has_transforms"]
+
+
+def tensor_dataset(x: Tensor, y: Tensor, task_labels: Tensor | int = 0) -> AvalancheDataset:
+    """Wrap tensors as an Avalanche classification dataset yielding ``(x_i, y_i, t_i)``.
+
+    No copy: the dataset indexes the given tensors.
+
+    :param x: ``(N, ...)`` inputs.
+    :param y: ``(N,)`` int64 labels.
+    :param task_labels: one task label for every sample, or ``(N,)`` per-sample labels.
+    """
+    labels: list[int] | int = (
+        task_labels.tolist() if isinstance(task_labels, Tensor) else int(task_labels))
+    return _make_taskaware_tensor_classification_dataset(x, y, task_labels=labels)
+
+
+def has_transforms(dataset: Any) -> bool:
+    """Whether reading ``dataset`` may apply a transform (in any group, frozen or not).
+
+    A dataset without transforms yields the tensors it stores, so a buffer may keep them
+    and replay them directly; one with a transform (e.g. a random augmentation) must be
+    read again at each replay.
+
+    :param dataset: an ``AvalancheDataset`` or any PyTorch dataset.
+    """
+    node = dataset._flat_data if isinstance(dataset, AvalancheDataset) else dataset
+    groups = [getattr(node, "_transform_groups", None),
+              getattr(node, "_frozen_transform_groups", None)]
+    for group in groups:
+        table = getattr(group, "transform_groups", None) or {}
+        if any(t is not None for t in table.values()):
+            return True
+    if getattr(node, "transform", None) is not None:  # e.g. a torchvision dataset
+        return True
+    if getattr(node, "target_transform", None) is not None:
+        return True
+    return any(has_transforms(child) for child in getattr(node, "_datasets", ()))
