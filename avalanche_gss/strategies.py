@@ -18,27 +18,32 @@ from typing import Any
 import torch
 from avalanche.core import BasePlugin, BaseSGDPlugin, SupervisedPlugin
 from avalanche.evaluation.metric_definitions import PluginMetric
+from avalanche.models import DynamicModule, avalanche_forward
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 from torch.optim import Optimizer
 
-from avalanche_gss.benchmarks.online import experience_tensors
+from avalanche_gss.benchmarks.online import TensorExperience
 from avalanche_gss.plugins import ConstrainedUpdatePlugin, OnlineRehearsalPlugin, finite_loss
 from avalanche_gss.storage import (
+    ClustFeatures,
     FSSClustBuffer,
     GSSClustBuffer,
     GSSGreedyBuffer,
     GSSIQPBuffer,
+    IQPSolver,
     OnlineBuffer,
     RandBuffer,
     ReservoirBuffer,
+    Variant,
 )
 
 __all__ = [
     "quiet_evaluator",
     "RepeatedBatchMixin",
     "OnlineTemplate",
+    "SlowPathWarning",
     "OnlineRehearsal",
     "Reservoir",
     "Rand",
@@ -104,6 +109,7 @@ class RepeatedBatchMixin:
 
 
 _TRAINING_EVENTS = (
+    "before_train_dataset_adaptation", "after_train_dataset_adaptation",
     "before_training_exp", "after_training_exp", "before_training_epoch",
     "after_training_epoch", "before_training_iteration", "before_forward", "after_forward",
     "before_backward", "after_backward", "before_update", "after_update",
@@ -132,20 +138,44 @@ def _fast_trigger(event: str) -> Any:
     return trigger
 
 
+class SlowPathWarning(UserWarning):
+    """:class:`OnlineTemplate` trains through Avalanche's ``DataLoader`` path (said once)."""
+
+
+class _TensorBatches(list):  # type: ignore[type-arg]
+    """An experience's tensors cut into ``[x, y, t]`` mini-batches: the fast path's loader."""
+
+
 class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
     """Online learning on a stream of small experiences: each one is an incoming batch.
 
-    For every experience: ``before_training_exp``; ``n_iter`` iterations of one SGD step
-    on the batch (each a full Avalanche iteration: ``before_training_iteration`` ...
-    ``after_training_iteration``, inside ``before/after_training_epoch``);
-    ``after_training_exp``. An experience larger than ``train_mb_size`` is learnt as
-    consecutive mini-batches, each ``n_iter`` times. Pass the whole stream to one
-    :meth:`train` call: the model is moved and the optimizer set up once per call.
+    A ``SupervisedTemplate`` whose every experience is one epoch in which each mini-batch
+    is learnt ``n_iter`` times in a row (the paper's iterations per batch), each a full
+    Avalanche iteration (``before_training_iteration`` ... ``after_training_iteration``).
+    Every Avalanche callback fires, in Avalanche's order: dataset adaptation, dataloader,
+    model adaptation (``IncrementalClassifier`` grows) and optimizer update, then
+    ``before_training_exp``, one epoch, ``after_training_exp``. Loggers see one epoch per
+    experience. ``eval_every`` / ``peval_mode`` work as in Avalanche.
+
+    The fast path: for the library's tensor experiences
+    (:class:`~avalanche_gss.benchmarks.online.TensorExperience`, no transform), the
+    dataloader is the experience's tensors cut into mini-batches of ``train_mb_size``, in
+    order, instead of a new ``DataLoader``; model adaptation and the optimizer update
+    are skipped when the model has no Avalanche ``DynamicModule`` (they would change
+    nothing). ``strategy.dataloader`` and ``strategy.adapted_dataset`` are set as usual,
+    so plugins that replace the dataloader (``ReplayPlugin``) take effect. When a plugin
+    replaces the adapted dataset (GDumb, ...), a subclass overrides
+    ``make_train_dataloader``, or the experiences are not tensor experiences, the
+    template builds Avalanche's own dataloader, and says so once (a
+    :class:`SlowPathWarning`).
+
+    Pass the whole stream to one :meth:`train` call.
 
     :param model: the network.
     :param optimizer: its optimizer (plain SGD in the paper).
-    :param criterion: training loss (mean over the batch).
-    :param n_iter: iterations per incoming batch (paper: "few iterations (1-5)").
+    :param criterion: training loss (mean over the batch); cross-entropy by default.
+    :param n_iter: iterations per incoming batch (paper: "few iterations (1-5)"; 3 in its
+        MNIST protocol).
     :param train_mb_size: largest batch learnt in one step (an experience is normally
         exactly one batch).
     :param eval_mb_size: mini-batch size for evaluation.
@@ -153,6 +183,9 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
     :param plugins: extra plugins (the caller's list is copied, never modified).
     :param evaluator: Avalanche ``EvaluationPlugin``; an empty one (no metric, no logger)
         by default, since per-experience logging would dominate an online run.
+    :param eval_every: as in Avalanche: -1 never evaluates during training, 0 after each
+        experience, ``k > 0`` every ``k`` epochs (one epoch per experience) or iterations.
+    :param peval_mode: ``"epoch"`` or ``"iteration"``, the unit of ``eval_every``.
     """
 
     def __init__(
@@ -161,34 +194,42 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
         model: nn.Module,
         optimizer: Optimizer,
         criterion: nn.Module | None = None,
-        n_iter: int = 1,
+        n_iter: int = 3,
         train_mb_size: int = 10,
         eval_mb_size: int = 1000,
         device: str | torch.device = "cpu",
         plugins: Sequence[BasePlugin] | None = None,
         evaluator: EvaluationPlugin | None = None,
+        eval_every: int = -1,
+        peval_mode: str = "epoch",
     ) -> None:
         if n_iter < 1:
             raise ValueError(f"n_iter must be >= 1, got {n_iter}")
         if train_mb_size < 1:
             raise ValueError(f"train_mb_size must be >= 1, got {train_mb_size}")
+        if peval_mode not in ("epoch", "iteration"):
+            raise ValueError(f"peval_mode must be 'epoch' or 'iteration', got {peval_mode!r}")
         super().__init__(
             model=model,
             optimizer=optimizer,
             criterion=criterion if criterion is not None else nn.CrossEntropyLoss(),
             train_mb_size=train_mb_size,
-            train_epochs=n_iter,
+            train_epochs=1,
             eval_mb_size=eval_mb_size,
             device=device,
             plugins=list(plugins or []),
             evaluator=evaluator if evaluator is not None else quiet_evaluator(),
+            eval_every=eval_every,
+            peval_mode=peval_mode,
         )
         self.n_iter = n_iter
         self._stop_training: bool = False
         self.skipped_steps = 0  # training steps skipped for a non-finite loss
-        self._set_up = False
         self._hook_cache: dict[str, list[Any]] = {}
-        self._label_range: tuple[int, int] | None = None  # of the current experience
+        self._label_range: tuple[int, int] | None = None  # of the current mini-batch
+        self._static_model = False  # no DynamicModule: adaptation would change nothing
+        self._slow_reason: str | None = None  # why the last experience took the slow path
+        self._warned_slow = False
 
     def _hooks(self, event: str) -> list[Any]:
         """The bound callbacks of the plugins that act on ``event`` (cached per ``train``).
@@ -202,6 +243,8 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
             self._hook_cache[event] = hooks
         return hooks
 
+    _before_train_dataset_adaptation = _fast_trigger("before_train_dataset_adaptation")
+    _after_train_dataset_adaptation = _fast_trigger("after_train_dataset_adaptation")
     _before_training_epoch = _fast_trigger("before_training_epoch")
     _after_training_epoch = _fast_trigger("after_training_epoch")
     _before_training_iteration = _fast_trigger("before_training_iteration")
@@ -219,45 +262,117 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
         experiences: Any,
         eval_streams: Sequence[Any] | None = None,
         **kwargs: Any,
-    ) -> None:
+    ) -> Any:
         """Learn the experiences in order (a stream, a list, or one experience).
 
         :param experiences: the online stream (may be lazy) or one experience.
-        :param eval_streams: as in Avalanche; none by default, so that a lazy stream is
-            not walked twice.
+        :param eval_streams: the streams that periodic evaluation (``eval_every``) uses.
+            With ``eval_every=-1`` (the default) nothing is evaluated during training and a
+            lazy stream is not walked twice; otherwise, as in Avalanche, ``None`` means
+            the training experiences.
+        :return: the last value of every metric, as Avalanche's ``train``.
         """
-        self._set_up = False
         self._hook_cache = {}  # plugins may have changed since the last call
-        super().train(experiences, eval_streams=[] if eval_streams is None else eval_streams,
-                      **kwargs)
+        self._static_model = not any(isinstance(m, DynamicModule) for m in self.model.modules())
+        if eval_streams is None and self.eval_every < 0:
+            eval_streams = []
+        return super().train(experiences, eval_streams=eval_streams, **kwargs)
 
     def _before_training_exp(self, **kwargs: Any) -> None:
-        assert self.experience is not None
-        self.adapted_dataset = self.experience.dataset
-        if not self._set_up:
-            self.check_model_and_optimizer(**kwargs)
-            self._set_up = True
+        """Avalanche's set-up of an experience, with the fast path where it applies."""
+        self._before_train_dataset_adaptation(**kwargs)
+        self.train_dataset_adaptation(**kwargs)
+        self._after_train_dataset_adaptation(**kwargs)
+        self.make_train_dataloader(**kwargs)
+        self.check_model_and_optimizer(**kwargs)
         for hook in self._hooks("before_training_exp"):
             hook(self, **kwargs)
 
-    def _train_exp(self, experience: Any, eval_streams: Any = None, **kwargs: Any) -> None:
-        x, y = experience_tensors(experience)
-        integer = len(y) > 0 and not (y.is_floating_point() or y.dtype == torch.bool)
-        self._label_range = (int(y.min()), int(y.max())) if integer else None
-        x = x.to(self.device, non_blocking=True)
-        y = y.to(self.device, non_blocking=True)
-        t = torch.zeros_like(y)
+    def train_dataset_adaptation(self, **kwargs: Any) -> None:
+        """``adapted_dataset``: the experience's dataset (in its train transform group)."""
+        assert self.experience is not None
+        if isinstance(self.experience, TensorExperience):
+            self.adapted_dataset = self.experience.dataset  # no transform: train() is a no-op
+        else:
+            super().train_dataset_adaptation(**kwargs)
+
+    def make_train_dataloader(self, **kwargs: Any) -> None:
+        """The experience's tensors in mini-batches, or Avalanche's ``DataLoader``."""
+        experience = self.experience
+        reason = None
+        if not isinstance(experience, TensorExperience):
+            reason = f"the experiences are {type(experience).__name__}, not tensor experiences"
+        elif self.adapted_dataset is not experience.dataset:
+            reason = "a plugin replaced the adapted dataset"
+        elif type(self).make_train_dataloader is not OnlineTemplate.make_train_dataloader:
+            reason = f"{type(self).__name__} overrides make_train_dataloader"
+        if reason is not None:
+            self._say_slow(reason)
+            super().make_train_dataloader(**kwargs)
+            return
+        assert isinstance(experience, TensorExperience)
+        x, y = experience.tensors
+        t = torch.full_like(y, experience.task_label)
         step = self.train_mb_size
-        for start in range(0, len(y), step):
-            end = start + step
-            self.mbatch = [x[start:end], y[start:end], t[start:end]]
+        self.dataloader = _TensorBatches(
+            [x[i : i + step], y[i : i + step], t[i : i + step]] for i in range(0, len(y), step)
+        )
+
+    def _say_slow(self, reason: str) -> None:
+        self._slow_reason = reason
+        if not self._warned_slow:
+            self._warned_slow = True
+            warnings.warn(
+                f"{type(self).__name__}: {reason}, so training goes through Avalanche's "
+                "DataLoader (slower than the tensor path)",
+                SlowPathWarning,
+                stacklevel=4,
+            )
+
+    def check_model_and_optimizer(self, reset_optimizer_state: bool = False,
+                                  **kwargs: Any) -> None:
+        """Avalanche's model adaptation and optimizer update, skipped when they are no-ops.
+
+        Without a ``DynamicModule`` the model cannot change between experiences, so after
+        the first experience of a :meth:`train` call there is nothing to adapt or update.
+        """
+        if self._static_model and not reset_optimizer_state and self.optimized_param_id:
+            return
+        super().check_model_and_optimizer(reset_optimizer_state=reset_optimizer_state, **kwargs)
+
+    def training_epoch(self, **kwargs: Any) -> None:
+        """One pass over the dataloader, ``n_iter`` iterations per mini-batch."""
+        for mbatch in self.dataloader:
+            if self._stop_training:
+                break
+            self.mbatch = mbatch
+            self._label_range = _label_range(mbatch[1])
+            self._unpack_minibatch()
             for _ in range(self.n_iter):
-                self._before_training_epoch(**kwargs)
-                if self._stop_training:
-                    self._stop_training = False
-                    return
                 self._iteration(**kwargs)
-                self._after_training_epoch(**kwargs)
+
+    def _unpack_minibatch(self) -> None:
+        mbatch = self.mbatch
+        assert mbatch is not None
+        if isinstance(mbatch, tuple):
+            mbatch = list(mbatch)
+            self.mbatch = mbatch
+        for i in range(len(mbatch)):
+            mbatch[i] = mbatch[i].to(self.device, non_blocking=True)
+
+    def forward(self) -> Any:
+        """The model's output on the mini-batch, with its task labels when it has them.
+
+        As Avalanche's ``avalanche_forward``: a ``MultiTaskModule`` gets
+        ``model(x, task_labels)``, any other model ``model(x)``. Unlike Avalanche 0.6's
+        template, mini-batches of online experiences (``split_online_stream``) keep their
+        task labels too.
+        """
+        mbatch = self.mbatch
+        assert mbatch is not None
+        if len(mbatch) >= 3:
+            return avalanche_forward(self.model, mbatch[0], mbatch[-1])
+        return self.model(mbatch[0])
 
     def criterion(self) -> Any:
         """The training loss, after checking the labels against the model's outputs.
@@ -266,7 +381,8 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
             the batch is negative or not below the model's number of outputs (PyTorch would
             raise an ``IndexError``, or a device-side assert on CUDA).
         """
-        self._check_labels()
+        if self.is_training:
+            self._check_labels()
         return super().criterion()
 
     def _check_labels(self) -> None:
@@ -311,6 +427,15 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
         new = type(self).__new__(type(self))
         new.__dict__.update(self.__dict__)
         return new
+
+
+def _label_range(y: Any) -> tuple[int, int] | None:
+    """``(min, max)`` of a batch's integer labels (read before they move to the device)."""
+    if not isinstance(y, torch.Tensor) or len(y) == 0:
+        return None
+    if y.is_floating_point() or y.dtype == torch.bool:
+        return None
+    return int(y.min()), int(y.max())
 
 
 def _rebuild_optimizer(module: str, qualname: str, state: dict[str, Any]) -> Optimizer:
@@ -392,18 +517,19 @@ class GSSGreedy(OnlineRehearsal):
 
     :param mem_size: buffer size ``M``.
     :param n: buffer gradients each new sample is compared with (paper ``n``, 10).
-    :param variant: ``"paper"`` or ``"authors"`` (see :class:`GSSGreedyBuffer`).
+    :param variant: ``"authors"`` (default: the authors' code, which reproduces the paper's
+        published numbers) or ``"paper"`` (Algorithm 2 as written); see
+        :class:`~avalanche_gss.storage.GSSGreedyBuffer`.
     :param seed: seed of the buffer and of the replay draws.
     :param kwargs: :class:`OnlineRehearsal`'s other arguments.
     """
 
     def __init__(
-        self, *, mem_size: int, n: int = 10, variant: str = "paper", seed: int = 0,
+        self, *, mem_size: int, n: int = 10, variant: Variant = "authors", seed: int = 0,
         **kwargs: Any,
     ) -> None:
-        buffer = GSSGreedyBuffer(mem_size, n=n, variant=variant, seed=seed)  # type: ignore[arg-type]
+        buffer = GSSGreedyBuffer(mem_size, n=n, variant=variant, seed=seed)
         super().__init__(storage_policy=buffer, seed=seed, **kwargs)
-
 
 
 class GSSIQP(OnlineRehearsal):
@@ -418,10 +544,10 @@ class GSSIQP(OnlineRehearsal):
     """
 
     def __init__(
-        self, *, mem_size: int, recent_size: int = 100, solver: str = "fast",
+        self, *, mem_size: int, recent_size: int = 100, solver: IQPSolver = "fast",
         time_limit: float = 60.0, seed: int = 0, **kwargs: Any,
     ) -> None:
-        buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver,  # type: ignore[arg-type]
+        buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver,
                               time_limit=time_limit, seed=seed)
         super().__init__(storage_policy=buffer, seed=seed, **kwargs)
 
@@ -430,17 +556,21 @@ class GSSClust(OnlineRehearsal):
     """Online rehearsal with the ``GSS-Clust`` buffer (doubling clustering of gradients).
 
     :param mem_size: buffer size ``M``.
+    :param variant: ``"authors"`` (default: threshold x1.01 per round, which reproduces the
+        paper's published numbers) or ``"paper"`` (doubling); see
+        :class:`~avalanche_gss.storage.GSSClustBuffer`.
     :param recent_size: recent buffer size ``M_r`` (the authors' 100).
-    :param growth: threshold factor per merge round (2: doubling; the authors' 1.01).
+    :param growth: threshold factor per merge round; ``None``: by ``variant``.
     :param seed: seed of the buffer and of the replay draws.
     :param kwargs: :class:`OnlineRehearsal`'s other arguments.
     """
 
     def __init__(
-        self, *, mem_size: int, recent_size: int = 100, growth: float = 2.0, seed: int = 0,
-        **kwargs: Any,
+        self, *, mem_size: int, variant: Variant = "authors", recent_size: int = 100,
+        growth: float | None = None, seed: int = 0, **kwargs: Any,
     ) -> None:
-        buffer = GSSClustBuffer(mem_size, recent_size=recent_size, growth=growth, seed=seed)
+        buffer = GSSClustBuffer(mem_size, variant=variant, recent_size=recent_size,
+                                growth=growth, seed=seed)
         super().__init__(storage_policy=buffer, seed=seed, **kwargs)
 
 
@@ -448,20 +578,24 @@ class FSSClust(OnlineRehearsal):
     """Online rehearsal with the ``FSS-Clust`` buffer (doubling clustering of features).
 
     :param mem_size: buffer size ``M``.
+    :param variant: ``"authors"`` (default: squared distances between logits, which
+        reproduces the paper's published numbers) or ``"paper"`` (Euclidean distances
+        between penultimate features); see :class:`~avalanche_gss.storage.FSSClustBuffer`.
     :param recent_size: recent buffer size ``M_r`` (the authors' 100).
-    :param features: ``"penultimate"`` (paper) or ``"logits"`` (the authors' code).
-    :param squared: squared Euclidean distances (the authors' code).
+    :param features: ``"penultimate"`` or ``"logits"``; ``None``: by ``variant``.
+    :param squared: squared Euclidean distances; ``None``: by ``variant``.
     :param growth: threshold factor per merge round (2: doubling).
     :param seed: seed of the buffer and of the replay draws.
     :param kwargs: :class:`OnlineRehearsal`'s other arguments.
     """
 
     def __init__(
-        self, *, mem_size: int, recent_size: int = 100, features: str = "penultimate",
-        squared: bool = False, growth: float = 2.0, seed: int = 0, **kwargs: Any,
+        self, *, mem_size: int, variant: Variant = "authors", recent_size: int = 100,
+        features: ClustFeatures | None = None, squared: bool | None = None,
+        growth: float = 2.0, seed: int = 0, **kwargs: Any,
     ) -> None:
-        buffer = FSSClustBuffer(mem_size, recent_size=recent_size, features=features,  # type: ignore[arg-type]
-                                squared=squared, growth=growth, seed=seed)
+        buffer = FSSClustBuffer(mem_size, variant=variant, recent_size=recent_size,
+                                features=features, squared=squared, growth=growth, seed=seed)
         super().__init__(storage_policy=buffer, seed=seed, **kwargs)
 
 
@@ -485,12 +619,11 @@ class GSSIQPConstrained(OnlineTemplate):
     """
 
     def __init__(
-        self, *, mem_size: int, recent_size: int = 100, solver: str = "fast",
+        self, *, mem_size: int, recent_size: int = 100, solver: IQPSolver = "fast",
         margin: float = 0.0, seed: int = 0, plugins: Sequence[BasePlugin] | None = None,
         **kwargs: Any,
     ) -> None:
-        buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver,  # type: ignore[arg-type]
-                              seed=seed)
+        buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver, seed=seed)
         self.constrained = ConstrainedUpdatePlugin(buffer, margin=margin)
         super().__init__(plugins=[self.constrained, *(plugins or [])], **kwargs)
 
