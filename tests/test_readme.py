@@ -1,0 +1,44 @@
+"""The README's usage examples run as shown (on a slice of the offline digits, for time)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+import avalanche_gss.benchmarks as benchmarks
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _examples() -> list[str]:
+    text = README.read_text()
+    section = text[text.index("## Use it in your own Avalanche code") : text.index("## Data")]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_the_readme_has_both_examples():
+    blocks = _examples()
+    assert len(blocks) == 2
+    assert "ReplayPlugin(" in blocks[0] and "split_online_stream(" in blocks[0]
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_readme_example_runs(index, monkeypatch, capsys):
+    real = benchmarks.load_dataset
+
+    def small(*args, **kwargs):
+        data = real(*args, **kwargs)
+        return dataclasses.replace(data, x_train=data.x_train[::3], y_train=data.y_train[::3],
+                                   x_test=data.x_test[::4], y_test=data.y_test[::4])
+
+    monkeypatch.setattr(benchmarks, "load_dataset", small)
+    code = _examples()[index]
+    if index == 1:  # a third of the digits: about 130 per class, 260 per task of 2 classes
+        code = code.replace("samples_per_task=800", "samples_per_task=250")
+        assert "samples_per_task=250" in code
+    exec(compile(code, str(README), "exec"), {"__name__": "readme"})
+    out = capsys.readouterr().out
+    assert "Top1_Acc_Stream/eval_phase/test_stream" in out
