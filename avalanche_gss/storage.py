@@ -121,6 +121,10 @@ def _read_dataset(data: Any) -> tuple[Tensor, Tensor, Tensor]:
     if n == 0:
         raise ValueError("the dataset is empty")
     items = [data[i] for i in range(n)]
+    if not isinstance(items[0], (tuple, list)) or len(items[0]) < 2:
+        raise TypeError(
+            f"a buffer reads (x, y[, t]) samples, but the dataset's items are "
+            f"{type(items[0]).__name__}; use a classification dataset of tuples")
     x = torch.stack([torch.as_tensor(item[0]) for item in items])
     y = torch.tensor([int(item[1]) for item in items], dtype=torch.long)
     if len(items[0]) > 2:
@@ -199,6 +203,7 @@ class OnlineBuffer(ExemplarsBuffer):
         self._sources: dict[int, Any] = {}  # source id -> dataset
         self._source_of: dict[int, int] = {}  # id(dataset) -> source id
         self._next_source = 0
+        self._prune_at = 64  # registry size that triggers the next pruning
         self._dataset: AvalancheDataset | None = None
         self.last_slots: Tensor | None = None  # slots taken by the last batch (-1: not stored)
 
@@ -298,13 +303,18 @@ class OnlineBuffer(ExemplarsBuffer):
         return self.src[: self.size]
 
     def _prune_sources(self) -> None:
-        """Forget the source datasets no stored sample refers to any more."""
-        if len(self._sources) <= 2 * self.max_size + 8:
+        """Forget the source datasets no stored sample refers to any more.
+
+        Runs when the registry has doubled since the last pruning, so its cost per
+        incoming batch stays constant.
+        """
+        if len(self._sources) <= self._prune_at:
             return
         used = set(torch.unique(self._referenced_sources()).tolist())
         for sid in [s for s in self._sources if s not in used]:
             data = self._sources.pop(sid)
             self._source_of.pop(id(data), None)
+        self._prune_at = max(64, 2 * len(self._sources))
 
     def _offer(self, rows: _Rows, model: nn.Module | None) -> Tensor:
         """Validate a batch, drop non-finite samples, let the policy place the rest."""
@@ -398,9 +408,16 @@ class OnlineBuffer(ExemplarsBuffer):
             self._dataset = None
 
     def post_adapt(self, agent_state: SupervisedTemplate, exp: Any) -> None:
-        """Avalanche's hook: offer the experience's samples, scored with the current model."""
+        """Avalanche's hook: offer the experience's samples, scored with the current model.
+
+        The strategy gives the model (``agent_state.model``, for the scored policies) and
+        the device to score on (``agent_state.device``); anything else there is ignored,
+        as Avalanche's own buffers read only the experience.
+        """
         model = getattr(agent_state, "model", None)
+        model = model if isinstance(model, nn.Module) else None
         device = getattr(agent_state, "device", None)
+        device = device if isinstance(device, (str, torch.device)) else None
         tensors = getattr(exp, "tensors", None)  # a TensorExperience: no transform, no copy
         if tensors is not None and isinstance(exp, CLExperience):
             x, y = tensors

@@ -87,7 +87,11 @@ class RepeatedBatchMixin:
                 break
             self.mbatch = mbatch
             self._unpack_minibatch()
+            batch = self.mbatch
             for _ in range(self.n_iter):
+                if self._stop_training:
+                    break
+                self.mbatch = batch  # a periodic evaluation in between resets it
                 self._iteration(**kwargs)
 
     def _iteration(self: Any, **kwargs: Any) -> None:
@@ -341,14 +345,22 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
         super().check_model_and_optimizer(reset_optimizer_state=reset_optimizer_state, **kwargs)
 
     def training_epoch(self, **kwargs: Any) -> None:
-        """One pass over the dataloader, ``n_iter`` iterations per mini-batch."""
+        """One pass over the dataloader, ``n_iter`` iterations per mini-batch.
+
+        ``stop_training()`` takes effect at the next iteration, and a periodic evaluation
+        between two iterations of a batch does not lose the batch.
+        """
         for mbatch in self.dataloader:
             if self._stop_training:
                 break
             self.mbatch = mbatch
             self._label_range = _label_range(mbatch[1])
             self._unpack_minibatch()
+            batch = self.mbatch
             for _ in range(self.n_iter):
+                if self._stop_training:
+                    break
+                self.mbatch = batch  # an evaluation in between resets it
                 self._iteration(**kwargs)
 
     def _unpack_minibatch(self) -> None:
