@@ -30,6 +30,19 @@ its own ``forward`` (a module whose ``forward`` never runs but whose parameters 
 is sent to ``torch.func``). Modules called several times are handled (their calls add up).
 The engine never touches ``.grad``, parameters, buffers or the optimizer;
 :func:`preserved_state` guards callers that do.
+
+Multi-head (task-aware) models: every function that runs the model takes ``task_labels``, an
+``(N,)`` integer tensor (:func:`cross_cosine` takes one per set of samples). Without it the
+model is called as ``model(x)``; with it, the model is called as ``model(x, task_labels)``,
+as Avalanche's ``avalanche_forward`` does for a ``MultiTaskModule``, once per group of
+samples that share a task label (``model(x_g, t_g)`` with ``t_g`` that group's labels, all
+equal), so every module inside sees whole groups. The Gram stays exact across groups: a head
+that sample ``j`` never used has a zero gradient for ``j``, so ``<g_i, g_j>`` for samples of
+different tasks comes from the shared parameters only. The closed forms place each call of
+a layer back in its rows of the batch (zeros elsewhere); a layer called on only part of a
+group goes to ``torch.func``, which runs ``vmap`` within each group with the group's label
+unbatched. Which models get task labels is the caller's decision; this module imports
+nothing from Avalanche.
 """
 
 from __future__ import annotations
@@ -100,15 +113,25 @@ class _Layer:
     versions: list[int] = field(default_factory=list)  # inputs' version counters at capture
     edges: list[GradientEdge] = field(default_factory=list)  # outputs' autograd edges
     opaque: bool = False  # a call whose input or output could not be captured
+    # With task labels only: the rows of the batch that each captured call covers (None: all
+    # of them, in order), and the task group being forwarded with its sample count (-1: no
+    # task labels, calls are not checked).
+    rows: list[Tensor | None] = field(default_factory=list)
+    group: Tensor | None = None
+    group_size: int = -1
 
     def capture(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         """Keep this call's input and its output's gradient edge (a forward hook)."""
         if not args or not isinstance(args[0], Tensor) or not isinstance(output, Tensor):
             self.opaque = True  # e.g. called with keywords: leave it to torch.func
+        elif self.group_size >= 0 and (args[0].dim() == 0 or args[0].shape[0] != self.group_size):
+            self.opaque = True  # a call on part of a task group: rows unknown, torch.func
         elif output.requires_grad:
             self.inputs.append(args[0])
             self.versions.append(args[0]._version)
             self.edges.append(get_gradient_edge(output))
+            if self.group_size >= 0:
+                self.rows.append(self.group)
 
 
 def _selected(model: nn.Module, params: Sequence[nn.Parameter] | None) -> list[nn.Parameter]:
@@ -121,6 +144,70 @@ def _selected(model: nn.Module, params: Sequence[nn.Parameter] | None) -> list[n
             raise ValueError("every parameter in `params` must have requires_grad=True")
         chosen.setdefault(id(p), p)
     return list(chosen.values())
+
+
+_TaskGroup = tuple[Tensor | None, Tensor]  # (rows of the batch, or None for all; labels)
+
+
+def _task_groups(task_labels: Tensor, x: Tensor) -> list[_TaskGroup]:
+    """Split a batch by task label, in increasing label order.
+
+    :param task_labels: integer task labels, shape ``(N,)``.
+    :param x: the inputs, shape ``(N, ...)``; the rows live on its device.
+    :return: per group, the indices of its rows on ``x``'s device (``None`` when one label
+        covers the whole batch: no indexing needed) and its labels, shape ``(n_g,)``.
+    """
+    n = x.shape[0]
+    if task_labels.shape != (n,):
+        raise ValueError(f"task_labels must have shape ({n},), got {tuple(task_labels.shape)}")
+    kind = task_labels.dtype
+    if kind.is_floating_point or kind.is_complex or kind == torch.bool:
+        raise ValueError(f"task_labels must be an integer tensor, got {kind}")
+    if n == 0:
+        return []
+    _, inverse, counts = torch.unique(task_labels, return_inverse=True, return_counts=True)
+    if counts.shape[0] == 1:
+        return [(None, task_labels)]
+    order = torch.argsort(inverse, stable=True)  # rows grouped by label, in batch order
+    return [(rows.to(x.device), task_labels[rows]) for rows in order.split(counts.tolist())]
+
+
+def _scatter_calls(
+    n: int,
+    inputs: Sequence[Tensor],
+    douts: Sequence[Tensor | None],
+    rows: Sequence[Tensor | None],
+) -> tuple[list[Tensor], list[Tensor | None]]:
+    """Place each captured call of a layer in an ``N``-row batch, zeros for rows it did not see.
+
+    The per-sample gradients of every closed form are bilinear in a sample's input and output
+    gradient, so a zero output gradient gives a sample a zero contribution, as it should for a
+    call that did not see it. Calls of different task groups cover disjoint rows, so the k-th
+    call of each group (with equal shapes) share one ``N``-row call: a shared feature extractor,
+    called once per group, becomes one call over the whole batch, and a head used by one group
+    a single call whose other rows are zero.
+
+    :param n: the batch size ``N``.
+    :param inputs: per call, its input, shape ``(n_g, ...)``.
+    :param douts: per call, its output gradient, shape ``(n_g, ...)`` (None: unused output).
+    :param rows: per call, the indices of its rows in the batch, shape ``(n_g,)``.
+    :return: the merged calls' inputs and output gradients, shape ``(N, ...)`` each.
+    """
+    slots: dict[tuple[Any, ...], tuple[Tensor, Tensor]] = {}
+    seen: dict[int, int] = {}  # calls so far, per task group
+    for a, d, r in zip(inputs, douts, rows, strict=True):
+        if d is None:
+            continue
+        assert r is not None
+        k = seen.get(id(r), 0)
+        seen[id(r)] = k + 1
+        key = (k, tuple(a.shape[1:]), tuple(d.shape[1:]), a.dtype, d.dtype)
+        if key not in slots:
+            slots[key] = (a.new_zeros((n, *a.shape[1:])), d.new_zeros((n, *d.shape[1:])))
+        full_a, full_d = slots[key]
+        full_a.index_copy_(0, r, a)
+        full_d.index_copy_(0, r, d)
+    return [a for a, _ in slots.values()], [d for _, d in slots.values()]
 
 
 def _closed_form_kind(module: nn.Module) -> str | None:
@@ -420,15 +507,20 @@ def _add_grouped_conv_gram(
 
 
 def _add_layer_gram(
-    out: Tensor, layer: _Layer, douts: Sequence[Tensor | None], small: list[Tensor]
+    out: Tensor,
+    layer: _Layer,
+    inputs: Sequence[Tensor],
+    douts: Sequence[Tensor | None],
+    small: list[Tensor],
 ) -> None:
-    """Add one closed-form layer's Gram contribution, from its captured calls, to ``out``.
+    """Add one closed-form layer's Gram contribution, from its calls, to ``out``.
 
     Per-sample gradients that are only ``O(C)`` per sample (BatchNorm's) are appended to
-    ``small`` instead, for one joint Gram product over all such layers.
+    ``small`` instead, for one joint Gram product over all such layers. ``inputs`` and
+    ``douts`` (one per call) cover all ``N`` rows of the batch.
     """
     n = out.shape[0]
-    calls = [(a, d) for a, d in zip(layer.inputs, douts, strict=True) if d is not None]
+    calls = [(a, d) for a, d in zip(inputs, douts, strict=True) if d is not None]
     if not calls:
         return
     module = layer.module
@@ -483,30 +575,44 @@ def _add_layer_gram(
 
 
 def _add_closed_form_grams(
-    out: Tensor, model: nn.Module, x: Tensor, y: Tensor, loss_fn: LossFn, layers: list[_Layer]
+    out: Tensor,
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    loss_fn: LossFn,
+    layers: list[_Layer],
+    task_labels: Tensor | None = None,
 ) -> list[nn.Parameter]:
     """Add the closed-form layers' Gram to ``out`` from one forward and one ``autograd.grad``.
 
+    With ``task_labels``, one forward per task group (see the module docstring), and the
+    calls are placed back in their rows of the batch before the closed forms run.
+
     :return: parameters that need the ``torch.func`` route after all: those of layers
-        called in a way the hooks cannot capture, and those of layers whose ``forward`` never
-        ran but that still get a gradient (used by another module).
+        called in a way the hooks cannot capture (or, with task labels, on part of a task
+        group), and those of layers whose ``forward`` never ran but that still get a
+        gradient (used by another module).
     """
     n = x.shape[0]
     with eval_mode(model), torch.enable_grad():
         handles = [layer.module.register_forward_hook(layer.capture) for layer in layers]
         try:
-            losses = loss_fn(model(x), y)  # (N,)
+            if task_labels is None:
+                losses = loss_fn(model(x), y)  # (N,)
+                if losses.shape != (n,):
+                    raise ValueError(f"loss_fn must return shape ({n},), got {tuple(losses.shape)}")
+                total = losses.sum()
+            else:
+                total = _grouped_loss(model, x, y, loss_fn, task_labels, layers)
         finally:
             for handle in handles:
                 handle.remove()
-        if losses.shape != (n,):
-            raise ValueError(f"loss_fn must return shape ({n},), got {tuple(losses.shape)}")
         fallback = [p for layer in layers if layer.opaque for p in layer.params]
         layers = [layer for layer in layers if not layer.opaque]
         edges = [e for layer in layers for e in layer.edges]
         idle = [p for layer in layers if not layer.edges for p in layer.params]  # never ran
         inputs = edges + [get_gradient_edge(p) for p in idle]
-        grads = torch.autograd.grad(losses.sum(), inputs, allow_unused=True) if inputs else ()
+        grads = torch.autograd.grad(total, inputs, allow_unused=True) if inputs else ()
     start = 0
     small: list[Tensor] = []  # per-sample gradients of O(C) parameters, one product at the end
     with torch.no_grad():  # the layer inputs carry the forward graph: record nothing on it
@@ -517,12 +623,43 @@ def _add_closed_form_grams(
                     "the layer used it; per-sample gradients need the original input"
                 )
             if layer.edges:
-                _add_layer_gram(out, layer, grads[start : start + len(layer.edges)], small)
+                calls: Sequence[Tensor] = layer.inputs
+                douts: Sequence[Tensor | None] = grads[start : start + len(layer.edges)]
                 start += len(layer.edges)
+                if any(r is not None for r in layer.rows):  # task groups: back to N rows
+                    calls, douts = _scatter_calls(n, calls, douts, layer.rows)
+                _add_layer_gram(out, layer, calls, douts, small)
         if small:
             joint = small[0] if len(small) == 1 else torch.cat(small, dim=1)  # (N, sum of C)
             out.addmm_(joint, joint.T)
     return fallback + [p for p, g in zip(idle, grads[start:], strict=True) if g is not None]
+
+
+def _grouped_loss(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    loss_fn: LossFn,
+    task_labels: Tensor,
+    layers: Sequence[_Layer],
+) -> Tensor:
+    """Sum of the per-sample losses, from one ``model(x_g, t_g)`` per task group.
+
+    Tells every layer's hook which rows of the batch the group covers while it runs.
+    """
+    total: Tensor | None = None
+    for rows, t in _task_groups(task_labels, x):
+        xg, yg = (x, y) if rows is None else (x[rows], y[rows])
+        for layer in layers:
+            layer.group, layer.group_size = rows, xg.shape[0]
+        losses = loss_fn(model(xg, t), yg)  # (n_g,)
+        if losses.shape != (xg.shape[0],):
+            raise ValueError(
+                f"loss_fn must return shape ({xg.shape[0]},), got {tuple(losses.shape)}"
+            )
+        total = losses.sum() if total is None else total + losses.sum()
+    assert total is not None, "an empty batch has no task groups"
+    return total
 
 
 def sample_gram(
@@ -532,6 +669,7 @@ def sample_gram(
     *,
     loss_fn: LossFn | None = None,
     params: Sequence[nn.Parameter] | None = None,
+    task_labels: Tensor | None = None,
 ) -> Tensor:
     """Exact Gram matrix ``<g_i, g_j>`` of per-sample loss gradients (paper Eq. 2).
 
@@ -550,6 +688,11 @@ def sample_gram(
         cross-entropy with ``reduction="none"``.
     :param params: the parameters ``theta`` (each needs ``requires_grad``); default all
         trainable parameters.
+    :param task_labels: integer task labels, shape ``(N,)``, for a multi-head (task-aware)
+        model. ``None``: the model is called as ``model(x)``. Given: the model is called as
+        ``model(x, task_labels)``, as Avalanche's ``avalanche_forward`` does for a
+        ``MultiTaskModule``, once per group of samples sharing a label (so every module
+        sees whole groups); the Gram stays exact across groups.
     :return: the Gram matrix, shape ``(N, N)``, in the gradients' dtype.
     """
     loss_fn = _cross_entropy if loss_fn is None else loss_fn
@@ -563,10 +706,12 @@ def sample_gram(
     if n == 0 or not selected:
         return gram
     if layers:
-        fallback += _add_closed_form_grams(gram, model, x, y, loss_fn, layers)
+        fallback += _add_closed_form_grams(gram, model, x, y, loss_fn, layers, task_labels)
     if fallback:
         try:
-            grads = per_sample_grad_vmap(model, x, y, loss_fn=loss_fn, params=fallback)  # (N, P)
+            grads = per_sample_grad_vmap(
+                model, x, y, loss_fn=loss_fn, params=fallback, task_labels=task_labels
+            )  # (N, P)
         except RuntimeError as err:  # vmap cannot batch it: data-dependent control flow, ...
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             warnings.warn(
@@ -575,7 +720,9 @@ def sample_gram(
                 RuntimeWarning,
                 stacklevel=2,
             )
-            grads = per_sample_grad_loop(model, x, y, loss_fn=loss_fn, params=fallback)
+            grads = per_sample_grad_loop(
+                model, x, y, loss_fn=loss_fn, params=fallback, task_labels=task_labels
+            )
         gram.addmm_(grads, grads.T)
     return gram
 
@@ -604,6 +751,7 @@ def sample_cosine(
     loss_fn: LossFn | None = None,
     params: Sequence[nn.Parameter] | None = None,
     eps: float = 1e-12,
+    task_labels: Tensor | None = None,
 ) -> Tensor:
     """Pairwise gradient cosines of the samples (paper Eq. 7, Alg. 1 line 3).
 
@@ -613,9 +761,12 @@ def sample_cosine(
     :param loss_fn: per-sample loss, see :func:`sample_gram`.
     :param params: the parameters ``theta``, see :func:`sample_gram`.
     :param eps: zero-norm threshold, see :func:`cosine_from_gram`.
+    :param task_labels: task labels ``(N,)`` for a multi-head model, see :func:`sample_gram`.
     :return: cosine matrix, shape ``(N, N)``.
     """
-    gram = sample_gram(model, x, y, loss_fn=loss_fn, params=params)  # (N, N)
+    gram = sample_gram(
+        model, x, y, loss_fn=loss_fn, params=params, task_labels=task_labels
+    )  # (N, N)
     return cosine_from_gram(gram, eps)
 
 
@@ -629,6 +780,8 @@ def cross_cosine(
     loss_fn: LossFn | None = None,
     params: Sequence[nn.Parameter] | None = None,
     eps: float = 1e-12,
+    task_labels_a: Tensor | None = None,
+    task_labels_b: Tensor | None = None,
 ) -> Tensor:
     """Gradient cosines between two sets of samples, from one joint pass (Alg. 2 line 7).
 
@@ -640,11 +793,23 @@ def cross_cosine(
     :param loss_fn: per-sample loss, see :func:`sample_gram`.
     :param params: the parameters ``theta``, see :func:`sample_gram`.
     :param eps: zero-norm threshold, see :func:`cosine_from_gram`.
+    :param task_labels_a: task labels of the first set, shape ``(Na,)``, for a multi-head
+        model (see :func:`sample_gram`); give both sets' labels or neither.
+    :param task_labels_b: task labels of the second set, shape ``(Nb,)``.
     :return: cosine matrix, shape ``(Na, Nb)``.
     """
+    if (task_labels_a is None) != (task_labels_b is None):
+        raise ValueError("give task labels for both sets of samples or for neither")
     x = torch.cat([x_a, x_b])  # (Na+Nb, ...)
     y = torch.cat([y_a, y_b])  # (Na+Nb, ...)
-    cos = sample_cosine(model, x, y, loss_fn=loss_fn, params=params, eps=eps)  # (Na+Nb, Na+Nb)
+    task_labels = (
+        None
+        if task_labels_a is None or task_labels_b is None
+        else torch.cat([task_labels_a, task_labels_b])  # (Na+Nb,)
+    )
+    cos = sample_cosine(
+        model, x, y, loss_fn=loss_fn, params=params, eps=eps, task_labels=task_labels
+    )  # (Na+Nb, Na+Nb)
     return cos[: x_a.shape[0], x_a.shape[0] :]  # (Na, Nb)
 
 
@@ -698,6 +863,7 @@ def per_sample_grad_loop(
     *,
     loss_fn: LossFn | None = None,
     params: Sequence[nn.Parameter] | None = None,
+    task_labels: Tensor | None = None,
 ) -> Tensor:
     """Compute per-sample gradients by a Python loop of ``torch.autograd.grad`` (the oracle).
 
@@ -709,14 +875,20 @@ def per_sample_grad_loop(
     :param y: targets, shape ``(N, ...)``.
     :param loss_fn: per-sample loss, see :func:`sample_gram`.
     :param params: the parameters ``theta``, see :func:`sample_gram`.
+    :param task_labels: task labels ``(N,)`` for a multi-head model: sample ``i`` is run as
+        ``model(x[i:i+1], task_labels[i:i+1])``; ``None``: as ``model(x[i:i+1])``.
     :return: per-sample gradients, shape ``(N, P)``, parameters concatenated in order.
     """
     loss_fn = _cross_entropy if loss_fn is None else loss_fn
     selected = _selected(model, params)
+    if task_labels is not None:
+        _task_groups(task_labels, x)  # the same checks as the other routes
     rows = []
     with eval_mode(model), torch.enable_grad():
         for i in range(x.shape[0]):
-            loss = loss_fn(model(x[i : i + 1]), y[i : i + 1]).sum()
+            xi = x[i : i + 1]
+            out = model(xi) if task_labels is None else model(xi, task_labels[i : i + 1])
+            loss = loss_fn(out, y[i : i + 1]).sum()
             grads = torch.autograd.grad(loss, selected, allow_unused=True)
             rows.append(_flat_grads(grads, selected))  # (P,)
     if not rows:
@@ -732,17 +904,24 @@ def per_sample_grad_vmap(
     *,
     loss_fn: LossFn | None = None,
     params: Sequence[nn.Parameter] | None = None,
+    task_labels: Tensor | None = None,
 ) -> Tensor:
     """Per-sample gradients by ``torch.func`` (``functional_call`` + ``vmap(grad)``).
 
     Exact for any model that ``vmap`` supports; evaluated in eval mode like
-    :func:`sample_gram`, whose fallback it is for parameters without a closed form.
+    :func:`sample_gram`, whose fallback it is for parameters without a closed form. With
+    task labels, ``vmap`` runs within each task group, the group's label passed unbatched
+    (shape ``(1,)``, the same for every sample), so the model may use it for control flow
+    (``torch.unique``, ``.item()``). Avalanche's ``MultiTaskModule.forward`` writes each
+    sample's output into a fresh tensor in place, which ``vmap`` cannot batch (a
+    ``RuntimeError``; :func:`sample_gram` then falls back to the loop).
 
     :param model: the network.
     :param x: inputs, shape ``(N, ...)``.
     :param y: targets, shape ``(N, ...)``.
     :param loss_fn: per-sample loss, see :func:`sample_gram`.
     :param params: the parameters ``theta``, see :func:`sample_gram`.
+    :param task_labels: task labels ``(N,)`` for a multi-head model, see :func:`sample_gram`.
     :return: per-sample gradients, shape ``(N, P)``, parameters concatenated in order.
     """
     loss_fn = _cross_entropy if loss_fn is None else loss_fn
@@ -751,13 +930,30 @@ def per_sample_grad_vmap(
     names = {id(p): name for name, p in model.named_parameters() if id(p) in wanted}
     theta = {names[id(p)]: p.detach() for p in selected}
 
-    def one_loss(theta: dict[str, Tensor], xi: Tensor, yi: Tensor) -> Tensor:
-        logits = torch.func.functional_call(model, theta, (xi.unsqueeze(0),))  # (1, ...)
+    def one_loss(theta: dict[str, Tensor], xi: Tensor, yi: Tensor, *task: Tensor) -> Tensor:
+        logits = torch.func.functional_call(model, theta, (xi.unsqueeze(0), *task))  # (1, ...)
         return loss_fn(logits, yi.unsqueeze(0)).sum()
 
+    if task_labels is None:
+        with eval_mode(model):
+            grads = torch.func.vmap(torch.func.grad(one_loss), in_dims=(None, 0, 0))(theta, x, y)
+        return torch.cat([grads[names[id(p)]].reshape(x.shape[0], -1) for p in selected], dim=1)
+    n = x.shape[0]
+    total = sum(p.numel() for p in selected)
+    dtype = selected[0].dtype if selected else x.dtype
+    flat = torch.zeros(n, total, dtype=dtype, device=x.device)  # (N, P)
+    batched = torch.func.vmap(torch.func.grad(one_loss), in_dims=(None, 0, 0, None))
     with eval_mode(model):
-        grads = torch.func.vmap(torch.func.grad(one_loss), in_dims=(None, 0, 0))(theta, x, y)
-    return torch.cat([grads[names[id(p)]].reshape(x.shape[0], -1) for p in selected], dim=1)
+        for rows, t in _task_groups(task_labels, x):
+            xg, yg = (x, y) if rows is None else (x[rows], y[rows])
+            grads = batched(theta, xg, yg, t[:1])  # the group's label, unbatched
+            block = torch.cat(
+                [grads[names[id(p)]].reshape(xg.shape[0], -1) for p in selected], dim=1
+            )  # (n_g, P)
+            if rows is None:
+                return block
+            flat[rows] = block
+    return flat
 
 
 @contextmanager
@@ -767,7 +963,7 @@ def preserved_state(
     """Restore parameters, ``.grad``, buffers, train/eval modes and optimizer state on exit.
 
     For callers that score with their own backward passes, or that must leave a training
-    step untouched (the authors' scoring leaks into ``.grad``; see PEERS.md). Values are
+    step untouched (the authors' scoring leaves its gradients in ``.grad``). Values are
     copied back in place, so tensors keep their identity; a ``.grad`` that was ``None``
     becomes ``None`` again.
 

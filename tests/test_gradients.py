@@ -11,9 +11,13 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+import types
+import warnings
 
 import pytest
 import torch
+from avalanche.models import MTSimpleMLP, MultiTaskModule
+from avalanche.models.dynamic_modules import avalanche_model_adaptation
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -34,14 +38,30 @@ RTOL = 1e-4  # Gram: relative to the reference's largest |entry|; cosines: absol
 
 
 def reference_grads(
-    model: nn.Module, x: Tensor, y: Tensor, names: list[str] | None = None
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    names: list[str] | None = None,
+    task_labels: Tensor | None = None,
 ) -> Tensor:
-    """Per-sample gradients (N, P) of a float64 copy of ``model`` by the loop oracle."""
+    """Per-sample gradients (N, P) of a float64 copy of ``model`` by the loop oracle.
+
+    With ``task_labels``, sample i is run alone as ``model(x[i:i+1], task_labels[i:i+1])``,
+    with float64 as the default dtype (Avalanche's ``MultiTaskModule.forward`` writes the
+    heads' outputs into a ``torch.zeros`` of the default dtype).
+    """
     ref = copy.deepcopy(model).double()
     named = dict(ref.named_parameters())
     params = None if names is None else [named[n] for n in names]
     xd = x.double() if x.is_floating_point() else x
-    return per_sample_grad_loop(ref, xd, y, params=params)  # (N, P)
+    if task_labels is None:
+        return per_sample_grad_loop(ref, xd, y, params=params)  # (N, P)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return per_sample_grad_loop(ref, xd, y, params=params, task_labels=task_labels)
+    finally:
+        torch.set_default_dtype(default)
 
 
 def assert_gram_close(gram: Tensor, ref_grads: Tensor) -> None:
@@ -52,15 +72,17 @@ def assert_gram_close(gram: Tensor, ref_grads: Tensor) -> None:
     torch.testing.assert_close(gram.double(), ref, rtol=RTOL, atol=RTOL * scale)
 
 
-def assert_each_parameter_close(model: nn.Module, x: Tensor, y: Tensor) -> None:
+def assert_each_parameter_close(
+    model: nn.Module, x: Tensor, y: Tensor, task_labels: Tensor | None = None
+) -> None:
     """Compare the Gram of every parameter on its own, so no layer hides behind another."""
-    ref = reference_grads(model, x, y)  # (N, P)
+    ref = reference_grads(model, x, y, task_labels=task_labels)  # (N, P)
     start = 0
     for name, p in model.named_parameters():
         block = ref[:, start : start + p.numel()]  # (N, p.numel())
         start += p.numel()
         try:
-            assert_gram_close(sample_gram(model, x, y, params=[p]), block)
+            assert_gram_close(sample_gram(model, x, y, params=[p], task_labels=task_labels), block)
         except AssertionError as err:
             raise AssertionError(f"parameter {name}") from err
     assert start == ref.shape[1]
@@ -210,11 +232,84 @@ def test_unusual_convolutions_and_repeated_module_match_loop(
     # grouped=True: the accelerators' grouped-convolution route, forced on the CPU
     monkeypatch.setattr(gradients, "_grouped_route", lambda device, size: grouped)
     monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", chunk)  # 7: one output channel a block
+    built, used = gradients._add_grouped_conv_gram, []
+    monkeypatch.setattr(gradients, "_add_grouped_conv_gram", lambda *a: used.append(1) or built(*a))
     torch.manual_seed(2)
     model = OddConvs()
     x, y = torch.randn(5, 2, 6, 6), torch.randint(0, 3, (5,))
     assert_gram_close(sample_gram(model, x, y), reference_grads(model, x, y))
     assert_each_parameter_close(model, x, y)
+    assert bool(used) == grouped  # the route under test is the one that ran
+
+
+# The smallest block of per-sample weight gradients the grouped route builds for each
+# convolution (one output channel, N * Cin * kh * kw; with groups the whole weight,
+# N * Cin / groups * kh * kw * C), in module order, for the batches of test_cuda_matches_cpu.
+SMALLEST_BLOCKS = {
+    "SmallCNN": [6 * 3 * 9, 6 * 4 * 9],  # N=6: conv1 162, conv2 216
+    "OddConvs": [5 * 2 * 3, 5 * 1 * 4, 5 * 4 * 9, 5 * 4 * 9, 5 * 2 * 9 * 6],  # N=5, 540 grouped
+}
+
+
+def conv_cases() -> list[tuple[nn.Module, Tensor, Tensor]]:
+    """The models and batches of test_cuda_matches_cpu, on the CPU."""
+    torch.manual_seed(13)
+    cnn = SmallCNN()
+    set_bn_stats(cnn)
+    cases = [(cnn, torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,)))]
+    cases.append((OddConvs(), torch.randn(5, 2, 6, 6), torch.randint(0, 3, (5,))))
+    return cases
+
+
+def test_grouped_route_needs_an_accelerator_and_a_block_within_the_limit() -> None:
+    limit = gradients._GROUPED_ELEMENTS
+    cuda = torch.device("cuda")  # a device object only: nothing runs on it
+    assert gradients._grouped_route(cuda, limit)
+    assert not gradients._grouped_route(cuda, limit + 1)
+    assert not gradients._grouped_route(torch.device("cpu"), 1)
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
+def test_grouped_route_builds_the_block_the_selection_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the grouped route forced on the CPU with a block limit of 7 elements, the case
+    # test_cuda_matches_cpu[7] runs on CUDA, and a record of the size each route decision
+    # measured and of each block of per-sample weight gradients the route then built
+    monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", 7)
+    events: list[tuple[str, int]] = []
+    route, cuda = gradients._grouped_route, torch.device("cuda")
+
+    def decide(device: torch.device, size: int) -> bool:
+        events.append(("route", size))
+        return True
+
+    weight_grad = gradients.conv2d_weight
+
+    def block(*args: object, **kwargs: object) -> Tensor:
+        grads = weight_grad(*args, **kwargs)  # type: ignore[arg-type]
+        events.append(("block", grads.numel()))
+        return grads
+
+    monkeypatch.setattr(gradients, "_grouped_route", decide)
+    monkeypatch.setattr(gradients, "conv2d_weight", block)
+    for model, x, y in conv_cases():
+        events.clear()
+        # When scoring: Then the Gram matches the loop (one output channel a block)
+        assert_gram_close(sample_gram(model, x, y), reference_grads(model, x, y))
+        # and each convolution's decision measured its smallest block, which is exactly
+        # what the route built, block after block
+        sizes = [size for kind, size in events if kind == "route"]
+        assert sizes == SMALLEST_BLOCKS[type(model).__name__]
+        measured = 0
+        for kind, size in events:
+            if kind == "route":
+                measured = size
+            else:
+                assert size == measured
+        # so with a limit of 7 the real selection refuses every one of them on an accelerator:
+        # a 7-element limit cannot make CUDA take the grouped route (test_cuda_matches_cpu)
+        assert not any(route(cuda, size) for size in sizes)
 
 
 def test_resnet_like_block_with_inplace_relu_matches_loop() -> None:
@@ -454,27 +549,261 @@ def test_invalid_inputs_raise() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
-@pytest.mark.parametrize("block", [gradients._GROUPED_ELEMENTS, 7])
+@pytest.mark.parametrize("block", [gradients._GROUPED_ELEMENTS, 216, 7])
 def test_cuda_matches_cpu(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
-    # On CUDA convolutions take the grouped route; 7 builds one output channel at a time
+    # On CUDA a convolution takes the grouped route exactly when its smallest block
+    # (SMALLEST_BLOCKS) fits in the limit: the default limit fits all of them; 216 all but
+    # the grouped convolution's 540, most of them one output channel a block; 7 none, so
+    # every convolution takes the CPU's routes, on CUDA
     monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", block)
     # float32 arithmetic, not TF32 (PyTorch's default for cuDNN): the routes are checked here
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    route, decisions = gradients._grouped_route, []
+
+    def decide(device: torch.device, size: int) -> bool:
+        taken = route(device, size)
+        if device.type == "cuda":
+            decisions.append(taken)
+        return taken
+
     grouped, used = gradients._add_grouped_conv_gram, []
+    monkeypatch.setattr(gradients, "_grouped_route", decide)
     monkeypatch.setattr(
-        gradients, "_add_grouped_conv_gram", lambda *a: used.append(1) or grouped(*a)
+        gradients, "_add_grouped_conv_gram", lambda *a: used.append(a[0].device.type) or grouped(*a)
     )
-    torch.manual_seed(13)
-    cnn = SmallCNN()
-    set_bn_stats(cnn)
-    cases = [(cnn, torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,)))]
-    cases.append((OddConvs(), torch.randn(5, 2, 6, 6), torch.randint(0, 3, (5,))))
-    for model, x, y in cases:
+    expected = []
+    for model, x, y in conv_cases():
+        expected += [size <= block for size in SMALLEST_BLOCKS[type(model).__name__]]
         cpu = sample_gram(model, x, y)
         gpu = sample_gram(model.cuda(), x.cuda(), y.cuda())
         assert gpu.device.type == "cuda"
         torch.testing.assert_close(gpu.cpu(), cpu, rtol=RTOL, atol=RTOL * cpu.abs().max().item())
-    assert used  # the convolutions took the accelerator route
+    # Then each convolution took the grouped route on CUDA exactly when its block fits
+    assert decisions == expected
+    assert used == ["cuda"] * sum(expected)
+
+
+# Multi-head (task-aware) models: the model is called as model(x, task_labels), once per task.
+
+TASK_CLASSES = {0: [0, 1, 2], 1: [0, 1, 2, 3], 2: [1, 2]}  # heads of 3, 4 and 3 units
+# 10 samples of the three tasks, interleaved, with targets among each task's classes
+MIXED_TASKS = torch.tensor([2, 0, 1, 1, 0, 2, 1, 0, 2, 1])
+MIXED_TARGETS = torch.tensor([1, 0, 3, 0, 2, 2, 1, 1, 1, 2])
+
+
+def mt_simple_mlp() -> MTSimpleMLP:
+    """Avalanche's MTSimpleMLP (20 -> 16 -> heads) with heads for tasks 0, 1 and 2."""
+    torch.manual_seed(20)
+    model = MTSimpleMLP(input_size=20, hidden_size=16)
+    for task, classes in TASK_CLASSES.items():  # as a strategy adapts it to each experience
+        experience = types.SimpleNamespace(classes_in_this_experience=classes, task_labels=[task])
+        avalanche_model_adaptation(model, experience)
+    assert sorted(model.classifier.classifiers) == ["0", "1", "2"]
+    return model
+
+
+class MultiHeadConvNet(MultiTaskModule):
+    """Avalanche multi-task module: a shared conv + BN trunk, then per task a strided conv,
+    a BN and a linear head, then a shared Linear called twice, for 2x6x6 inputs (optionally
+    a LayerNorm, which has no closed form, between trunk and heads)."""
+
+    def __init__(self, layer_norm: bool = False) -> None:
+        super().__init__()
+        self.max_class_label = 4  # MultiTaskModule.forward's output width
+        self.trunk = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+        self.norm = nn.LayerNorm([4, 6, 6]) if layer_norm else nn.Identity()
+        self.heads = nn.ModuleDict(
+            {
+                str(task): nn.Sequential(
+                    nn.Conv2d(4, 3, 3, stride=2),  # 6x6 -> 2x2
+                    nn.BatchNorm2d(3),
+                    nn.ReLU(),
+                    nn.Flatten(),
+                    nn.Linear(3 * 2 * 2, 4),
+                )
+                for task in TASK_CLASSES
+            }
+        )
+        self.mix = nn.Linear(4, 4)
+
+    def forward_single_task(self, x: Tensor, task_label: int) -> Tensor:
+        logits = self.heads[str(task_label)](self.norm(self.trunk(x)))
+        return self.mix(torch.tanh(self.mix(logits)))  # two calls per task group
+
+
+class RowwiseMultiHead(nn.Module):
+    """A task-aware model that vmap can batch: a LayerNorm (no closed form), a Linear run on
+    one row at a time (calls on part of a task group, which the hooks must not use), and a
+    head picked with the label of the call's task (one task per call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(6)
+        self.rowwise = nn.Linear(6, 8)
+        self.heads = nn.ModuleList([nn.Linear(8, 4) for _ in TASK_CLASSES])
+
+    def forward(self, x: Tensor, task_labels: Tensor) -> Tensor:
+        h = self.norm(x)
+        h = torch.tanh(torch.cat([self.rowwise(h[i : i + 1]) for i in range(h.shape[0])]))
+        return self.heads[int(task_labels[0])](h)
+
+
+def test_mt_simple_mlp_mixed_tasks_match_loop() -> None:
+    # Given Avalanche's MTSimpleMLP (in training mode: dropout must be off when scoring)
+    # and one batch mixing tasks 0, 1 and 2
+    model = mt_simple_mlp()
+    x, y, t = torch.randn(10, 20), MIXED_TARGETS, MIXED_TASKS
+    # When the engine builds the Gram and cosines with the samples' task labels
+    gram = sample_gram(model, x, y, task_labels=t)
+    cos = sample_cosine(model, x, y, task_labels=t)
+    # Then they equal the float64 loop that runs each sample with its own task label
+    ref = reference_grads(model, x, y, task_labels=t)  # (N, P)
+    assert_gram_close(gram, ref)
+    torch.testing.assert_close(cos.double(), cosines(ref), rtol=0, atol=RTOL)
+    assert_each_parameter_close(model, x, y, task_labels=t)
+    # and a head gives exactly nothing to samples of other tasks (zero gradient, not round-off)
+    head = model.classifier.classifiers["1"].classifier
+    head_gram = sample_gram(model, x, y, params=[head.weight, head.bias], task_labels=t)
+    others = t != 1
+    assert torch.all(head_gram[others] == 0) and torch.all(head_gram[:, others] == 0)
+    assert torch.all(head_gram[~others][:, ~others].diagonal() > 0)
+    # while the shared layer couples every pair, whatever their tasks
+    shared = sample_gram(model, x, y, params=list(model.features.parameters()), task_labels=t)
+    assert torch.all(shared.diagonal() > 0) and shared[0, 1] != 0  # tasks 2 and 0
+
+
+def test_multi_head_conv_and_batchnorm_mixed_tasks_match_loop() -> None:
+    # Given a multi-task module with shared and per-task convolutions and BatchNorms
+    # (training mode, non-trivial running statistics)
+    torch.manual_seed(21)
+    model = MultiHeadConvNet()
+    set_bn_stats(model)
+    model.train()
+    x, y, t = torch.randn(10, 2, 6, 6), MIXED_TARGETS, MIXED_TASKS
+    # When scoring a batch of mixed tasks: Then the Gram equals the per-sample loop's,
+    # parameter by parameter too (each head's conv, BN and linear see one task's rows)
+    assert_gram_close(
+        sample_gram(model, x, y, task_labels=t), reference_grads(model, x, y, task_labels=t)
+    )
+    assert_each_parameter_close(model, x, y, task_labels=t)
+    assert model.training  # modes restored
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_multi_head_convolutions_on_the_grouped_route_match_loop(
+    monkeypatch: pytest.MonkeyPatch, grouped: bool
+) -> None:
+    # The accelerators' grouped-convolution route, forced on the CPU, with rows scattered back
+    monkeypatch.setattr(gradients, "_grouped_route", lambda device, size: grouped)
+    torch.manual_seed(22)
+    model = MultiHeadConvNet()
+    set_bn_stats(model)
+    x, y, t = torch.randn(10, 2, 6, 6), MIXED_TARGETS, MIXED_TASKS
+    ref = reference_grads(model, x, y, task_labels=t)
+    assert_gram_close(sample_gram(model, x, y, task_labels=t), ref)
+
+
+@pytest.mark.parametrize("make", [mt_simple_mlp, MultiHeadConvNet], ids=["mtsimplemlp", "conv"])
+def test_single_task_label_batch_matches_loop(make: type[nn.Module]) -> None:
+    # Given a batch whose samples all belong to task 1
+    torch.manual_seed(23)
+    model = make()
+    set_bn_stats(model)
+    shape = (20,) if isinstance(model, MTSimpleMLP) else (2, 6, 6)
+    x, y = torch.randn(6, *shape), torch.tensor([0, 3, 1, 2, 3, 0])
+    t = torch.ones(6, dtype=torch.long)
+    # When: Then the Gram equals the loop's, and the heads of tasks 0 and 2 play no part
+    ref = reference_grads(model, x, y, task_labels=t)
+    assert_gram_close(sample_gram(model, x, y, task_labels=t), ref)
+    names = [n for n, _ in model.named_parameters()]
+    unused = [n for n in names if "classifiers.0." in n or "classifiers.2." in n]
+    unused += [n for n in names if n.startswith(("heads.0.", "heads.2."))]
+    assert unused
+    named = dict(model.named_parameters())
+    assert torch.all(
+        sample_gram(model, x, y, params=[named[n] for n in unused], task_labels=t) == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["trunk.0.weight", "trunk.0.bias", "trunk.1.weight"],  # shared layers only
+        ["heads.1.0.weight", "heads.1.1.bias", "heads.1.4.weight"],  # one task's head
+        ["trunk.0.bias", "heads.0.0.weight", "heads.2.4.bias"],  # shared and two heads
+    ],
+)
+def test_multi_head_parameter_subsets_match_loop(names: list[str]) -> None:
+    torch.manual_seed(24)
+    model = MultiHeadConvNet()
+    set_bn_stats(model)
+    x, y, t = torch.randn(10, 2, 6, 6), MIXED_TARGETS, MIXED_TASKS
+    named = dict(model.named_parameters())
+    gram = sample_gram(model, x, y, params=[named[n] for n in names], task_labels=t)
+    ref = reference_grads(model, x, y, names, task_labels=t)
+    assert ref.shape[1] == sum(named[n].numel() for n in names)
+    assert_gram_close(gram, ref)
+
+
+def test_multi_task_module_without_closed_form_falls_back_to_the_loop() -> None:
+    # Given a MultiTaskModule with a LayerNorm: its forward writes each task's output into a
+    # fresh tensor in place, which vmap cannot batch
+    torch.manual_seed(25)
+    model = MultiHeadConvNet(layer_norm=True)
+    set_bn_stats(model)
+    x, y, t = torch.randn(10, 2, 6, 6), MIXED_TARGETS, MIXED_TASKS
+    # When scoring: Then the LayerNorm's gradients come from the per-sample loop, with a
+    # warning, and the Gram is still exact
+    with pytest.warns(RuntimeWarning, match="one sample at a time"):
+        gram = sample_gram(model, x, y, task_labels=t)
+    assert_gram_close(gram, reference_grads(model, x, y, task_labels=t))
+
+
+def test_task_groups_on_the_vmap_route_match_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a task-aware model vmap can batch, whose Linear runs on one row at a time
+    torch.manual_seed(26)
+    model = RowwiseMultiHead()
+    x, y, t = torch.randn(10, 6), MIXED_TARGETS, MIXED_TASKS
+    ref = reference_grads(model, x, y, task_labels=t)
+    vmap, routed = gradients.per_sample_grad_vmap, []
+
+    def spy(*args: object, **kwargs: object) -> Tensor:
+        routed.extend(id(p) for p in kwargs["params"])  # type: ignore[attr-defined]
+        return vmap(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gradients, "per_sample_grad_vmap", spy)
+    # When scoring (any RuntimeWarning, i.e. a fall back to the loop, fails the test)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        gram = sample_gram(model, x, y, task_labels=t)
+    # Then the Gram is exact, the LayerNorm and the Linear called on single rows (not whole
+    # task groups) went to the torch.func route, and the heads stayed in closed form
+    assert_gram_close(gram, ref)
+    assert {id(p) for p in [*model.norm.parameters(), *model.rowwise.parameters()]} == set(routed)
+    # and per_sample_grad_vmap with task labels gives the loop's per-sample gradients
+    grads = vmap(model, x, y, task_labels=t)
+    torch.testing.assert_close(grads.double(), ref, atol=1e-5, rtol=0)
+
+
+def test_cross_cosine_with_task_labels_matches_loop() -> None:
+    model = mt_simple_mlp()
+    x, y, t = torch.randn(10, 20), MIXED_TARGETS, MIXED_TASKS
+    cos = cross_cosine(model, x[:4], y[:4], x[4:], y[4:], task_labels_a=t[:4], task_labels_b=t[4:])
+    ref = cosines(reference_grads(model, x, y, task_labels=t))[:4, 4:]
+    torch.testing.assert_close(cos.double(), ref, rtol=0, atol=RTOL)
+    with pytest.raises(ValueError, match="both"):
+        cross_cosine(model, x[:4], y[:4], x[4:], y[4:], task_labels_a=t[:4])
+
+
+def test_invalid_task_labels_raise() -> None:
+    model = mt_simple_mlp()
+    x, y = torch.randn(4, 20), torch.tensor([0, 1, 2, 1])
+    with pytest.raises(ValueError, match="shape"):
+        sample_gram(model, x, y, task_labels=torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="integer"):
+        sample_gram(model, x, y, task_labels=torch.zeros(4))
+    with pytest.raises(ValueError, match="integer"):
+        per_sample_grad_loop(model, x, y, task_labels=torch.zeros(4))
 
 
 def test_engine_does_not_import_avalanche() -> None:
