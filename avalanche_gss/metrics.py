@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from avalanche_gss.benchmarks.online import experience_tensors
 from avalanche_gss.gradients import LossFn, preserved_state, sample_cosine
-from avalanche_gss.storage import OnlineBuffer
+from avalanche_gss.storage import OnlineBuffer, task_labels_for
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
@@ -287,10 +287,14 @@ class BufferSurrogateMetric(BufferMetric):
         if len(buffer) == 0:
             return 0.0
         x, y = buffer.tensors()
+        t = task_labels_for(model, buffer.task_labels)
         if device is not None:
             x, y = x.to(device), y.to(device)
+        if t is not None:
+            t = t.to(x.device)
         with preserved_state(model):
-            cos = sample_cosine(model, x, y, loss_fn=self.loss_fn, params=self.params)  # (M, M)
+            cos = sample_cosine(model, x, y, loss_fn=self.loss_fn, params=self.params,
+                                task_labels=t)  # (M, M)
         return float(cos.detach().sum())
 
     def _values(self, strategy: SupervisedTemplate, buffer: OnlineBuffer) -> dict[str, float]:

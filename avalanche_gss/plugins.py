@@ -18,8 +18,8 @@ from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from avalanche_gss.gradients import LossFn, eval_mode
-from avalanche_gss.storage import OnlineBuffer, _gram, task_labels_for
+from avalanche_gss.gradients import LossFn, eval_mode, sample_gram
+from avalanche_gss.storage import OnlineBuffer, sample_fields, task_labels_for
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
@@ -236,8 +236,8 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
         b = len(y)
         params = self.params or [p for p in model.parameters() if p.requires_grad]
         labels = task_labels_for(model, torch.cat([t.to(y.device), bt]))
-        gram = _gram(model, torch.cat([x, bx]), torch.cat([y, by]), loss_fn=self.loss_fn,
-                     params=params, task_labels=labels).detach()  # (B+K, B+K)
+        gram = sample_gram(model, torch.cat([x, bx]), torch.cat([y, by]), loss_fn=self.loss_fn,
+                           params=params, task_labels=labels).detach()  # (B+K, B+K)
         if not bool(torch.isfinite(gram).all()):
             warnings.warn("ConstrainedUpdatePlugin: non-finite gradients; the step is not "
                           "projected", RuntimeWarning, stacklevel=2)
@@ -292,13 +292,13 @@ def _read_items(
     data: Any, idx: Tensor, device: torch.device | str
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Read ``data[i]`` for ``i`` in ``idx`` and collate: ``(x, y, t)`` on ``device``."""
-    items = [data[int(i)] for i in idx]
-    x = torch.stack([torch.as_tensor(item[0]) for item in items]).to(device)
-    y = torch.as_tensor([int(item[1]) for item in items], device=device)
-    if len(items[0]) > 2:
-        t = torch.as_tensor([int(item[2]) for item in items], device=device)
+    fields = [sample_fields(data[int(i)]) for i in idx]
+    x = torch.stack([torch.as_tensor(f[0]) for f in fields]).to(device)
+    y = torch.as_tensor([int(f[1]) for f in fields], device=device)
+    if fields[0][2] is not None:
+        t = torch.as_tensor([int(f[2]) for f in fields], device=device)
     else:
-        t = torch.zeros(len(items), dtype=torch.long, device=device)
+        t = torch.zeros(len(fields), dtype=torch.long, device=device)
     return x, y, t
 
 

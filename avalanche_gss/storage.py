@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -56,6 +57,7 @@ __all__ = [
     "FSSClustBuffer",
     "task_labels_for",
     "model_features",
+    "sample_fields",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,24 +113,40 @@ class _Rows:
                      self.idx, self.plain)
 
 
+def sample_fields(item: Any) -> tuple[Any, Any, Any]:
+    """``(x, y, t)`` of one dataset item; ``t`` is ``None`` when the item has no task field.
+
+    Items are ``(x, y)``, ``(x, y, t, ...)``, or mappings with ``"x"`` and ``"y"`` keys (and
+    ``"targets_task_labels"`` or ``"t"``), as Avalanche's dictionary datasets have them.
+
+    :param item: ``dataset[i]``.
+    :raises TypeError: the item is none of these.
+    """
+    if isinstance(item, Mapping):
+        if "x" not in item or "y" not in item:
+            raise TypeError(f"a buffer reads samples with 'x' and 'y' fields; this dataset's "
+                            f"items have keys {sorted(item)}")
+        return item["x"], item["y"], item.get("targets_task_labels", item.get("t"))
+    if isinstance(item, (tuple, list)) and len(item) >= 2:
+        return item[0], item[1], item[2] if len(item) > 2 else None
+    raise TypeError(f"a buffer reads (x, y[, t]) samples, but the dataset's items are "
+                    f"{type(item).__name__}")
+
+
 def _read_dataset(data: Any) -> tuple[Tensor, Tensor, Tensor]:
     """Read every sample of a classification dataset: ``(x, y, t)`` stacked tensors.
 
-    Items are ``(x, y)`` or ``(x, y, t, ...)``; without a task field, task labels come from
-    the dataset's ``targets_task_labels`` when it has them, else 0.
+    Without a task field, task labels come from the dataset's ``targets_task_labels`` when
+    it has them, else 0 (see :func:`sample_fields`).
     """
     n = len(data)
     if n == 0:
         raise ValueError("the dataset is empty")
-    items = [data[i] for i in range(n)]
-    if not isinstance(items[0], (tuple, list)) or len(items[0]) < 2:
-        raise TypeError(
-            f"a buffer reads (x, y[, t]) samples, but the dataset's items are "
-            f"{type(items[0]).__name__}; use a classification dataset of tuples")
-    x = torch.stack([torch.as_tensor(item[0]) for item in items])
-    y = torch.tensor([int(item[1]) for item in items], dtype=torch.long)
-    if len(items[0]) > 2:
-        t = torch.tensor([int(item[2]) for item in items], dtype=torch.long)
+    fields = [sample_fields(data[i]) for i in range(n)]
+    x = torch.stack([torch.as_tensor(f[0]) for f in fields])
+    y = torch.tensor([int(f[1]) for f in fields], dtype=torch.long)
+    if fields[0][2] is not None:
+        t = torch.tensor([int(f[2]) for f in fields], dtype=torch.long)
     else:
         labels = getattr(data, "targets_task_labels", None)
         t = (torch.tensor([int(labels[i]) for i in range(n)], dtype=torch.long)
@@ -815,7 +833,7 @@ class GSSGreedyBuffer(OnlineBuffer):
         ys = torch.cat([y.to(by.device), by])
         ts = task_labels_for(model, torch.cat([t.to(bt.device), bt]))
         # The engine is state-neutral (parameters, .grad, BN statistics, train/eval mode).
-        gram = _gram(model, xs, ys, loss_fn=self.loss_fn, params=self.params,
+        gram = sample_gram(model, xs, ys, loss_fn=self.loss_fn, params=self.params,
                            task_labels=ts).detach()
         # A non-finite gradient (NaN/inf loss) makes its sample's score NaN (not stored);
         # if a buffer gradient is not finite, every score is NaN.
@@ -1143,7 +1161,7 @@ class GSSIQPBuffer(RecentMergeBuffer):
         _require_gradients(model, self.params, "GSS-IQP")
         dev = _model_device(model) or x.device
         # The engine is state-neutral (parameters, .grad, BN statistics, train/eval mode).
-        gram = _gram(
+        gram = sample_gram(
             model, x.to(dev), y.to(dev), loss_fn=self.loss_fn, params=self.params,
             task_labels=_labels_on(model, union.t, dev),
         ).detach()  # (K, K)
@@ -1294,7 +1312,7 @@ class GSSClustBuffer(_ClustBuffer):
     def _distances(self, union: _Rows, model: nn.Module) -> tuple[Tensor, Tensor]:
         _require_gradients(model, self.params, "GSS-Clust")
         dev = _model_device(model) or union.x.device
-        gram = _gram(model, union.x.to(dev), union.y.to(dev), loss_fn=self.loss_fn,
+        gram = sample_gram(model, union.x.to(dev), union.y.to(dev), loss_fn=self.loss_fn,
                            params=self.params, task_labels=_labels_on(model, union.t, dev),
                            ).detach()  # (K, K), state-neutral engine
         valid = torch.isfinite(gram.diagonal())  # (K,)
@@ -1356,14 +1374,6 @@ class FSSClustBuffer(_ClustBuffer):
                              penultimate=self.features == "penultimate")  # (K, D)
         valid = torch.isfinite(out).all(dim=1)  # (K,)
         return feature_distance(out, squared=self.squared), valid  # (K, K), (K,)
-
-
-def _gram(model: nn.Module, x: Tensor, y: Tensor, *, loss_fn: Any, params: Any,
-          task_labels: Tensor | None) -> Tensor:
-    if task_labels is None:
-        return sample_gram(model, x, y, loss_fn=loss_fn, params=params)
-    return sample_gram(model, x, y, loss_fn=loss_fn, params=params,  # type: ignore[call-arg]
-                       task_labels=task_labels)
 
 
 def _labels_on(model: nn.Module, t: Tensor, device: torch.device | str) -> Tensor | None:

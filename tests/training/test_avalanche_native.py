@@ -500,3 +500,15 @@ def test_classifier_must_be_findable():
     model = nn.Sequential(nn.Flatten(), nn.Conv1d(1, 2, 3))
     with pytest.raises(TypeError, match="classifier"):
         model_features(model, torch.randn(2, 1, 5))
+
+
+def test_source_datasets_are_forgotten_once_no_sample_refers_to_them():
+    """Memory stays flat on long streams: the buffer keeps only the datasets it uses."""
+    bench = online_benchmark(_split(n_tasks=3, per_task=400))  # 120 experiences
+    buf = ReservoirBuffer(5, seed=0)
+    strategy = type("S", (), {"model": None, "device": "cpu"})()
+    for exp in bench.train_stream:
+        buf.post_adapt(strategy, exp)
+        assert len(buf._sources) <= 64 + 1
+    assert set(buf.src[: len(buf)].tolist()) <= set(buf._sources)
+    assert len(buf.buffer) == 5

@@ -123,7 +123,7 @@ def test_greedy_scoring_leaves_no_trace(variant):
 def test_greedy_stores_scores_and_gates_when_full():
     torch.manual_seed(0)
     model = MLP()
-    buf = GSSGreedyBuffer(20)
+    buf = GSSGreedyBuffer(20, variant="paper")  # the per-sample gate of Algorithm 2
     for bx, by in _batches(2):
         buf.add(bx, by, model)
     assert len(buf) == 20
