@@ -179,6 +179,24 @@ def test_replay_plugin_in_the_online_template_on_a_multi_task_online_stream(inde
     assert len(buf.buffer[0]) == 3 and len(set(buf.task_labels.tolist())) >= 1
 
 
+@pytest.mark.parametrize("index", range(7), ids=BUFFER_IDS)
+def test_replay_plugin_with_stock_online_naive(index):
+    from avalanche.benchmarks.scenarios.online import OnlineCLScenario
+    from avalanche.training import OnlineNaive
+
+    buf = _buffers()[index]
+    bench = _nc(task_labels=False)
+    ocl = OnlineCLScenario(bench.streams.values(), experience_size=10)
+    model = SimpleMLP(num_classes=10, input_size=N_FEATURES, hidden_size=16)
+    sizes: list[int] = []
+    strategy = OnlineNaive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
+                           train_mb_size=10, evaluator=quiet_evaluator(),
+                           plugins=[ReplayPlugin(mem_size=12, batch_size=10, storage_policy=buf),
+                                    _sizes_plugin(sizes)])
+    strategy.train(list(ocl.train_online_stream)[:40])
+    assert len(buf) > 0 and max(sizes) == 20
+
+
 def test_replay_plugin_in_a_custom_supervised_template():
     class MyStrategy(SupervisedTemplate):
         pass
