@@ -154,6 +154,65 @@ def _read_dataset(data: Any) -> tuple[Tensor, Tensor, Tensor]:
     return x, y, t
 
 
+class _DatasetIndex:
+    """The buffer's samples as one ``AvalancheDataset``, kept up to date incrementally.
+
+    ``data`` concatenates the subsets of the source datasets that samples were stored
+    from (stale entries included); ``pos[i]`` is where slot ``i``'s sample sits in it.
+    Stored batches only queue ``(sources, indices, slots)``; the next read appends their
+    subsets with one concatenation, as Avalanche's own buffers update theirs, and drops
+    the stale entries once they are as many as the live ones. Batches queue only while
+    ``data`` exists, and at most ``capacity`` samples' worth: beyond that the next read
+    rebuilds from the slots' provenance instead.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.reset(capacity)
+
+    def reset(self, capacity: int) -> None:
+        """Forget the dataset: the next read builds it from the slots."""
+        self.data: Any = None
+        self.pos = torch.zeros(capacity, dtype=torch.long)
+        self.pending: list[tuple[Tensor, Tensor, Tensor]] = []
+        self.pending_rows = 0
+        self.view: AvalancheDataset | None = None
+
+    def stored(self, src: Tensor, idx: Tensor, slots: Tensor, capacity: int) -> None:
+        """Record that ``slots`` now hold samples ``idx`` of sources ``src``."""
+        self.view = None
+        if self.data is None:
+            return
+        self.pending.append((src, idx, slots))
+        self.pending_rows += len(slots)
+        if self.pending_rows > capacity:
+            self.reset(capacity)
+
+    def dataset(self, owner: OnlineBuffer) -> AvalancheDataset:
+        """The owner's samples in slot order."""
+        if self.view is not None:
+            return self.view
+        n = owner.size
+        if self.data is None:
+            parts, order = owner._part(owner.src[:n], owner.src_idx[:n], torch.arange(n))
+            self.data = parts[0] if len(parts) == 1 else concat_datasets(parts)
+            self.pos[torch.cat(order)] = torch.arange(n)
+        elif self.pending:
+            parts, offset = [self.data], len(self.data)
+            for src, idx, slots in self.pending:  # later batches overwrite earlier ones
+                new, order = owner._part(src, idx, slots)
+                for where in order:  # the parts' samples, in order
+                    self.pos[where] = offset + torch.arange(len(where))
+                    offset += len(where)
+                parts += new
+            self.data = concat_datasets(parts)
+            self.pending, self.pending_rows = [], 0
+            if len(self.data) > 2 * n:  # as many stale entries as live ones: compact
+                self.data = self.data.subset(self.pos[:n].tolist())
+                self.pos[:n] = torch.arange(n)
+        self.view = self.data.subset(self.pos[:n].tolist())
+        return self.view
+
+
 class BufferView:
     """A read-only view of some of a buffer's samples (one class or one task).
 
@@ -222,7 +281,7 @@ class OnlineBuffer(ExemplarsBuffer):
         self._source_of: dict[int, int] = {}  # id(dataset) -> source id
         self._next_source = 0
         self._prune_at = 64  # registry size that triggers the next pruning
-        self._dataset: AvalancheDataset | None = None
+        self._data = _DatasetIndex(m)
         self.last_slots: Tensor | None = None  # slots taken by the last batch (-1: not stored)
 
     # ------------------------------------------------------------------ decisions
@@ -423,7 +482,7 @@ class OnlineBuffer(ExemplarsBuffer):
         self.plain[target] = rows.plain[keep]
         self.size = new_size
         if len(target):
-            self._dataset = None
+            self._data.stored(rows.src[keep], rows.idx[keep], target, self.max_size)
 
     def post_adapt(self, agent_state: SupervisedTemplate, exp: Any) -> None:
         """Avalanche's hook: offer the experience's samples, scored with the current model.
@@ -484,7 +543,7 @@ class OnlineBuffer(ExemplarsBuffer):
             setattr(self, name, new)
         self.size = n
         self.max_size = new_size
-        self._dataset = None
+        self._data.reset(new_size)
 
     # ------------------------------------------------------------------ reading
     def __len__(self) -> int:
@@ -550,11 +609,9 @@ class OnlineBuffer(ExemplarsBuffer):
         transform groups); samples given as tensors (:meth:`add`, or restored by
         :meth:`load_state_dict`) yield ``(x, y, t)`` from the stored tensors.
         """
-        if self._dataset is None:
-            if self.size == 0:
-                return super().buffer
-            self._dataset = self._build_dataset()
-        return self._dataset
+        if self.size == 0:
+            return super().buffer
+        return self._data.dataset(self)
 
     @buffer.setter
     def buffer(self, new_buffer: AvalancheDataset) -> None:
@@ -563,22 +620,22 @@ class OnlineBuffer(ExemplarsBuffer):
             return
         raise AttributeError(f"{type(self).__name__} is filled through add()/post_adapt()")
 
-    def _build_dataset(self) -> AvalancheDataset:
-        src = self.src[: self.size]
-        parts: list[AvalancheDataset] = []
-        order: list[Tensor] = []  # slots in the order of the concatenated parts
+    def _part(self, src: Tensor, idx: Tensor, slots: Tensor) -> tuple[list[Any], list[Tensor]]:
+        """Datasets holding the given samples: one subset per source, in source order.
+
+        :return: the parts and, for each, the slots of its samples in order.
+        """
+        parts: list[Any] = []
+        order: list[Tensor] = []
         for sid in torch.unique(src).tolist():
-            slots = (src == sid).nonzero().flatten()
-            if sid < 0:
-                x, y, t = self.rows(slots)
+            mask = src == sid
+            if sid < 0:  # given as tensors: served from the stored ones
+                x, y, t = self.rows(slots[mask])
                 parts.append(tensor_dataset(x.cpu(), y.cpu(), t.cpu()))
             else:
-                parts.append(self._sources[sid].subset(self.src_idx[slots].tolist()))
-            order.append(slots)
-        data = parts[0] if len(parts) == 1 else concat_datasets(parts)
-        position = torch.empty(self.size, dtype=torch.long)
-        position[torch.cat(order)] = torch.arange(self.size)
-        return data.subset(position.tolist())
+                parts.append(self._sources[sid].subset(idx[mask].tolist()))
+            order.append(slots[mask])
+        return parts, order
 
     def _groups(self, labels: Tensor) -> dict[int, BufferView]:
         labels = labels.cpu()
@@ -644,7 +701,7 @@ class OnlineBuffer(ExemplarsBuffer):
         self.plain = torch.ones(self.max_size, dtype=torch.bool)
         self._sources, self._source_of = {}, {}
         self.generator.set_state(state["generator"])
-        self._dataset = None
+        self._data.reset(self.max_size)
 
     def to(self, device: torch.device | str) -> OnlineBuffer:
         """Move the stored tensors to ``device`` in place (e.g. after :meth:`load_state_dict`).
@@ -656,7 +713,7 @@ class OnlineBuffer(ExemplarsBuffer):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value.to(device))
-        self._dataset = None
+        self._data.reset(self.max_size)
         return self
 
     _tensor_names: tuple[str, ...] = ("x", "y", "t", "scores")
@@ -1035,7 +1092,8 @@ class RecentMergeBuffer(OnlineBuffer):
                 column = getattr(self, name)
                 column[dest] = column[movers]
         self.size = min(self.size, new_size)  # the slots past the kept ones count as free
-        self._dataset = None
+        if len(movers):
+            self._data.reset(self.max_size)
         self._store(new_rows, vacant, torch.zeros(len(new_rows)))
         self.size = new_size
         return vacant

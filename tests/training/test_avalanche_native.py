@@ -530,3 +530,22 @@ def test_source_datasets_are_forgotten_once_no_sample_refers_to_them():
         assert len(buf._sources) <= 64 + 1
     assert set(buf.src[: len(buf)].tolist()) <= set(buf._sources)
     assert len(buf.buffer) == 5
+
+
+@pytest.mark.parametrize("index", range(7), ids=BUFFER_IDS)
+def test_buffer_dataset_follows_every_update(index):
+    """Read after each update (the incremental path), through grow, shrink and merges."""
+    buf = _buffers(8)[index]
+    model = _mlp(10)
+    for step in range(24):
+        if step == 8:
+            buf.resize(None, 12)
+        if step == 16:
+            buf.resize(None, 5)
+        buf.update_from_dataset(_data(n_per_class=1, seed=step), model)
+        data = buf.buffer
+        assert len(data) == len(buf)
+        x, y = buf.tensors()
+        for i in range(len(buf)):
+            assert torch.equal(data[i][0], x[i]) and int(data[i][1]) == int(y[i])
+        assert buf.task_labels.tolist() == [int(data[i][2]) for i in range(len(buf))]
