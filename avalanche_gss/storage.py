@@ -888,7 +888,7 @@ class GSSGreedyBuffer(OnlineBuffer):
         bx, by, bt = self.rows(self.sample_slots(k))
         xs = torch.cat([x.to(bx.device), bx])
         ys = torch.cat([y.to(by.device), by])
-        ts = task_labels_for(model, torch.cat([t.to(bt.device), bt]))
+        ts = torch.cat([t.to(bt.device), bt]) if isinstance(model, MultiTaskModule) else None
         # The engine is state-neutral (parameters, .grad, BN statistics, train/eval mode).
         gram = sample_gram(model, xs, ys, loss_fn=self.loss_fn, params=self.params,
                            task_labels=ts).detach()

@@ -354,7 +354,7 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
             if self._stop_training:
                 break
             self.mbatch = mbatch
-            self._label_range = _label_range(mbatch[1])
+            self._label_range = _label_range(self.mb_y)  # still on the CPU: no device sync
             self._unpack_minibatch()
             batch = self.mbatch
             for _ in range(self.n_iter):
@@ -362,15 +362,6 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
                     break
                 self.mbatch = batch  # an evaluation in between resets it
                 self._iteration(**kwargs)
-
-    def _unpack_minibatch(self) -> None:
-        mbatch = self.mbatch
-        assert mbatch is not None
-        if isinstance(mbatch, tuple):
-            mbatch = list(mbatch)
-            self.mbatch = mbatch
-        for i in range(len(mbatch)):
-            mbatch[i] = mbatch[i].to(self.device, non_blocking=True)
 
     def forward(self) -> Any:
         """The model's output on the mini-batch, with its task labels when it has them.
