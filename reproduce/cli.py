@@ -43,9 +43,9 @@ DEVICE_HELP = "auto (CUDA when present, else cpu) | cpu | cuda | cuda:N"
 
 _EPILOG = textwrap.fill(
     "threads: each run uses --threads torch threads (default 1). Runs train on batches of "
-    "10, where more threads mostly add contention: on a busy 2-core machine torch's "
-    "default thread count trained up to 22x slower than one thread. Use --workers to run "
-    "several runs at once instead.", width=79)
+    "10, where more threads mostly add contention, and on a busy machine torch's default "
+    "(one thread per core) can train many times slower than one thread. Use --workers to "
+    "run several runs at once instead.", width=79)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

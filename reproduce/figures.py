@@ -274,7 +274,7 @@ def figure2(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
 
 
 def _curve_rows(pairs: list[tuple[dict[str, Any], CurveResult]]) -> list[dict[str, Any]]:
-    """Contract 1 rows of the final accuracies, each with its seeds' curves."""
+    """Table rows of the final accuracies, each with its seeds' curves."""
     rows = rows_from_runs([(keys, c.result) for keys, c in pairs])
     for row in rows:
         keys = {k: row[k] for k in ("variant",) if k in row}
