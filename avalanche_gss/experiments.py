@@ -460,6 +460,12 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
             if constrained is not None:
                 extras["projected_steps"] = constrained.projections
                 extras["constrained_steps"] = constrained.steps
+            # Steps skipped for a non-finite loss (learning and replay steps), and the
+            # iterations they are out of: a run that skipped many has diverged.
+            rehearsal = getattr(strategy, "rehearsal", None)
+            extras["skipped_steps"] = int(getattr(strategy, "skipped_steps", 0)) + int(
+                getattr(rehearsal, "skipped_steps", 0))
+            extras["train_iterations"] = int(strategy.clock.train_iterations)
         else:
             plan = baseline_plan(s, split, model, optimizer, evaluator=common["evaluator"],
                                  plugins=plugins)

@@ -26,8 +26,8 @@ import torch
 from avalanche_gss._atomic import atomic_write
 from avalanche_gss.experiments import RunResult
 
-__all__ = ["rows_from_runs", "write_outputs", "write_text", "format_cell", "provenance",
-           "provenance_line"]
+__all__ = ["DIVERGED_SHARE", "diverged", "rows_from_runs", "write_outputs", "write_text",
+           "format_cell", "provenance", "provenance_line"]
 
 
 def _std(values: Sequence[float]) -> float | None:
@@ -130,8 +130,35 @@ def rows_from_runs(runs: Sequence[tuple[dict[str, Any], RunResult]]) -> list[dic
         extras = [r.extras for _, r in members if r.extras]
         if extras:
             row["extras"] = extras
+        skipped = [int(r.extras.get("skipped_steps", 0)) for _, r in members]
+        if any("skipped_steps" in r.extras for _, r in members):
+            row["skipped_steps"] = skipped
+            row["diverged"] = [diverged(r.extras) for _, r in members]
         rows.append(row)
     return rows
+
+
+DIVERGED_SHARE = 0.1
+"""A run that skipped more than this share of its training iterations has diverged."""
+
+
+def diverged(extras: dict[str, Any]) -> bool:
+    """Whether a run skipped more than :data:`DIVERGED_SHARE` of its iterations.
+
+    :param extras: the run's ``extras`` (``skipped_steps``, ``train_iterations``).
+    """
+    skipped = int(extras.get("skipped_steps", 0))
+    iterations = int(extras.get("train_iterations", 0))
+    return skipped > 0 and skipped > DIVERGED_SHARE * max(iterations, 1)
+
+
+def _mark(row: dict[str, Any]) -> str:
+    """``‡`` for a row with a diverged run, ``†`` for one that skipped steps, else ``""``."""
+    if any(row.get("diverged", [])):
+        return " ‡"
+    if any(row.get("skipped_steps", [])):
+        return " †"
+    return ""
 
 
 def format_cell(mean: float, std: float | None) -> str:
@@ -175,7 +202,8 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
         cells = []
         for _, value in columns:
             match = [r for r in report["rows"] if label(r) == method and r.get(row_key) == value]
-            ours = format_cell(match[0]["avg_mean"], match[0]["avg_std"]) if match else "-"
+            ours = (format_cell(match[0]["avg_mean"], match[0]["avg_std"]) + _mark(match[0])
+                    if match else "-")
             ref = paper.get((method, value)) or paper.get(
                 (match[0]["method"] if match else method, value))
             cells.append(ours + (f" ({format_cell(*ref)})" if ref else ""))
@@ -191,6 +219,17 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
                  + ", ".join(report["protocol"]["task_aware"]) + "."]
     if notes:
         lines += ["", "Deviations from the paper's protocol:", ""] + [f"- {n}" for n in notes]
+    marked = [r for r in report["rows"] if _mark(r)]
+    if marked:
+        lines += ["", "Skipped steps (a non-finite loss skips the step):", ""]
+        for r in marked:
+            runs = [f"seed {seed}: {n} skipped" + (" (diverged)" if d else "")
+                    for seed, n, d in zip(r["seeds"], r["skipped_steps"], r["diverged"],
+                                          strict=True) if n]
+            lines.append(f"- {label(r)}, M={r['buffer_size']}: " + "; ".join(runs))
+        lines += ["", f"†: some steps were skipped; ‡: a run skipped more than "
+                  f"{DIVERGED_SHARE:.0%} of its training iterations and diverged: its "
+                  "accuracy says nothing about the method."]
     if report.get("provenance"):
         lines += ["", provenance_line(report["provenance"])]
     lines += ["", f"Command: `{report['command']}`", ""]
@@ -230,13 +269,19 @@ def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[s
     writer = csv.writer(buffer)
     extra = [k for k in ("sequence", "variant", "n", "batch_size", "update")
              if any(k in r for r in report["rows"])]
+    steps = any("skipped_steps" in r for r in report["rows"])
     writer.writerow(["method", "buffer_size", *extra, "seed", "avg",
-                     *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds"])
+                     *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds",
+                     *(["skipped_steps", "diverged"] if steps else [])])
     for r in report["rows"]:
-        for seed, accs, avg, secs in zip(r["seeds"], r["task_accuracy"], r["avg"],
-                                         r["train_seconds"], strict=True):
+        n = len(r["seeds"])
+        for i, (seed, accs, avg, secs) in enumerate(zip(r["seeds"], r["task_accuracy"],
+                                                        r["avg"], r["train_seconds"],
+                                                        strict=True)):
+            skip = ([r.get("skipped_steps", [0] * n)[i], r.get("diverged", [False] * n)[i]]
+                    if steps else [])
             writer.writerow([r["method"], r["buffer_size"], *[r.get(k) for k in extra], seed,
-                             f"{avg:.2f}", *[f"{a:.2f}" for a in accs], f"{secs:.2f}"])
+                             f"{avg:.2f}", *[f"{a:.2f}" for a in accs], f"{secs:.2f}", *skip])
     write_text(paths["csv"], buffer.getvalue())
     write_text(paths["md"], _markdown(report, columns, row_key, paper, paper_avg))
     return paths

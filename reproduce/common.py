@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -23,8 +24,14 @@ _FINGERPRINTS: dict[int, str] = {}
 
 
 def load(name: str, root: str | None, download: bool) -> ArrayDataset:
-    """Load a dataset once per process (``cifar10-standin``: the generated stand-in)."""
-    key = (name, root, download)
+    """Load a dataset once per process (``cifar10-standin``: the generated stand-in).
+
+    An ``.npz`` file is loaded again when it changed on disk (size or modification time).
+    """
+    key: tuple[Any, ...] = (name, root, download)
+    if name.lower().endswith(".npz") and os.path.exists(name):
+        stat = os.stat(name)
+        key += (stat.st_size, stat.st_mtime_ns)
     if key not in _DATA:
         if name == STANDIN:
             _DATA[key] = synthetic_images(STANDIN, shape=(3, 32, 32), num_classes=10,

@@ -56,6 +56,7 @@ class Protocol:
         ``{"GSS-IQP": ({"update": "rehearsal"}, {"update": "constrained"})}``).
     :param standin: with ``--quick``, a generated stand-in replaces the dataset when it
         cannot be loaded (CIFAR-10 offline), and the outputs say so.
+    :param min_classes: the classes the stream needs (5 tasks of 2 classes: 10).
     """
 
     name: str
@@ -74,6 +75,20 @@ class Protocol:
     model: str = "mlp"
     flavours: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     standin: bool = False
+    min_classes: int = 10
+
+    def check(self, data: ArrayDataset) -> None:
+        """Refuse data this protocol cannot be run on, before any run starts.
+
+        :raises ValueError: too few classes for the stream, or a class without training
+            samples in a task.
+        """
+        classes = data.classes
+        if len(classes) < self.min_classes:
+            raise ValueError(
+                f"{data.name}: {self.name} needs at least {self.min_classes} classes "
+                f"({'5 tasks of 2 classes' if self.min_classes == 10 else 'to classify'}), "
+                f"the data hold {len(classes)} ({', '.join(map(str, classes))})")
 
     def heading(self, data: ArrayDataset) -> tuple[str, bool]:
         """Return the title for runs on ``data`` and whether the paper's numbers apply.
@@ -193,6 +208,7 @@ PROTOCOLS: dict[str, Protocol] = {
         stream=permuted_stream(1000),
         methods=(*_SELECTION, "Single"),
         buffer_sizes=(300,),
+        min_classes=2,
         quick={"seeds": (0,), "methods": ("Rand", "Reservoir", "GSS-Greedy", "Single")},
     ),
     "table3": Protocol(

@@ -25,8 +25,9 @@ from avalanche_gss.experiments import (
     resolve_device,
     run_label,
 )
+from avalanche_gss.models import make_model
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
-from avalanche_gss.reporting import provenance, rows_from_runs, write_outputs
+from avalanche_gss.reporting import DIVERGED_SHARE, provenance, rows_from_runs, write_outputs
 from avalanche_gss.sweep import SweepError, config_key, run_sweep
 from reproduce.common import (
     command,
@@ -98,6 +99,30 @@ def _job_configs(args: argparse.Namespace, runs: list[dict[str, Any]], chosen: d
     return configs
 
 
+def check_model(data: Any, runs: Sequence[dict[str, Any]]) -> None:
+    """Refuse, before any run, a model that cannot train on the smallest batch a run sees.
+
+    A buffer of one sample replays batches of one; a network whose BatchNorm then sees one
+    value per channel (e.g. ResNet-18 on 8x8 images) would fail in every run.
+    """
+    smallest: dict[str, int] = {}
+    for r in runs:
+        s = r["settings"]
+        batch = min(s.batch_size, s.replay_batch_size, s.buffer_size)
+        smallest[s.model] = min(batch, smallest.get(s.model, batch))
+    for name, batch in smallest.items():
+        with torch.random.fork_rng(devices=[]):
+            model = make_model(name, data.input_shape, data.num_classes)
+        model.train()
+        try:
+            model(data.x_train[:batch])
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(
+                f"the {name} model cannot train on a batch of {batch} sample(s) of shape "
+                f"{tuple(data.input_shape)} ({' '.join(str(err).split())}); use larger "
+                "inputs or buffer sizes") from None
+
+
 def _failed(err: SweepError, configs: list[dict[str, Any]]) -> int:
     """Report each failed run's own error, one line each; return the exit status."""
     from avalanche_gss.experiments import RunSettings
@@ -117,8 +142,13 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     """Run one table experiment; write and print its outputs; return the exit status."""
     protocol = PROTOCOLS[args.experiment]
     data_name, data = resolve_data(args, protocol)
-    identity = data_identity(data)
     runs, chosen = plan(args, protocol)
+    try:
+        protocol.check(data)
+        check_model(data, runs)
+    except ValueError as err:
+        raise SystemExit(f"{_PROG}: error: --data {data_name}: {err}") from None
+    identity = data_identity(data)
     configs = _job_configs(args, runs, chosen, data_name, identity)
     log.info("%s: %d runs on %s (%s), %d torch thread(s) per run", args.experiment,
              len({config_key(c) for c in configs}), data.name, data.source, args.threads)
@@ -180,6 +210,13 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     with open(paths["md"]) as f:
         print(f.read())
     print("Wrote " + ", ".join(paths.values()))
+    bad = [f"{r['method']} M={r['buffer_size']} seed {seed}" for r in report["rows"]
+           for seed, d in zip(r["seeds"], r.get("diverged", []), strict=False) if d]
+    if bad:
+        print(f"{_PROG}: error: {len(bad)} run(s) diverged (more than "
+              f"{DIVERGED_SHARE:.0%} of their steps skipped): {', '.join(bad)}",
+              file=sys.stderr)
+        return 3
     return 0
 
 
