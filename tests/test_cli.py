@@ -1,6 +1,7 @@
 """``python -m reproduce`` driven as a user drives it: a subprocess, from a folder outside
 the repository, with the installed package."""
 
+import csv
 import json
 import os
 import re
@@ -201,3 +202,51 @@ def test_a_device_that_is_absent_gets_one_line(outside):
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
     assert "'cuda'" in last and "no CUDA" in last and "Traceback" not in res.stderr
+
+
+def test_data_with_too_few_classes_are_refused_before_any_run(outside):
+    data = toy_npz(outside / "three.npz", n_classes=3)
+    res = cli("table1", "--quick", "--data", data, "--out", "o", cwd=outside, timeout=120)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("python -m reproduce: error: --data") and "three.npz" in lines[-1]
+    assert "needs at least 10 classes" in lines[-1] and "Traceback" not in res.stderr
+    assert not (outside / "o").exists()  # refused before any run
+
+
+def small_table(outside, data, *extra):
+    return cli("table1", "--quick", "--data", data, "--methods", "Rand", "--buffer-sizes", 20,
+               "--out", "o", *extra, cwd=outside)
+
+
+def test_a_data_file_replaced_at_the_same_path_is_not_a_cache_hit(outside):
+    data = toy_npz(outside / "d.npz", seed=0)
+    assert small_table(outside, data).returncode == 0
+    first = json.loads((outside / "o" / "table1.json").read_text())
+    toy_npz(data, seed=1)  # other data, same path
+    again = small_table(outside, data)
+    assert again.returncode == 0 and "0 already done" in again.stderr
+    second = json.loads((outside / "o" / "table1.json").read_text())
+    assert first["data_sha256"] != second["data_sha256"]
+    assert len(list((outside / "o" / "cache" / "table1").glob("*.json"))) == 2
+    assert first["rows"][0]["task_accuracy"] != second["rows"][0]["task_accuracy"]
+
+
+def test_a_diverged_run_is_flagged_in_every_output(outside):
+    data = toy_npz(outside / "d.npz")
+    res = small_table(outside, data, "--lr", "1e6")
+    assert res.returncode == 3, res.stderr[-2000:]
+    assert "1 run(s) diverged" in res.stderr.strip().splitlines()[-1]
+    row = json.loads((outside / "o" / "table1.json").read_text())["rows"][0]
+    assert row["skipped_steps"][0] > 0 and row["diverged"] == [True]
+    md = (outside / "o" / "table1.md").read_text()
+    assert "‡" in md and "diverged" in md and "skipped" in md
+    with open(outside / "o" / "table1.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["diverged"] == "True" and int(rows[0]["skipped_steps"]) > 0
+    # A healthy run of the same data has no marks.
+    healthy = small_table(outside, data)
+    assert healthy.returncode == 0
+    row = json.loads((outside / "o" / "table1.json").read_text())["rows"][0]
+    assert row["skipped_steps"] == [0] and row["diverged"] == [False]
+    assert "‡" not in (outside / "o" / "table1.md").read_text()

@@ -1,16 +1,12 @@
 """Inputs validated once, up front, with errors naming the file and the field; cached runs
 identified by the data's content; diverged runs flagged in every output."""
 
-import csv
-import json
-
 import numpy as np
 import pytest
 import torch
 
 from avalanche_gss.benchmarks import ArrayDataset, load_npz
 from avalanche_gss.experiments import RunSettings
-from reproduce.__main__ import main
 from reproduce.protocols import PROTOCOLS
 from reproduce.tables import check_model
 
@@ -84,54 +80,3 @@ def test_images_too_small_for_resnet_with_a_one_sample_buffer_are_refused_up_fro
         check_model(data, [run])
     check_model(data, [{"settings": RunSettings(method="Reservoir", buffer_size=20,
                                                 model="resnet18")}])
-
-
-def test_cli_refuses_data_with_too_few_classes_in_one_line(tmp_path, capsys):
-    path = blobs(tmp_path / "three.npz", n_classes=3)
-    with pytest.raises(SystemExit) as info:
-        main(["table1", "--quick", "--data", str(path), "--out", str(tmp_path / "o")])
-    message = str(info.value)
-    assert message.startswith("python -m reproduce: error: --data") and "three.npz" in message
-    assert "needs at least 10 classes" in message and "\n" not in message
-    assert not (tmp_path / "o").exists()  # refused before any run
-
-
-def run_table(tmp_path, data, *extra):
-    return main(["table1", "--quick", "--data", str(data), "--methods", "Rand",
-                 "--buffer-sizes", "20", "--out", str(tmp_path / "o"), *extra])
-
-
-def test_a_data_file_replaced_at_the_same_path_is_not_a_cache_hit(tmp_path):
-    data = blobs(tmp_path / "d.npz", seed=0)
-    assert run_table(tmp_path, data) == 0
-    first = json.loads((tmp_path / "o" / "table1.json").read_text())
-    blobs(data, seed=1)  # other data, same path
-    assert run_table(tmp_path, data) == 0
-    second = json.loads((tmp_path / "o" / "table1.json").read_text())
-    assert first["data_sha256"] != second["data_sha256"]
-    assert len(list((tmp_path / "o" / "cache" / "table1").glob("*.json"))) == 2
-    assert first["rows"][0]["task_accuracy"] != second["rows"][0]["task_accuracy"]
-
-
-def test_a_diverged_run_is_flagged_in_every_output(tmp_path, capsys):
-    data = blobs(tmp_path / "d.npz")
-    assert run_table(tmp_path, data, "--lr", "1e6") == 3
-    report = json.loads((tmp_path / "o" / "table1.json").read_text())
-    row = report["rows"][0]
-    assert row["skipped_steps"][0] > 0 and row["diverged"] == [True]
-    md = (tmp_path / "o" / "table1.md").read_text()
-    assert "‡" in md and "diverged" in md and "skipped" in md
-    with open(tmp_path / "o" / "table1.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert rows[0]["diverged"] == "True" and int(rows[0]["skipped_steps"]) > 0
-    assert "1 run(s) diverged" in capsys.readouterr().err
-
-
-def test_a_healthy_run_has_no_marks(tmp_path):
-    data = blobs(tmp_path / "d.npz")
-    assert run_table(tmp_path, data) == 0
-    report = json.loads((tmp_path / "o" / "table1.json").read_text())
-    assert report["rows"][0]["skipped_steps"] == [0]
-    assert report["rows"][0]["diverged"] == [False]
-    md = (tmp_path / "o" / "table1.md").read_text()
-    assert "‡" not in md and "†" not in md
