@@ -17,7 +17,7 @@ from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.experiments import VARIANT_METHODS, RunSettings, run
 from avalanche_gss.reporting import provenance, provenance_line, write_text
 from reproduce.common import command, resolve_data
-from reproduce.protocols import PROTOCOLS
+from reproduce.protocols import DATA_LABELS, PROTOCOLS
 
 
 def composition(args: argparse.Namespace) -> int:
@@ -46,7 +46,8 @@ def composition(args: argparse.Namespace) -> int:
               "command": command(), "provenance": provenance(args.device, args.threads),
               "rows": rows}
     write_text(os.path.join(args.out, "composition.json"), json.dumps(report, indent=1))
-    lines = [f"# Buffer composition along disjoint MNIST (M={m})", "",
+    label = DATA_LABELS.get(data.name, data.name)
+    lines = [f"# Buffer composition along disjoint {label} (M={m})", "",
              f"Data: {data.source}", "",
              "| method | seed | samples | stored per task | score q10/q50/q90 | admitted |",
              "|---|---|---|---|---|---|"]
