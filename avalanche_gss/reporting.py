@@ -270,9 +270,12 @@ def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[s
     extra = [k for k in ("sequence", "variant", "n", "batch_size", "update")
              if any(k in r for r in report["rows"])]
     steps = any("skipped_steps" in r for r in report["rows"])
+    prov = report.get("provenance") or {}
+    where = [prov.get("device"), prov.get("threads")] if prov else []
     writer.writerow(["method", "buffer_size", *extra, "seed", "avg",
                      *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds",
-                     *(["skipped_steps", "diverged"] if steps else [])])
+                     *(["skipped_steps", "diverged"] if steps else []),
+                     *(["device", "threads"] if prov else [])])
     for r in report["rows"]:
         n = len(r["seeds"])
         for i, (seed, accs, avg, secs) in enumerate(zip(r["seeds"], r["task_accuracy"],
@@ -281,7 +284,8 @@ def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[s
             skip = ([r.get("skipped_steps", [0] * n)[i], r.get("diverged", [False] * n)[i]]
                     if steps else [])
             writer.writerow([r["method"], r["buffer_size"], *[r.get(k) for k in extra], seed,
-                             f"{avg:.2f}", *[f"{a:.2f}" for a in accs], f"{secs:.2f}", *skip])
+                             f"{avg:.2f}", *[f"{a:.2f}" for a in accs], f"{secs:.2f}", *skip,
+                             *where])
     write_text(paths["csv"], buffer.getvalue())
     write_text(paths["md"], _markdown(report, columns, row_key, paper, paper_avg))
     return paths

@@ -88,6 +88,7 @@ def test_a_checkpoint_of_another_configuration_is_refused_naming_the_difference(
 
 def test_the_same_configuration_loads(tmp_path):
     path = saved(tmp_path, "GSS-Clust")
+    assert path.stat().st_mode & 0o044 == 0o044  # readable like a file open() writes
     assert load_state(make("GSS-Clust"), path) == 3
 
 

@@ -176,6 +176,9 @@ def test_outputs_state_the_run_as_it_was(outside):
     assert prov["device"] == expected and prov["threads"] == 1 and prov["torch"]
     assert protocol["settings_by_method"]["Rand"]["device"] == expected
     assert "Produced by avalanche-gss" in md and "1 torch thread(s)" in md
+    with open(outside / "o" / "table1.csv") as f:
+        first = next(csv.DictReader(f))
+    assert first["device"] == expected and first["threads"] == "1"
     # Two seeds: a spread in every cell.
     assert all("±" in line for line in table_lines(outside / "o" / "table1.md")[2:])
     # The per-run log line names the run fully.
