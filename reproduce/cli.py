@@ -101,7 +101,7 @@ def _dataset(text: str) -> str:
     if text.lower().endswith(".npz"):
         if not os.path.isfile(text):
             raise argparse.ArgumentTypeError(f"no such .npz file: {os.path.abspath(text)}")
-        return text
+        return os.path.abspath(text)  # jobs may run in another folder (submitit)
     key = text.lower().replace("_", "-")
     key = "cifar10" if key == "cifar-10" else key
     if key not in DATASET_NAMES:

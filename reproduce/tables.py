@@ -123,18 +123,24 @@ def check_model(data: Any, runs: Sequence[dict[str, Any]]) -> None:
                 "inputs or buffer sizes") from None
 
 
-def _failed(err: SweepError, configs: list[dict[str, Any]]) -> int:
-    """Report each failed run's own error, one line each; return the exit status."""
+def _label(config: dict[str, Any]) -> str:
     from avalanche_gss.experiments import RunSettings
 
-    log.error("%d of %d run(s) failed:", len(err.failures), len({config_key(c) for c in configs}))
+    try:
+        return run_label(RunSettings(**config["settings"]))
+    except (KeyError, TypeError, ValueError):
+        return f"job {config_key(config)[:12]}"
+
+
+def _failed(err: SweepError) -> int:
+    """Report each failed run's own error, one line each; return the exit status."""
+    log.error("%d run(s) failed:", len(err.failures))
     for cfg, exc in err.failures:
-        label = run_label(RunSettings(**cfg["settings"]))
-        log.error("  %s: %s: %s", label, type(exc).__name__, exc)
+        log.error("  %s: %s: %s", _label(cfg), type(exc).__name__, exc)
     first_cfg, first = err.failures[0]
-    print(f"{_PROG}: error: {len(err.failures)} run(s) failed; first: "
-          f"{run_label(RunSettings(**first_cfg['settings']))}: {type(first).__name__}: {first}",
-          file=sys.stderr)
+    message = " ".join(str(first).split())
+    print(f"{_PROG}: error: {len(err.failures)} run(s) failed; first: {_label(first_cfg)}: "
+          f"{type(first).__name__}: {message}", file=sys.stderr)
     return 1
 
 
@@ -154,11 +160,8 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
              len({config_key(c) for c in configs}), data.name, data.source, args.threads)
     start = time.perf_counter()
     cache_dir = args.cache or os.path.join(args.out, "cache", args.experiment)
-    try:
-        results = run_sweep(configs, run_job, cache_dir=cache_dir, workers=args.workers,
-                            launcher=args.launcher, cluster=args.cluster, threads=args.threads)
-    except SweepError as err:
-        return _failed(err, configs)
+    results = run_sweep(configs, run_job, cache_dir=cache_dir, workers=args.workers,
+                        launcher=args.launcher, cluster=args.cluster, threads=args.threads)
     pairs = []
     for r, result in zip(runs, results, strict=True):
         res = RunResult(settings=r["settings"], task_accuracy=result["task_accuracy"],
@@ -235,6 +238,9 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
         return composition(args)
     from reproduce.figures import FIGURES
 
-    if args.experiment in FIGURES:
-        return FIGURES[args.experiment](args, argv)
-    return table(args, argv)
+    try:
+        if args.experiment in FIGURES:
+            return FIGURES[args.experiment](args, argv)
+        return table(args, argv)
+    except SweepError as err:
+        return _failed(err)
