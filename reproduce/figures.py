@@ -56,8 +56,8 @@ from avalanche_gss.sweep import run_sweep
 from reproduce.common import (
     command,
     data_identity,
-    load,
     load_checked,
+    resolve_data,
     settings_by_method,
     settings_for,
 )
@@ -156,7 +156,11 @@ def _data_label(data: ArrayDataset) -> tuple[str, bool]:
 
 def _stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: int,
                      seed: int) -> tuple[ArrayDataset, TaskSplit, dict[str, Any]]:
-    data = load(data_name, args.root, args.download)
+    _, data = resolve_data(args, _DISJOINT)  # one-line errors for data that cannot load
+    try:
+        _DISJOINT.check(data)
+    except ValueError as err:
+        raise SystemExit(f"python -m reproduce: error: --data {data_name}: {err}") from None
     split = disjoint_stream(samples_per_task)(data, seed, {})
     stream = {k: v for k, v in split.protocol.items() if k != "deviations"}
     return data, split, {"stream": stream, "deviations": split.protocol.get("deviations", [])}
