@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import textwrap
+import zipfile
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -99,9 +100,14 @@ def _positive_float(text: str) -> float:
 
 def _dataset(text: str) -> str:
     if text.lower().endswith(".npz"):
-        if not os.path.isfile(text):
-            raise argparse.ArgumentTypeError(f"no such .npz file: {os.path.abspath(text)}")
-        return os.path.abspath(text)  # jobs may run in another folder (submitit)
+        path = os.path.abspath(text)  # jobs may run in another folder (submitit)
+        if not os.path.isfile(path):
+            raise argparse.ArgumentTypeError(f"no such .npz file: {path}")
+        if not zipfile.is_zipfile(path):  # checked in full when loaded
+            raise argparse.ArgumentTypeError(
+                f"{path}: not an .npz file (not a zip archive, {os.path.getsize(path)} "
+                "bytes); save one with numpy.savez")
+        return path
     key = text.lower().replace("_", "-")
     key = "cifar10" if key == "cifar-10" else key
     if key not in DATASET_NAMES:
