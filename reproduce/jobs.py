@@ -7,6 +7,7 @@ cannot import a function from there, so the job functions live in importable mod
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
@@ -24,6 +25,9 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
         ``tensorboard`` (the run's log folder).
     :return: the :class:`~avalanche_gss.experiments.RunResult` as a dict.
     """
+    if not logging.getLogger().handlers:  # a worker process: log its runs as the CLI does
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
+                            datefmt="%H:%M:%S")
     data = load_checked(config)
     settings = RunSettings(**config["settings"])
     split = PROTOCOLS[config["experiment"]].stream(data, settings.seed, config["variant"])
