@@ -90,8 +90,11 @@ class Protocol:
                 f"({'5 tasks of 2 classes' if self.min_classes == 10 else 'to classify'}), "
                 f"the data hold {len(classes)} ({', '.join(map(str, classes))})")
 
-    def heading(self, data: ArrayDataset) -> tuple[str, bool]:
+    def heading(self, data: ArrayDataset, buffer_sizes: tuple[int, ...] = ()
+                ) -> tuple[str, bool]:
         """Return the title for runs on ``data`` and whether the paper's numbers apply.
+
+        ``{data}`` in the title becomes the data's name, ``{m}`` the buffer sizes run.
 
         The paper's numbers stand beside ours only on the paper's own dataset (MNIST, also
         as the 5,000-digit subset; CIFAR-10); on other data the title says whose protocol
@@ -99,15 +102,17 @@ class Protocol:
         """
         own = data.name in PAPER_DATA[self.dataset]
         label = DATA_LABELS.get(data.name, data.name)
+        sizes = "/".join(map(str, buffer_sizes or self.buffer_sizes))
+        title = self.title.format(data=label, m=sizes)
         if own:
-            return f"{self.title.format(data=label)} (paper {self.paper_ref})", True
+            return f"{title} (paper {self.paper_ref})", True
         paper_label = DATA_LABELS[self.dataset]
-        return (f"{self.title.format(data=label)} (protocol of paper {self.paper_ref}, run on "
-                f"{label}; the paper's numbers are for {paper_label} and are not shown)", False)
+        return (f"{title} (protocol of paper {self.paper_ref}, run on {label}; the paper's "
+                f"numbers are for {paper_label} and are not shown)", False)
 
 
 DATA_LABELS = {"mnist": "MNIST", "mnist-5k": "MNIST (5,000-digit subset)",
-               "cifar10": "CIFAR-10", "cifar10-standin": "a generated CIFAR-10 stand-in"}
+               "cifar10": "CIFAR-10", "cifar10-standin": "CIFAR-10 stand-in (generated)"}
 """How a dataset is named in titles (an ``.npz`` file: its stem)."""
 
 PAPER_DATA = {"mnist": ("mnist", "mnist-5k"), "cifar10": ("cifar10",)}
@@ -204,7 +209,7 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
     "table2": Protocol(
         name="table2",
-        title="permuted {data}, M = 300", paper_ref="Table 2",
+        title="permuted {data}, M = {m}", paper_ref="Table 2",
         stream=permuted_stream(1000),
         methods=(*_SELECTION, "Single"),
         buffer_sizes=(300,),
@@ -213,7 +218,7 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
     "table3": Protocol(
         name="table3",
-        title="disjoint {data}, M = 1000", paper_ref="Table 3",
+        title="disjoint {data}, M = {m}", paper_ref="Table 3",
         stream=disjoint_stream(2000),
         methods=("Rand", "Reservoir", "GSS-Clust", "FSS-Clust", "GSS-Greedy"),
         buffer_sizes=(1000,),
@@ -223,7 +228,7 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
     "table4": Protocol(
         name="table4",
-        title="imbalanced disjoint {data}, M = 300, average accuracy per sequence",
+        title="imbalanced disjoint {data}, M = {m}, average accuracy per sequence",
         paper_ref="Table 4",
         stream=imbalanced_stream(2000, 200),
         methods=("Reservoir", "GSS-IQP", "GSS-Greedy"),
@@ -234,7 +239,7 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
     "blurry": Protocol(
         name="blurry",
-        title="blurry disjoint {data} (90% kept per task), M = 500", paper_ref="appendix",
+        title="blurry disjoint {data} (90% kept per task), M = {m}", paper_ref="appendix",
         stream=disjoint_stream(1000, blur=0.9),
         methods=_SELECTION,
         buffer_sizes=(500,),

@@ -169,7 +169,7 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                         extras=result["extras"])
         pairs.append((r["row"], res))
     sample_split = protocol.stream(data, chosen["seeds"][0], runs[0]["variant"])
-    title, paper_data = protocol.heading(data)
+    title, paper_data = protocol.heading(data, tuple(chosen["buffer_sizes"]))
     by_method = settings_by_method([dataclasses.asdict(r["settings"]) for r in runs])
     buffer_like = [m for m in by_method if not _bufferless(m)] or list(by_method)
     base = by_method[buffer_like[0]]

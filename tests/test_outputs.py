@@ -131,3 +131,24 @@ def test_no_internal_contract_numbers_or_absent_files_are_cited():
     for bench in ("online_throughput.py", "gradient_gram.py", "iqp.py"):
         text = (REPO / "benchmarks" / bench).read_text()
         assert '"impl": "library"' in text or '"library":' in text, bench
+
+
+def test_titles_name_the_data_and_the_buffer_sizes_run():
+    import torch
+
+    from avalanche_gss.benchmarks import ArrayDataset
+    from reproduce.protocols import PROTOCOLS
+
+    def named(name):
+        x, y = torch.rand(20, 3, 4, 4), torch.arange(20) % 10
+        return ArrayDataset(name, "test", x, y, x, y, 10)
+
+    title, own = PROTOCOLS["table3"].heading(named("cifar10-standin"), (100,))
+    assert "M = 100 " in title and "M = 1000" not in title and not own
+    assert "stand-in" in title and "not shown" in title
+    title, own = PROTOCOLS["table3"].heading(named("cifar10"))
+    assert title == "disjoint CIFAR-10, M = 1000 (paper Table 3)" and own
+    title, own = PROTOCOLS["table4"].heading(named("mnist"), (200,))
+    assert title.startswith("imbalanced disjoint MNIST, M = 200,") and own
+    title, own = PROTOCOLS["table1"].heading(named("blobs"), (20,))
+    assert "disjoint blobs" in title and "MNIST" in title and not own  # "numbers are for MNIST"
