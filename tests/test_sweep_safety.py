@@ -64,6 +64,7 @@ def _alive(pid):
     return "\nState:\tZ" not in state  # a zombie has exited
 
 
+@pytest.mark.skipif(available_cpus() < 2, reason="needs two CPUs for two workers")
 def test_workers_exit_when_the_sweep_process_is_killed(tmp_path, jobs_module):
     log = tmp_path / "pids.log"
     jobs = [{"i": i, "sleep": 1.0, "log": str(log)} for i in range(40)]
