@@ -57,7 +57,9 @@ __all__ = [
     "make_buffer",
     "BaselinePlan",
     "baseline_plan",
+    "resolve_device",
     "run",
+    "run_label",
 ]
 
 logger = logging.getLogger(__name__)
@@ -102,6 +104,28 @@ VARIANTS = ("paper", "authors")
 
 VARIANT_METHODS = ("GSS-Greedy", "GSS-Clust", "FSS-Clust")
 """Methods whose authors' code departs from the paper's text (see :class:`RunSettings`)."""
+
+
+def resolve_device(device: str) -> str:
+    """Return the device a run trains on: ``"auto"`` is ``"cuda"`` when CUDA is present.
+
+    :param device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    :raises ValueError: another name, or a CUDA device on a machine without it.
+    """
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asked for, but this machine has no CUDA "
+                             "device; use auto or cpu")
+        index = int(device[5:]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+        return device
+    raise ValueError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
 
 
 BUFFER_METHODS: dict[str, Callable[[RunSettings], OnlineBuffer]] = {
@@ -238,6 +262,25 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {**asdict(self), "settings": asdict(self.settings)}
+
+
+def run_label(settings: RunSettings) -> str:
+    """Name a run in logs and TensorBoard (e.g. ``"GSS-Clust-authors-M300-seed0"``).
+
+    The method, its variant and update where it has them, the buffer size where it has
+    a buffer, and the seed.
+
+    :param settings: the run's settings.
+    """
+    parts = [settings.method]
+    if settings.method in VARIANT_METHODS:
+        parts.append(settings.variant)
+    if settings.method in CONSTRAINED_METHODS:
+        parts.append(settings.update)
+    if settings.method in BUFFER_METHODS or settings.method in TASK_AWARE:
+        parts.append(f"M{settings.buffer_size}")
+    parts.append(f"seed{settings.seed}")
+    return "-".join(parts)
 
 
 def make_buffer(settings: RunSettings) -> OnlineBuffer:
@@ -419,6 +462,12 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
             if constrained is not None:
                 extras["projected_steps"] = constrained.projections
                 extras["constrained_steps"] = constrained.steps
+            # Steps skipped for a non-finite loss (learning and replay steps), and the
+            # iterations they are out of: a run that skipped many has diverged.
+            rehearsal = getattr(strategy, "rehearsal", None)
+            extras["skipped_steps"] = int(getattr(strategy, "skipped_steps", 0)) + int(
+                getattr(rehearsal, "skipped_steps", 0))
+            extras["train_iterations"] = int(strategy.clock.train_iterations)
         else:
             plan = baseline_plan(s, split, model, optimizer, evaluator=common["evaluator"],
                                  plugins=plugins)
@@ -427,6 +476,5 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
                 strategy.train(call, eval_streams=[])
         seconds = time.perf_counter() - start
         accs = _task_accuracies(strategy, test_stream)
-    logger.info("%s M=%d seed=%d: avg %.2f in %.1fs", s.method, s.buffer_size, s.seed,
-                sum(accs) / len(accs), seconds)
+    logger.info("%s: avg %.2f in %.1fs", run_label(s), sum(accs) / len(accs), seconds)
     return RunResult(s, accs, sum(accs) / len(accs), seconds, extras)

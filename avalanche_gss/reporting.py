@@ -1,37 +1,104 @@
-"""Turn runs into the paper-style outputs of ``python -m reproduce`` (Contract 1).
+"""Turn runs into the paper-style outputs of ``python -m reproduce``.
 
 ``rows_from_runs`` groups runs that differ only by seed into one row; ``write_outputs``
 writes ``<experiment>.json``, ``.csv`` and ``.md`` (ours beside the paper's number in
-every cell the paper has).
+every cell the paper has, when the runs used the paper's data); ``provenance`` says what
+produced them (versions, commit, device, threads).
 """
 
 from __future__ import annotations
 
 import csv
+import importlib.metadata
+import io
 import json
 import math
 import os
+import platform
 import statistics
+import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import torch
+
+from avalanche_gss._atomic import atomic_write
 from avalanche_gss.experiments import RunResult
 
-__all__ = ["rows_from_runs", "write_outputs", "format_cell"]
+__all__ = ["DIVERGED_SHARE", "diverged", "rows_from_runs", "write_outputs", "write_text",
+           "format_cell", "provenance", "provenance_line"]
 
 
-def _std(values: Sequence[float]) -> float:
-    return statistics.pstdev(values) if len(values) > 1 else 0.0
+def _std(values: Sequence[float]) -> float | None:
+    """Population std; ``None`` for fewer than two values (one value has no spread)."""
+    return statistics.pstdev(values) if len(values) > 1 else None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    """The commit of the checkout this package runs from (``+dirty`` with local edits)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def provenance(device: str, threads: int) -> dict[str, Any]:
+    """What produced a result: versions, commit (when known), machine, device, threads.
+
+    :param device: the device the runs trained on (``"cpu"``, ``"cuda"``...).
+    :param threads: the torch threads each run used.
+    """
+    accelerator = "cpu"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        accelerator = torch.cuda.get_device_name(torch.device(device))
+    return {
+        "avalanche_gss": _version("avalanche-gss"),
+        "git_commit": _git_commit(),
+        "torch": torch.__version__,
+        "avalanche": _version("avalanche-lib"),
+        "numpy": _version("numpy"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": device,
+        "accelerator": accelerator,
+        "threads": threads,
+    }
+
+
+def provenance_line(info: dict[str, Any]) -> str:
+    """One Markdown line of :func:`provenance`'s output."""
+    commit = info.get("git_commit")
+    return (f"Produced by avalanche-gss {info.get('avalanche_gss')}"
+            + (f" (commit {commit})" if commit else " (commit unknown)")
+            + f", torch {info.get('torch')}, Avalanche {info.get('avalanche')}, "
+            f"Python {info.get('python')}; device {info.get('device')} "
+            f"({info.get('accelerator')}), {info.get('threads')} torch thread(s) per run.")
 
 
 def rows_from_runs(runs: Sequence[tuple[dict[str, Any], RunResult]]) -> list[dict[str, Any]]:
-    """Group runs into Contract 1 rows, one per (method, buffer size, extra keys).
+    """Group runs into table rows, one per (method, buffer size, extra keys).
 
     :param runs: ``(row_keys, result)`` pairs; ``row_keys`` holds the keys that tell a
         row from its siblings beyond method and buffer size (e.g. ``{"sequence": 2}``).
     :return: rows with ``method``, ``buffer_size``, the extra keys, ``seeds``,
         ``task_accuracy`` (one list per seed), ``avg``, ``avg_mean``, ``avg_std``
-        (population std over seeds), ``train_seconds``.
+        (population std over seeds; ``None`` with one seed), ``train_seconds``.
     """
     groups: dict[tuple[Any, ...], list[tuple[dict[str, Any], RunResult]]] = {}
     for keys, result in runs:
@@ -40,6 +107,13 @@ def rows_from_runs(runs: Sequence[tuple[dict[str, Any], RunResult]]) -> list[dic
     rows = []
     for members in groups.values():
         members.sort(key=lambda m: m[1].settings.seed)
+        seeds = [r.settings.seed for _, r in members]
+        if len(set(seeds)) != len(seeds):
+            repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+            first_settings = members[0][1].settings
+            raise ValueError(f"{first_settings.method} at M={first_settings.buffer_size}: "
+                             f"seed(s) {repeated} given more than once; each seed must count "
+                             "once in the mean and std")
         first_keys, first = members[0]
         avgs = [r.avg for _, r in members]
         row: dict[str, Any] = {
@@ -56,12 +130,39 @@ def rows_from_runs(runs: Sequence[tuple[dict[str, Any], RunResult]]) -> list[dic
         extras = [r.extras for _, r in members if r.extras]
         if extras:
             row["extras"] = extras
+        skipped = [int(r.extras.get("skipped_steps", 0)) for _, r in members]
+        if any("skipped_steps" in r.extras for _, r in members):
+            row["skipped_steps"] = skipped
+            row["diverged"] = [diverged(r.extras) for _, r in members]
         rows.append(row)
     return rows
 
 
+DIVERGED_SHARE = 0.1
+"""A run that skipped more than this share of its training iterations has diverged."""
+
+
+def diverged(extras: dict[str, Any]) -> bool:
+    """Whether a run skipped more than :data:`DIVERGED_SHARE` of its iterations.
+
+    :param extras: the run's ``extras`` (``skipped_steps``, ``train_iterations``).
+    """
+    skipped = int(extras.get("skipped_steps", 0))
+    iterations = int(extras.get("train_iterations", 0))
+    return skipped > 0 and skipped > DIVERGED_SHARE * max(iterations, 1)
+
+
+def _mark(row: dict[str, Any]) -> str:
+    """``‡`` for a row with a diverged run, ``†`` for one that skipped steps, else ``""``."""
+    if any(row.get("diverged", [])):
+        return " ‡"
+    if any(row.get("skipped_steps", [])):
+        return " †"
+    return ""
+
+
 def format_cell(mean: float, std: float | None) -> str:
-    """``"82.6 ± 2.9"`` (or just the mean when there is no deviation)."""
+    """``"82.6 ± 2.9"``, or just the mean when there is no deviation (one seed: ``None``)."""
     if std is None or math.isnan(std):
         return f"{mean:.1f}"
     return f"{mean:.1f} ± {std:.1f}"
@@ -76,12 +177,17 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
         return row["method"] + (f" ({', '.join(tags)})" if tags else "")
 
     methods = list(dict.fromkeys(label(r) for r in report["rows"]))
+    n_seeds = max((len(r["seeds"]) for r in report["rows"]), default=0)
+    cell_text = ("Each cell: our mean ± std over seeds" if n_seeds > 1
+                 else "Each cell: our accuracy (one seed, so no spread)")
+    if paper or paper_avg:
+        cell_text += " (the paper's number in parentheses)"
     lines = [
         f"# {report['experiment']}: {report['title']}",
         "",
         f"Data: {report['data_source']}",
         "",
-        "Each cell: our mean ± std over seeds (the paper's number in parentheses)."
+        cell_text + "."
         + (" (paper): the method as the paper writes it; (authors): as the authors' code "
            "does it (GSS-Greedy: batch-level gate, mini-batch buffer gradients, min-max draw; "
            "GSS-Clust: threshold growth 1.01 instead of doubling; FSS-Clust: logits and "
@@ -96,7 +202,8 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
         cells = []
         for _, value in columns:
             match = [r for r in report["rows"] if label(r) == method and r.get(row_key) == value]
-            ours = format_cell(match[0]["avg_mean"], match[0]["avg_std"]) if match else "-"
+            ours = (format_cell(match[0]["avg_mean"], match[0]["avg_std"]) + _mark(match[0])
+                    if match else "-")
             ref = paper.get((method, value)) or paper.get(
                 (match[0]["method"] if match else method, value))
             cells.append(ours + (f" ({format_cell(*ref)})" if ref else ""))
@@ -112,21 +219,43 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
                  + ", ".join(report["protocol"]["task_aware"]) + "."]
     if notes:
         lines += ["", "Deviations from the paper's protocol:", ""] + [f"- {n}" for n in notes]
+    marked = [r for r in report["rows"] if _mark(r)]
+    if marked:
+        lines += ["", "Skipped steps (a non-finite loss skips the step):", ""]
+        for r in marked:
+            runs = [f"seed {seed}: {n} skipped" + (" (diverged)" if d else "")
+                    for seed, n, d in zip(r["seeds"], r["skipped_steps"], r["diverged"],
+                                          strict=True) if n]
+            lines.append(f"- {label(r)}, M={r['buffer_size']}: " + "; ".join(runs))
+        lines += ["", f"†: some steps were skipped; ‡: a run skipped more than "
+                  f"{DIVERGED_SHARE:.0%} of its training iterations and diverged: its "
+                  "accuracy says nothing about the method."]
+    if report.get("provenance"):
+        lines += ["", provenance_line(report["provenance"])]
     lines += ["", f"Command: `{report['command']}`", ""]
     return "\n".join(lines)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``path`` atomically (a killed writer leaves the old file and no partial one)."""
+    atomic_write(path, lambda f: f.write(text.encode()), prefix=f".{os.path.basename(path)}.",
+                 suffix=".tmp")
 
 
 def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[str, Any]],
                   row_key: str, paper: dict[tuple[str, Any], tuple[float, float | None]],
                   paper_avg: dict[str, tuple[float, float | None]] | None = None
                   ) -> dict[str, str]:
-    """Write ``<experiment>.json``, ``.csv`` and ``.md`` into ``out_dir``.
+    """Write ``<experiment>.json``, ``.csv`` and ``.md`` into ``out_dir``, each atomically.
 
-    :param report: Contract 1's JSON object (plus ``title`` and ``command``).
+    :param report: the experiment's JSON object: ``experiment``, ``title``, ``dataset``,
+        ``data_source``, ``command``, ``protocol``, ``rows`` (:func:`rows_from_runs`) and,
+        optionally, ``provenance`` (:func:`provenance`).
     :param out_dir: destination folder (created if missing).
     :param columns: the markdown table's columns as ``(label, value of row_key)``.
     :param row_key: the row key the columns range over (``"buffer_size"``, ``"sequence"``).
-    :param paper: the paper's cells, keyed ``(method, column value)``.
+    :param paper: the paper's cells, keyed ``(method, column value)``; give ``{}`` when the
+        runs did not use the paper's data.
     :param paper_avg: when given, an ``Avg`` column (mean over the columns, std across
         them) with the paper's values by method.
     :return: the paths written, by extension.
@@ -134,20 +263,29 @@ def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[s
     os.makedirs(out_dir, exist_ok=True)
     name = report["experiment"]
     paths = {ext: os.path.join(out_dir, f"{name}.{ext}") for ext in ("json", "csv", "md")}
-    with open(paths["json"], "w") as f:
-        json.dump(report, f, indent=1)
+    write_text(paths["json"], json.dumps(report, indent=1))
     n_tasks = max((len(a) for r in report["rows"] for a in r["task_accuracy"]), default=0)
-    with open(paths["csv"], "w", newline="") as f:
-        writer = csv.writer(f)
-        extra = [k for k in ("sequence", "variant", "n", "batch_size", "update")
-                 if any(k in r for r in report["rows"])]
-        writer.writerow(["method", "buffer_size", *extra, "seed", "avg",
-                         *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds"])
-        for r in report["rows"]:
-            for seed, accs, avg, secs in zip(r["seeds"], r["task_accuracy"], r["avg"],
-                                             r["train_seconds"], strict=True):
-                writer.writerow([r["method"], r["buffer_size"], *[r.get(k) for k in extra], seed,
-                                 f"{avg:.2f}", *[f"{a:.2f}" for a in accs], f"{secs:.2f}"])
-    with open(paths["md"], "w") as f:
-        f.write(_markdown(report, columns, row_key, paper, paper_avg))
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    extra = [k for k in ("sequence", "variant", "n", "batch_size", "update")
+             if any(k in r for r in report["rows"])]
+    steps = any("skipped_steps" in r for r in report["rows"])
+    prov = report.get("provenance") or {}
+    where = [prov.get("device"), prov.get("threads")] if prov else []
+    writer.writerow(["method", "buffer_size", *extra, "seed", "avg",
+                     *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds",
+                     *(["skipped_steps", "diverged"] if steps else []),
+                     *(["device", "threads"] if prov else [])])
+    for r in report["rows"]:
+        n = len(r["seeds"])
+        for i, (seed, accs, avg, secs) in enumerate(zip(r["seeds"], r["task_accuracy"],
+                                                        r["avg"], r["train_seconds"],
+                                                        strict=True)):
+            skip = ([r.get("skipped_steps", [0] * n)[i], r.get("diverged", [False] * n)[i]]
+                    if steps else [])
+            writer.writerow([r["method"], r["buffer_size"], *[r.get(k) for k in extra], seed,
+                             f"{avg:.2f}", *[f"{a:.2f}" for a in accs], f"{secs:.2f}", *skip,
+                             *where])
+    write_text(paths["csv"], buffer.getvalue())
+    write_text(paths["md"], _markdown(report, columns, row_key, paper, paper_avg))
     return paths

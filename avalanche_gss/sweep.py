@@ -24,6 +24,7 @@ import os
 import pickle
 import platform
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -32,9 +33,10 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
-from avalanche_gss._atomic import atomic_write
+from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
 
-__all__ = ["ResultCache", "SweepError", "config_key", "run_sweep", "worker_threads"]
+__all__ = ["ResultCache", "SweepError", "available_cpus", "config_key", "run_sweep",
+           "worker_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +64,22 @@ def config_key(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(_canonical(config).encode()).hexdigest()[:32]
 
 
+def _checksum(config: Any, result: Any) -> str:
+    """SHA-256 of the canonical JSON of a cache entry's config and result."""
+    text = json.dumps({"config": config, "result": result}, sort_keys=True,
+                      separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class ResultCache:
     """One JSON file per finished job, ``<cache_dir>/<config_key>.json``.
 
-    Each file holds ``{"key", "config", "result", "seconds", "finished", "host"}``. Files
-    are written atomically (temporary file in the same folder, ``fsync``, ``os.replace``);
-    leftovers of killed writes are named ``.tmp-*`` and never read.
+    Each file holds ``{"key", "config", "result", "checksum", "seconds", "finished",
+    "host"}``; ``checksum`` is the SHA-256 of the config and the result, so an entry
+    altered on disk (a flipped digit) is not believed: :meth:`get` warns, naming the
+    file, and the job runs again. Files are written atomically (temporary file in the
+    same folder, ``fsync``, ``os.replace``); leftovers of killed writes are named
+    ``.tmp-*``, never read, and removed when an hour old.
 
     :param cache_dir: the folder (created if missing).
     """
@@ -75,6 +87,7 @@ class ResultCache:
     def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(cache_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.dir, ".tmp-", ".json")
 
     def path(self, config: Mapping[str, Any]) -> Path:
         """Return where the job's result lives.
@@ -93,11 +106,25 @@ class ResultCache:
             record = json.loads(path.read_text())
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as err:
-            warnings.warn(f"ignoring unreadable result {path}: {err}", stacklevel=2)
+        except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+            warnings.warn(f"ignoring unreadable result {path} (it will be recomputed): {err}",
+                          stacklevel=2)
             return None
-        if record.get("config") != json.loads(_canonical(config)):
-            warnings.warn(f"ignoring {path}: it holds another config", stacklevel=2)
+        if not isinstance(record, dict) or not {"config", "result"} <= set(record):
+            warnings.warn(f"ignoring {path} (it will be recomputed): not a result entry "
+                          "(needs config, result and checksum)", stacklevel=2)
+            return None
+        if record["config"] != json.loads(_canonical(config)):
+            warnings.warn(f"ignoring {path} (it will be recomputed): it holds another config",
+                          stacklevel=2)
+            return None
+        if record.get("checksum") != _checksum(record["config"], record["result"]):
+            warnings.warn(f"ignoring {path} (it will be recomputed): its checksum does not "
+                          "match its content (the file was altered)", stacklevel=2)
+            return None
+        if not isinstance(record["result"], dict):
+            warnings.warn(f"ignoring {path} (it will be recomputed): its result is not a dict",
+                          stacklevel=2)
             return None
         return record["result"]
 
@@ -108,10 +135,16 @@ class ResultCache:
         :param result: what the job returned (JSON-serialisable).
         :param seconds: the job's wall time.
         """
+        canonical = json.loads(_canonical(config))
+        try:
+            stored = json.loads(json.dumps(result, allow_nan=True))
+        except TypeError as err:
+            raise TypeError(f"the result of job {dict(config)} is not JSON-serialisable") from err
         record = {
             "key": config_key(config),
-            "config": json.loads(_canonical(config)),
-            "result": result,
+            "config": canonical,
+            "result": stored,
+            "checksum": _checksum(canonical, stored),
             "seconds": seconds,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "host": platform.node(),
@@ -133,9 +166,18 @@ class SweepError(RuntimeError):
 
     def __init__(self, failures: list[tuple[dict[str, Any], BaseException]]) -> None:
         self.failures = failures
-        lines = [f"  {cfg}: {type(err).__name__}: {err}" for cfg, err in failures[:10]]
+        lines = [f"  job {config_key(cfg)[:12]}: {type(err).__name__}: {err}"
+                 for cfg, err in failures[:10]]
         more = f"\n  ... and {len(failures) - 10} more" if len(failures) > 10 else ""
-        super().__init__(f"{len(failures)} job(s) failed:\n" + "\n".join(lines) + more)
+        super().__init__(f"{len(failures)} job(s) failed (their configs are in .failures):\n"
+                         + "\n".join(lines) + more)
+
+
+def available_cpus() -> int:
+    """Return the CPUs this process may run on (its affinity mask where there is one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # pragma: no cover - macOS, Windows
 
 
 def worker_threads(workers: int) -> int:
@@ -143,19 +185,26 @@ def worker_threads(workers: int) -> int:
 
     :param workers: number of parallel processes.
     """
-    if hasattr(os, "sched_getaffinity"):
-        cpus = len(os.sched_getaffinity(0))
-    else:  # pragma: no cover - macOS, Windows
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // max(1, workers))
+    return max(1, available_cpus() // max(1, workers))
 
 
-def _init_worker(threads: int) -> None:
-    """Limit a fresh worker's threads before torch is imported (and after, if it was)."""
+def _watch_parent(parent: int) -> None:
+    """End this worker as soon as the process that started it is gone (even by SIGKILL)."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(0.5)
+
+
+def _init_worker(threads: int, parent: int | None = None) -> None:
+    """Limit a fresh worker's threads; make it exit when its parent dies."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
+    if parent is not None:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
+                         name="watch-parent").start()
 
 
 def _execute(
@@ -182,6 +231,7 @@ def run_sweep(
     progress: bool = True,
     cluster: str | None = None,
     submitit_params: Mapping[str, Any] | None = None,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run every job that has no stored result; return all results, in job order.
 
@@ -199,8 +249,10 @@ def run_sweep(
     :param workers: ``launcher="local"``: jobs run in this process when 1, else in that
         many spawned processes, each limited to :func:`worker_threads` torch threads
         (spawned processes import the main script again: call ``run_sweep`` under
-        ``if __name__ == "__main__":``, as ``python -m reproduce`` does). Ignored by
-        ``"submitit"`` (the cluster decides).
+        ``if __name__ == "__main__":``, and keep ``fn`` in an importable module, not in
+        a package's ``__main__``). Capped, with a warning, at the CPUs available (more
+        processes only compete for them). Workers exit when this process dies. Ignored
+        by ``"submitit"`` (the cluster decides).
     :param launcher: ``"local"`` or ``"submitit"`` (SLURM through ``submitit.AutoExecutor``).
     :param progress: show a tqdm progress bar on stderr.
     :param cluster: submitit's executor: ``None`` (auto: SLURM when ``srun`` exists, else
@@ -209,6 +261,10 @@ def run_sweep(
     :param submitit_params: passed to ``AutoExecutor.update_parameters`` (e.g.
         ``timeout_min``, ``slurm_partition``, ``gpus_per_node``, ``cpus_per_task``). The
         local executor's 2-minute default ``timeout_min`` is raised to 7 days.
+    :param threads: torch threads of each job run in a worker process or a submitit job
+        (``None``: :func:`worker_threads` in worker processes, the cluster's default in
+        submitit jobs). Jobs run in this process (``workers=1``) use this process's
+        setting: ``run_sweep`` never changes it.
     :return: ``fn``'s result for each job, in the order of ``jobs``.
     :raises SweepError: if some jobs failed.
     """
@@ -216,11 +272,25 @@ def run_sweep(
         raise ValueError(f"launcher must be 'local' or 'submitit', got {launcher!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    if workers > 1 and launcher == "local":
+        cpus = available_cpus()
+        if workers > cpus:
+            warnings.warn(f"workers={workers} capped at the {cpus} CPU(s) available to this "
+                          "process", stacklevel=2)
+            workers = cpus
     if workers > 1 or launcher == "submitit":
         try:
             pickle.dumps(fn)
         except (pickle.PicklingError, AttributeError, TypeError) as err:
             raise TypeError(f"fn must be a picklable module-level callable: {err}") from err
+    if workers > 1 and launcher == "local" and _unimportable(fn):
+        where = getattr(_main_spec(), "name", "__main__")
+        raise TypeError(f"fn {getattr(fn, '__qualname__', fn)!r} is defined in {where}, which "
+                        "spawned worker processes cannot import; define it in an importable "
+                        "module")
     cache = ResultCache(cache_dir)
     configs = [json.loads(_canonical(job)) for job in jobs]
     keys = [config_key(cfg) for cfg in configs]
@@ -250,9 +320,10 @@ def run_sweep(
     )
     try:
         if todo and launcher == "submitit":
-            _run_submitit(todo, fn, cache, results, failures, bar, cluster, submitit_params)
+            _run_submitit(todo, fn, cache, results, failures, bar, cluster, submitit_params,
+                          threads)
         elif todo and workers > 1:
-            _run_pool(todo, fn, cache, results, failures, bar, workers)
+            _run_pool(todo, fn, cache, results, failures, bar, workers, threads)
         else:
             _run_here(todo, fn, cache, results, failures, bar)
     finally:
@@ -260,6 +331,24 @@ def run_sweep(
     if failures:
         raise SweepError(failures)
     return [results[key] for key in keys]
+
+
+def _main_spec() -> Any:
+    return getattr(sys.modules.get("__main__"), "__spec__", None)
+
+
+def _unimportable(fn: JobFn) -> bool:
+    """Whether a spawned process cannot find ``fn``.
+
+    That is when it lives in ``__main__`` and the main module is a package's ``__main__``
+    or has no file: spawned processes do not import those again.
+    """
+    if getattr(fn, "__module__", None) != "__main__":
+        return False
+    main = sys.modules.get("__main__")
+    spec = _main_spec()
+    return (getattr(main, "__file__", None) is None
+            or (spec is not None and spec.name.endswith(".__main__")))
 
 
 def _run_here(
@@ -288,14 +377,15 @@ def _run_pool(
     failures: list[tuple[dict[str, Any], BaseException]],
     bar: Any,
     workers: int,
+    threads: int | None = None,
 ) -> None:
     """Run the jobs in ``workers`` spawned processes."""
-    threads = worker_threads(workers)
+    threads = threads or worker_threads(workers)
     pool = cf.ProcessPoolExecutor(
         max_workers=min(workers, max(1, len(todo))),
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_init_worker,
-        initargs=(threads,),
+        initargs=(threads, os.getpid()),
     )
     try:
         futures = {
@@ -325,6 +415,7 @@ def _run_submitit(
     bar: Any,
     cluster: str | None,
     params: Mapping[str, Any] | None,
+    threads: int | None = None,
 ) -> None:
     """Send the jobs to submitit's ``AutoExecutor`` as one job array and wait for them."""
     import submitit  # optional dependency (the "cluster" extra)
@@ -337,7 +428,8 @@ def _run_submitit(
         executor.update_parameters(**options)
     with executor.batch():
         handles = [
-            (key, executor.submit(_execute, fn, cfg, str(cache.dir))) for key, cfg in todo.items()
+            (key, executor.submit(_execute, fn, cfg, str(cache.dir), threads))
+            for key, cfg in todo.items()
         ]
     logger.info("sweep: submitted %d jobs to submitit (%s)", len(handles), executor.cluster)
     by_job = {id(job): key for key, job in handles}

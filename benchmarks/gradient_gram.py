@@ -1,6 +1,7 @@
-"""Speed of the per-sample gradient cosine Gram that every GSS selector needs (Contract 2).
+"""Speed of the per-sample gradient cosine Gram that every GSS selector needs.
 
-Usage: ``python benchmarks/gradient_gram.py [--json PATH] [--repeats R] [--device cpu|cuda]``
+Usage: ``python benchmarks/gradient_gram.py [--json PATH] [--repeats R] [--device auto|cpu|cuda]``
+(``auto``, the default: CUDA when present).
 
 Cases (the same samples for every impl of a case):
 
@@ -9,7 +10,8 @@ Cases (the same samples for every impl of a case):
   record's ``data`` says).
 * ``resnet18-n20``: GEM's reduced ResNet-18 on random 3x32x32 inputs.
 
-Impls: ``project`` (``sample_gram`` + ``cosine_from_gram``), ``loop`` (a per-sample
+Impls: ``library`` (``sample_gram`` + ``cosine_from_gram``; records written before the
+rename call it ``project``), ``loop`` (a per-sample
 ``autograd.grad`` loop, then the cosine of its Gram), ``vmap`` (``torch.func`` ``vmap(grad)``,
 then the same), ``floor`` (one plain forward+backward of the same samples with the summed
 loss: no selection can cost less). Every model is in eval mode (BatchNorm uses running
@@ -34,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from avalanche_gss.experiments import resolve_device
 from avalanche_gss.gradients import (
     cosine_from_gram,
     per_sample_grad_loop,
@@ -44,7 +47,7 @@ from avalanche_gss.models import MLP, ReducedResNet18
 
 Impl = Callable[[nn.Module, Tensor, Tensor], Tensor | None]
 
-# Acceptance targets from the project's issue (printed, not enforced).
+# Acceptance targets of the gradient engine (printed, not enforced).
 TARGETS = {
     "mlp-n20": {"speedup_vs_loop": 10.0, "ratio_vs_floor": 3.0},
     "mlp-n400": {"speedup_vs_loop": 50.0, "ratio_vs_floor": 3.0},
@@ -52,7 +55,7 @@ TARGETS = {
 }
 
 
-def project(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+def library(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     return cosine_from_gram(sample_gram(model, x, y))
 
 
@@ -71,7 +74,7 @@ def floor(model: nn.Module, x: Tensor, y: Tensor) -> None:
     F.cross_entropy(model(x), y, reduction="sum").backward()
 
 
-IMPLS: dict[str, Impl] = {"project": project, "loop": loop, "vmap": vmap, "floor": floor}
+IMPLS: dict[str, Impl] = {"library": library, "loop": loop, "vmap": vmap, "floor": floor}
 
 
 def mnist(n: int) -> tuple[Tensor, Tensor, str]:
@@ -146,7 +149,7 @@ def run_case(case: str, repeats: int, device: torch.device) -> list[dict[str, ob
     model, x, y, data = make_case(case, device)
     reference = loop(model, x, y)
     errors = {"loop": 0.0}
-    for name in ("project", "vmap"):
+    for name in ("library", "vmap"):
         cos = IMPLS[name](model, x, y)
         assert cos is not None
         errors[name] = ((cos - reference).abs().max() / reference.abs().max()).item()
@@ -167,7 +170,7 @@ def run_case(case: str, repeats: int, device: torch.device) -> list[dict[str, ob
         }
         if name != "floor":
             record["max_rel_err_vs_loop"] = errors[name]
-        if name in ("project", "vmap"):
+        if name in ("library", "vmap"):
             record["speedup_vs_loop"] = round(med["loop"] / med[name], 2)
             record["ratio_vs_floor"] = round(med[name] / med["floor"], 2)
             # the same from the fastest rounds: robust to background load on a shared machine
@@ -190,9 +193,9 @@ def print_table(records: Sequence[dict[str, object]]) -> None:
             f"{r['case']!s:<14}{r['impl']!s:<9}{r['median_ms']:>11.3f}{r['min_ms']:>10.3f}"
             f"{speed:>9}{ratio:>10}{err:>13}"
         )
-    print("\nacceptance of project (issue targets; 'of min' uses each impl's fastest round):")
+    print("\nacceptance of library (targets; 'of min' uses each impl's fastest round):")
     for r in records:
-        if r["impl"] != "project":
+        if r["impl"] != "library":
             continue
         for key, target in TARGETS[str(r["case"])].items():
             value, of_min = float(str(r[key])), float(str(r[f"{key}_of_min"]))
@@ -208,10 +211,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the records to this JSON file")
     parser.add_argument("--repeats", type=int, default=20, help="timed rounds per case")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when present, else cpu) | cpu | cuda | cuda:N")
     parser.add_argument("--cases", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
+    try:
+        device = torch.device(resolve_device(args.device))
+    except ValueError as err:
+        parser.error(f"argument --device: {err}")
     records = [rec for case in args.cases for rec in run_case(case, args.repeats, device)]
     result: dict[str, object] = {
         "benchmark": "gradient_gram",

@@ -7,12 +7,15 @@ cosines. The Gram is real: the paper's MLP (784-100-100-10) is trained for one o
 (as a buffer from task 1 plus recent samples from task 2) are scored by
 :func:`avalanche_gss.gradients.sample_cosine`.
 
-- ``project``: :func:`avalanche_gss.selection.iqp.select_iqp` with the default fast solver;
-  ``median_ms`` over ``--repeats`` runs (Gram already computed).
+- ``library``: :func:`avalanche_gss.selection.iqp.select_iqp` with the default fast solver;
+  ``median_ms`` over ``--repeats`` runs (Gram already computed). Records written before the
+  rename call it ``project``.
 - ``scip``: the same call with ``solver="exact"`` (cvxpy + SCIP, ``--time-limit`` s), one
   run; ``gap`` is SCIP's relative optimality gap and ``status`` its final status.
 
-Both records carry the surrogate ``objective``; ``ratio_to_scip`` = project / scip.
+Both records carry the surrogate ``objective``; ``ratio_to_scip`` = library / scip. The
+Gram is computed on ``--device`` (``auto``, the default: CUDA when present); the solvers
+run on the CPU.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 from torch.nn import functional as F
 
 from avalanche_gss.benchmarks import load_mnist_5k
+from avalanche_gss.experiments import resolve_device
 from avalanche_gss.gradients import sample_cosine
 from avalanche_gss.models import MLP
 from avalanche_gss.selection.iqp import select_iqp
@@ -37,17 +41,18 @@ CASES = {"iqp-110-100": (110, 100), "iqp-400-300": (400, 300)}
 TRAIN_PER_CLASS = 200  # digits of each of classes 0 and 1 in the training pass
 
 
-def real_grams(ks: list[int], seed: int) -> tuple[dict[int, torch.Tensor], str]:
+def real_grams(ks: list[int], seed: int, device: str = "cpu"
+               ) -> tuple[dict[int, torch.Tensor], str]:
     """Cosine Grams of ``k`` unseen digits' loss gradients after a short online pass."""
     data = load_mnist_5k()
-    x, y = data.x_train, data.y_train
+    x, y = data.x_train.to(device), data.y_train.to(device)
     gen = torch.Generator().manual_seed(seed)
-    first = [torch.nonzero(y == c).flatten() for c in range(4)]
+    first = [torch.nonzero(y == c).flatten().cpu() for c in range(4)]
     train = torch.cat([first[0][:TRAIN_PER_CLASS], first[1][:TRAIN_PER_CLASS]])
     train = train[torch.randperm(len(train), generator=gen)]
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = MLP()
+        model = MLP().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for batch in train.split(10):
         opt.zero_grad()
@@ -55,7 +60,7 @@ def real_grams(ks: list[int], seed: int) -> tuple[dict[int, torch.Tensor], str]:
         opt.step()
     unseen = torch.cat([first[0][TRAIN_PER_CLASS:], first[1][TRAIN_PER_CLASS:], *first[2:]])
     pool = unseen[torch.randperm(len(unseen), generator=gen)]
-    grams = {k: sample_cosine(model, x[pool[:k]], y[pool[:k]]) for k in ks}
+    grams = {k: sample_cosine(model, x[pool[:k]], y[pool[:k]]).cpu() for k in ks}
     source = (
         f"MLP after one online SGD pass (lr 0.05, batch 10) over {2 * TRAIN_PER_CLASS} digits "
         f"of classes 0-1; K unseen digits of classes 0-3, seed {seed}; {data.source}"
@@ -68,9 +73,9 @@ def run_case(
 ) -> list[dict[str, Any]]:
     k = gram.shape[0]
     fast = [select_iqp(gram, m) for _ in range(repeats)]
-    project = {
+    library = {
         "case": case,
-        "impl": "project",
+        "impl": "library",
         "k": k,
         "m": m,
         "median_ms": 1000 * statistics.median(r.seconds for r in fast),
@@ -98,8 +103,8 @@ def run_case(
         "warnings": [str(w.message) for w in caught],
     }
     if exact.solver == "exact":
-        project["ratio_to_scip"] = project["objective"] / scip["objective"]
-    return [project, scip]
+        library["ratio_to_scip"] = library["objective"] / scip["objective"]
+    return [library, scip]
 
 
 def main(argv: list[str]) -> int:
@@ -109,8 +114,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--time-limit", type=float, default=60.0, help="SCIP's limit, seconds")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--seed", type=int, default=0, help="model, data order and candidates")
+    parser.add_argument("--device", default="auto",
+                        help="where the Gram is computed: auto (CUDA when present, else "
+                             "cpu) | cpu | cuda | cuda:N")
     args = parser.parse_args(argv)
-    grams, source = real_grams(sorted({CASES[c][0] for c in args.cases}), args.seed)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as err:
+        parser.error(f"argument --device: {err}")
+    grams, source = real_grams(sorted({CASES[c][0] for c in args.cases}), args.seed, device)
     try:  # import cvxpy now, so that SCIP's time does not include it
         import cvxpy  # noqa: F401
     except ImportError:
@@ -120,10 +132,11 @@ def main(argv: list[str]) -> int:
         k, m = CASES[case]
         for record in run_case(case, grams[k], m, args.repeats, args.time_limit):
             record["gram_source"] = source
+            record["device"] = device
             records.append(record)
     print(
         f"{'case':<12} {'impl':<8} {'median ms':>10} {'objective':>14} {'gap':>9} "
-        f"{'status':<10} {'project/scip':>12}"
+        f"{'status':<10} {'library/scip':>12}"
     )
     for r in records:
         gap = f"{r['gap']:9.2e}" if r.get("gap") is not None else f"{'-':>9}"

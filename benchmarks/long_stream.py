@@ -14,7 +14,8 @@ and ``GSS-IQP`` (Algorithm 1, recent buffer 100, fast IQP solver). The data set 
 from the 10k point to the end is what the run adds. Flat means at most 10% RSS growth from
 10k to 100k samples, and median and mean time per batch of the last segment within 1.25x
 of the first. The RSS includes ~1.2 GB of imported libraries (torch alone ~700 MB), so the
-JSON also gives the growth in MB.
+JSON also gives the growth in MB. ``--device auto`` (the default) trains on CUDA when
+present; the RSS is the host process's memory either way.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from avalanche.core import SupervisedPlugin
 
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.benchmarks.online import experience_tensors
+from avalanche_gss.experiments import resolve_device
 from avalanche_gss.models import MLP
 from avalanche_gss.strategies import GSSIQP, GSSGreedy
 
@@ -107,16 +109,16 @@ class Probe(SupervisedPlugin):
 
 
 def run_impl(impl: str, samples: int, every: int, buffer_size: int, n_iter: int,
-             threads: int, seed: int) -> list[dict[str, Any]]:
+             threads: int, seed: int, device: str = "cpu") -> list[dict[str, Any]]:
     """One impl over the whole stream, in this (fresh) process."""
     torch.set_num_threads(threads)
     split = synthetic_split(samples, seed=seed)
     torch.manual_seed(seed)
-    model = MLP()
+    model = MLP().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     probe = Probe(every, impl)
     common = dict(model=model, optimizer=optimizer, mem_size=buffer_size, n_iter=n_iter,
-                  seed=seed, plugins=[probe])
+                  seed=seed, plugins=[probe], device=device)
     strategy = GSSGreedy(n=10, **common) if impl == "GSS-Greedy" else GSSIQP(**common)
     bench = online_benchmark(split, batch_size=10)
     gc.collect()
@@ -124,10 +126,11 @@ def run_impl(impl: str, samples: int, every: int, buffer_size: int, n_iter: int,
     strategy.train(bench.train_stream)
     model.eval()
     with torch.no_grad():
-        accs = [100.0 * float((model(x).argmax(1) == y).float().mean()) for x, y in split.test]
+        accs = [100.0 * float((model(x.to(device)).argmax(1) == y.to(device)).float().mean())
+                for x, y in split.test]
     for r in probe.records:
         r.update(buffer_size=buffer_size, n_iter=n_iter, rss_before_training_mb=start_rss,
-                 data_source=split.data_source)
+                 data_source=split.data_source, device=device)
     probe.records[-1]["avg_accuracy"] = statistics.fmean(accs)
     return probe.records
 
@@ -161,7 +164,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: batches of 10 gain nothing from more)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when present, else cpu) | cpu | cuda | cuda:N")
     args = parser.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as err:
+        parser.error(f"argument --device: {err}")
     if args.every % 10 or args.samples % (5 * args.every):
         parser.error("--every must be a multiple of 10 and --samples of 5 * --every")
     records: list[dict[str, Any]] = []
@@ -169,7 +178,7 @@ def main(argv: list[str]) -> int:
     for impl in args.impls:  # one fresh process each: clean RSS, no shared allocator state
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
             records += pool.submit(run_impl, impl, args.samples, args.every, args.buffer_size,
-                                   args.n_iter, args.threads, args.seed).result()
+                                   args.n_iter, args.threads, args.seed, device).result()
     print(f"{'impl':<11} {'samples':>8} {'median ms':>10} {'mean ms':>8} {'p90 ms':>7} "
           f"{'RSS MB':>8} {'peak MB':>8}")
     for r in records:

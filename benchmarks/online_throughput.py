@@ -6,7 +6,7 @@ batch, each one step on the batch and one on 10 buffer samples, a buffer of ``M`
 
 Case ``reservoir-mlp-disjoint``:
 
-- ``project``: :class:`avalanche_gss.strategies.Reservoir` on the task-free online stream.
+- ``library``: :class:`avalanche_gss.strategies.Reservoir` on the task-free online stream.
 - ``avalanche``: Avalanche 0.6's ``Naive`` + ``ReplayPlugin(ReservoirSamplingBuffer)`` on
   ``split_online_stream(task_stream, 10)`` (its replay concatenates batch and buffer in
   one step, so it takes half the steps).
@@ -14,7 +14,7 @@ Case ``reservoir-mlp-disjoint``:
 
 Case ``gss-greedy-mlp-disjoint``:
 
-- ``project``: :class:`avalanche_gss.strategies.GSSGreedy` (Algorithm 2, n = 10).
+- ``library``: :class:`avalanche_gss.strategies.GSSGreedy` (Algorithm 2, n = 10).
 - ``floor``: the bare reservoir loop above (same schedule, no gradient scoring).
 - ``avalanche``: Avalanche 0.6's ``GSS_greedy`` (mem_strength = 10). It crashes on a
   stream of 10-sample experiences, so it gets task-level experiences with
@@ -23,8 +23,11 @@ Case ``gss-greedy-mlp-disjoint``:
   timed that way because it is the only way it runs.
 
 Each record also carries the final average test accuracy (mean over tasks), so that the
-project and the bare loop can be compared on what they learn, not only on time. Repeats
-use seeds 0, 1, 2, ...
+library and the bare loop can be compared on what they learn, not only on time. Repeats
+use seeds 0, 1, 2, ... ``--device auto`` (the default) trains on CUDA when it is present.
+
+Records written before the rename call the ``library`` impl ``project``; ``--impls
+project`` is still accepted for it.
 """
 
 from __future__ import annotations
@@ -44,55 +47,63 @@ import torch
 from torch import nn
 
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
+from avalanche_gss.experiments import resolve_device
 from avalanche_gss.models import MLP
 from avalanche_gss.strategies import GSSGreedy, Reservoir
 
 
-def _accuracy(model: nn.Module, split: Any) -> float:
+def _accuracy(model: nn.Module, split: Any, device: str) -> float:
     model.eval()
     accs = []
     with torch.no_grad():
         for x, y in split.test:
+            x, y = x.to(device), y.to(device)
             accs.append(100.0 * float((model(x).argmax(1) == y).float().mean()))
     model.train()
     return sum(accs) / len(accs)
 
 
-def _model(seed: int) -> MLP:
+def _model(seed: int, device: str) -> MLP:
     torch.manual_seed(seed)
-    return MLP()
+    return MLP().to(device)
 
 
-def run_project(split: Any, seed: int, m: int, n_iter: int, cls: Any = Reservoir
-                ) -> tuple[float, float]:
-    model = _model(seed)
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def run_library(split: Any, seed: int, m: int, n_iter: int, device: str,
+                cls: Any = Reservoir) -> tuple[float, float]:
+    model = _model(seed, device)
     strategy = cls(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
-                   mem_size=m, n_iter=n_iter, seed=seed)
+                   mem_size=m, n_iter=n_iter, seed=seed, device=device)
     bench = online_benchmark(split, batch_size=10)
     start = time.perf_counter()
     strategy.train(bench.train_stream)
-    return time.perf_counter() - start, _accuracy(model, split)
+    _sync(device)
+    return time.perf_counter() - start, _accuracy(model, split, device)
 
 
-def run_floor(split: Any, seed: int, m: int, n_iter: int) -> tuple[float, float]:
-    model = _model(seed)
+def run_floor(split: Any, seed: int, m: int, n_iter: int, device: str) -> tuple[float, float]:
+    model = _model(seed, device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     x_all, y_all = split.stream_tensors()
     rng = random.Random(seed)
     start = time.perf_counter()
-    bx = torch.zeros((m, *x_all.shape[1:]))
-    by = torch.zeros(m, dtype=torch.long)
+    bx = torch.zeros((m, *x_all.shape[1:]), device=device)
+    by = torch.zeros(m, dtype=torch.long, device=device)
     size = seen = 0
     for task_x, task_y in split.train:
         for i in range(0, len(task_y), 10):
-            x, y = task_x[i : i + 10], task_y[i : i + 10]
+            x, y = task_x[i : i + 10].to(device), task_y[i : i + 10].to(device)
             for _ in range(n_iter):
                 opt.zero_grad()
                 loss_fn(model(x), y).backward()
                 opt.step()
                 if size:
-                    idx = torch.randperm(size)[:10]
+                    idx = torch.randperm(size, device=device)[:10]
                     opt.zero_grad()
                     loss_fn(model(bx[idx]), by[idx]).backward()
                     opt.step()
@@ -105,16 +116,18 @@ def run_floor(split: Any, seed: int, m: int, n_iter: int) -> tuple[float, float]
                     if j < m:
                         bx[j], by[j] = x[k], y[k]
                 seen += 1
-    return time.perf_counter() - start, _accuracy(model, split)
+    _sync(device)
+    return time.perf_counter() - start, _accuracy(model, split, device)
 
 
-def run_avalanche(split: Any, seed: int, m: int, n_iter: int) -> tuple[float, float]:
+def run_avalanche(split: Any, seed: int, m: int, n_iter: int, device: str
+                  ) -> tuple[float, float]:
     from avalanche.benchmarks.scenarios.online import split_online_stream
     from avalanche.training import Naive
     from avalanche.training.plugins import EvaluationPlugin, ReplayPlugin
     from avalanche.training.storage_policy import ReservoirSamplingBuffer
 
-    model = _model(seed)
+    model = _model(seed, device)
     bench = online_benchmark(split, batch_size=10)
     stream = split_online_stream(bench.task_stream, 10, shuffle=False,
                                  access_task_boundaries=False, seed=seed)
@@ -122,43 +135,48 @@ def run_avalanche(split: Any, seed: int, m: int, n_iter: int) -> tuple[float, fl
                           storage_policy=ReservoirSamplingBuffer(m))
     strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
                      train_mb_size=10, train_epochs=n_iter, plugins=[replay],
-                     evaluator=EvaluationPlugin())
+                     evaluator=EvaluationPlugin(), device=device)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for exp in stream:
             strategy.train(exp)
-    return time.perf_counter() - start, _accuracy(model, split)
+    _sync(device)
+    return time.perf_counter() - start, _accuracy(model, split, device)
 
 
-def run_project_greedy(split: Any, seed: int, m: int, n_iter: int) -> tuple[float, float]:
-    return run_project(split, seed, m, n_iter, GSSGreedy)
+def run_library_greedy(split: Any, seed: int, m: int, n_iter: int, device: str
+                       ) -> tuple[float, float]:
+    return run_library(split, seed, m, n_iter, device, GSSGreedy)
 
 
-def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int) -> tuple[float, float]:
+def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int, device: str
+                      ) -> tuple[float, float]:
     from avalanche.training import GSS_greedy
     from avalanche.training.plugins import EvaluationPlugin
 
-    model = _model(seed)
+    model = _model(seed, device)
     bench = online_benchmark(split, batch_size=10)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         strategy = GSS_greedy(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
                               criterion=nn.CrossEntropyLoss(), mem_size=m, mem_strength=10,
                               input_size=list(split.input_shape), train_mb_size=10,
-                              train_epochs=n_iter, evaluator=EvaluationPlugin())
+                              train_epochs=n_iter, evaluator=EvaluationPlugin(),
+                              device=device)
         start = time.perf_counter()
         for exp in bench.task_stream:
             strategy.train(exp)
-    return time.perf_counter() - start, _accuracy(model, split)
+    _sync(device)
+    return time.perf_counter() - start, _accuracy(model, split, device)
 
 
 CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
     "reservoir-mlp-disjoint": {
-        "project": run_project, "floor": run_floor, "avalanche": run_avalanche,
+        "library": run_library, "floor": run_floor, "avalanche": run_avalanche,
     },
     "gss-greedy-mlp-disjoint": {
-        "project": run_project_greedy, "floor": run_floor, "avalanche": run_avalanche_gss,
+        "library": run_library_greedy, "floor": run_floor, "avalanche": run_avalanche_gss,
     },
 }
 
@@ -171,24 +189,33 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--n-iter", type=int, default=3)
     parser.add_argument("--data", default="mnist")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--impls", nargs="+", default=["project", "floor", "avalanche"],
-                        choices=["project", "floor", "avalanche"])
+    parser.add_argument("--impls", nargs="+", default=["library", "floor", "avalanche"],
+                        choices=["library", "floor", "avalanche", "project"],
+                        help="project: the old name of library (kept for old commands)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when present, else cpu) | cpu | cuda | cuda:N")
     parser.add_argument("--samples-per-task", type=int, default=1000,
                         help="capped by what the data hold (800 with the offline digits)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: batches of 10 gain nothing from more)")
     args = parser.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as err:
+        parser.error(f"argument --device: {err}")
+    impls = list(dict.fromkeys("library" if i == "project" else i for i in args.impls))
     torch.set_num_threads(args.threads)
     data = load_dataset(args.data)
     per_task = min(args.samples_per_task,
                    min(int((data.y_train == c).sum()) for c in data.classes) * 2)
     records = []
     for case in args.cases:
-        for impl in args.impls:
+        for impl in impls:
             times, accs = [], []
             for seed in range(args.repeats):
                 split = disjoint_tasks(data, samples_per_task=per_task, seed=seed)
-                seconds, acc = CASES[case][impl](split, seed, args.buffer_size, args.n_iter)
+                seconds, acc = CASES[case][impl](split, seed, args.buffer_size, args.n_iter,
+                                                 device)
                 times.append(seconds)
                 accs.append(acc)
             records.append({
@@ -196,7 +223,7 @@ def main(argv: list[str]) -> int:
                 "times_ms": [1000 * t for t in times], "repeats": args.repeats,
                 "samples": sum(split.train_sizes), "buffer_size": args.buffer_size,
                 "n_iter": args.n_iter, "avg_accuracy": statistics.fmean(accs),
-                "accuracies": accs, "data_source": data.source,
+                "accuracies": accs, "data_source": data.source, "device": device,
             })
     print(f"{'case':<24} {'impl':<10} {'median ms':>10} {'x floor':>8} {'avg acc':>8}")
     for r in records:
@@ -207,8 +234,10 @@ def main(argv: list[str]) -> int:
         ratio = f"{r['median_ms'] / floor:8.2f}" if floor else f"{'-':>8}"
         print(f"{r['case']:<24} {r['impl']:<10} {r['median_ms']:10.1f} {ratio} "
               f"{r['avg_accuracy']:8.2f}")
+    accel = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     machine = (f"{platform.node()} {platform.machine()} {platform.processor() or ''} "
-               f"torch {torch.__version__} threads {torch.get_num_threads()}").strip()
+               f"torch {torch.__version__} threads {torch.get_num_threads()}; "
+               f"device {accel}").strip()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "online_throughput", "machine": machine, "records": records},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -19,11 +20,18 @@ STANDIN = "cifar10-standin"
 """The generated stand-in used by ``--quick`` when CIFAR-10 cannot be loaded."""
 
 _DATA: dict[tuple[Any, ...], ArrayDataset] = {}
+_FINGERPRINTS: dict[int, str] = {}
 
 
 def load(name: str, root: str | None, download: bool) -> ArrayDataset:
-    """Load a dataset once per process (``cifar10-standin``: the generated stand-in)."""
-    key = (name, root, download)
+    """Load a dataset once per process (``cifar10-standin``: the generated stand-in).
+
+    An ``.npz`` file is loaded again when it changed on disk (size or modification time).
+    """
+    key: tuple[Any, ...] = (name, root, download)
+    if name.lower().endswith(".npz") and os.path.exists(name):
+        stat = os.stat(name)
+        key += (stat.st_size, stat.st_mtime_ns)
     if key not in _DATA:
         if name == STANDIN:
             _DATA[key] = synthetic_images(STANDIN, shape=(3, 32, 32), num_classes=10,
@@ -33,17 +41,59 @@ def load(name: str, root: str | None, download: bool) -> ArrayDataset:
     return _DATA[key]
 
 
+def data_identity(data: ArrayDataset) -> dict[str, str]:
+    """What identifies the data of a run: their content's hash and their resolved source.
+
+    Both enter every run's cache key, so a file replaced at the same path, or MNIST
+    switching between the 5,000-digit fallback and torchvision's files, is a new run.
+    """
+    if id(data) not in _FINGERPRINTS:
+        _FINGERPRINTS[id(data)] = data.fingerprint()
+    return {"data_sha256": _FINGERPRINTS[id(data)], "data_source": data.source}
+
+
+def load_checked(config: dict[str, Any]) -> ArrayDataset:
+    """Load a job's data and check that they are the data its cache key names.
+
+    :raises ValueError: the data changed since the sweep started (e.g. the file was
+        replaced), naming the data and both hashes.
+    """
+    data = load(config["data"], config["root"], config["download"])
+    expected = config.get("data_sha256")
+    if expected is not None:
+        found = data_identity(data)["data_sha256"]
+        if found != expected:
+            raise ValueError(f"the data {config['data']!r} changed during the sweep (content "
+                             f"hash {found[:12]}, the sweep started with {expected[:12]}); "
+                             "run the command again")
+    return data
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
 def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, ArrayDataset]:
-    """The dataset to use: ``--data``, the protocol's, or (``--quick`` only) the stand-in."""
+    """The dataset to use: ``--data``, the protocol's, or (``--quick`` only) the stand-in.
+
+    :raises SystemExit: with a one-line message naming the data, when they cannot be
+        loaded or are not valid.
+    """
     name = args.data or protocol.dataset
     try:
         return name, load(name, args.root, args.download)
     except FileNotFoundError as err:
+        if name.lower().endswith(".npz"):
+            raise SystemExit(f"python -m reproduce: error: --data: {_one_line(err)}") from None
         if not (protocol.standin and args.quick and args.data is None):
-            raise SystemExit(f"{err}\nGive --root with the data, or --download (needs "
-                             "internet); --quick falls back to a generated stand-in.") from err
+            raise SystemExit(f"python -m reproduce: error: --data {name}: {_one_line(err)}; "
+                             "give --root with the data, or --download (needs internet)"
+                             ) from None
         log.warning("%s; --quick runs on a generated stand-in instead (not CIFAR-10)", err)
         return STANDIN, load(STANDIN, None, False)
+    except ValueError as err:
+        raise SystemExit(f"python -m reproduce: error: --data {name}: {_one_line(err)}"
+                         ) from None
 
 
 def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
@@ -62,6 +112,18 @@ def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
         values["lr"] = args.lr
     values.update(fields)
     return RunSettings(method=method, **values)
+
+
+PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_size")
+"""Settings that tell one run of an experiment from another (not the protocol's)."""
+
+
+def settings_by_method(settings: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each method's settings as run (``RunSettings`` dicts), beyond those in ``PER_RUN``."""
+    by_method: dict[str, dict[str, Any]] = {}
+    for s in settings:
+        by_method.setdefault(s["method"], {k: v for k, v in s.items() if k not in PER_RUN})
+    return by_method
 
 
 def command(argv: Sequence[str] | None = None) -> str:

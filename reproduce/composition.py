@@ -13,16 +13,14 @@ import json
 import os
 from typing import Any
 
-import torch
-
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.experiments import VARIANT_METHODS, RunSettings, run
+from avalanche_gss.reporting import provenance, provenance_line, write_text
 from reproduce.common import command, resolve_data
-from reproduce.protocols import PROTOCOLS
+from reproduce.protocols import DATA_LABELS, PROTOCOLS
 
 
 def composition(args: argparse.Namespace) -> int:
-    torch.set_num_threads(1)
     protocol = PROTOCOLS["table1"]
     data_name, data = resolve_data(args, protocol)
     methods = args.methods or ["Reservoir", "GSS-Greedy"]
@@ -34,7 +32,8 @@ def composition(args: argparse.Namespace) -> int:
         for method in methods:
             for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
                 settings = RunSettings(method=method, buffer_size=m, seed=seed,
-                                       variant=variant, n_iter=args.n_iter or protocol.n_iter)
+                                       variant=variant, n_iter=args.n_iter or protocol.n_iter,
+                                       lr=args.lr or protocol.lr, device=args.device)
                 trace = BufferTrace(None, split.task_classes, every=400)
                 result = run(settings, split, plugins=[trace])
                 rows.append({"method": method, "seed": seed,
@@ -44,11 +43,11 @@ def composition(args: argparse.Namespace) -> int:
                              "trace": trace.records})
     os.makedirs(args.out, exist_ok=True)
     report = {"experiment": "composition", "dataset": data.name, "data_source": data.source,
-              "command": command(),
+              "command": command(), "provenance": provenance(args.device, args.threads),
               "rows": rows}
-    with open(os.path.join(args.out, "composition.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    lines = [f"# Buffer composition along disjoint MNIST (M={m})", "",
+    write_text(os.path.join(args.out, "composition.json"), json.dumps(report, indent=1))
+    label = DATA_LABELS.get(data.name, data.name)
+    lines = [f"# Buffer composition along disjoint {label} (M={m})", "",
              f"Data: {data.source}", "",
              "| method | seed | samples | stored per task | score q10/q50/q90 | admitted |",
              "|---|---|---|---|---|---|"]
@@ -60,9 +59,9 @@ def composition(args: argparse.Namespace) -> int:
                          f"{100 * rec['admitted_share']:.1f}% |")
         lines.append(f"| {name} | {r['seed']} | final accuracy | "
                      f"{[round(a, 1) for a in r['task_accuracy']]} | avg {r['avg']:.1f} | |")
-    lines += ["", f"Command: `{report['command']}`", ""]
+    lines += ["", provenance_line(report["provenance"]), "",
+              f"Command: `{report['command']}`", ""]
     text = "\n".join(lines)
-    with open(os.path.join(args.out, "composition.md"), "w") as f:
-        f.write(text)
+    write_text(os.path.join(args.out, "composition.md"), text)
     print(text)
     return 0

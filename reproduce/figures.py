@@ -1,7 +1,7 @@
 """The paper's figures (``figure2``, ``figure4``, ``figure5``) for ``python -m reproduce``.
 
 Each entry of :data:`FIGURES` takes the parsed command line, writes
-``<experiment>.json/.md/.csv/.png`` into ``--out`` (Contract 1) and prints the markdown.
+``<experiment>.json/.md/.csv/.png`` into ``--out`` and prints the markdown.
 Runs go through :func:`~avalanche_gss.sweep.run_sweep` with :func:`figure_job`, so a
 stopped sweep resumes from ``--cache``.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+import avalanche_gss
 from avalanche_gss.benchmarks import ArrayDataset, TaskSplit
 from avalanche_gss.evaluation import CurveResult, mean_curve, run_curve
 from avalanche_gss.experiments import (
@@ -41,15 +43,34 @@ from avalanche_gss.experiments import (
 from avalanche_gss.experiments import run as run_one
 from avalanche_gss.plotting import Panel, Series, plot_curves, plot_panels
 from avalanche_gss.plotting import plot_surrogate_vs_solid_angle as plot_surrogate
-from avalanche_gss.reporting import format_cell, rows_from_runs, write_outputs
+from avalanche_gss.reporting import (
+    format_cell,
+    provenance,
+    provenance_line,
+    rows_from_runs,
+    write_outputs,
+    write_text,
+)
 from avalanche_gss.solid_angle import SurrogateStudy, surrogate_vs_solid_angle
 from avalanche_gss.sweep import run_sweep
-from reproduce.common import command, load, settings_for
-from reproduce.protocols import METHOD_OVERRIDES, PROTOCOLS, disjoint_stream
+from reproduce.common import (
+    command,
+    data_identity,
+    load_checked,
+    resolve_data,
+    settings_by_method,
+    settings_for,
+)
+from reproduce.protocols import (
+    DATA_LABELS,
+    PAPER_DATA,
+    PROTOCOLS,
+    disjoint_stream,
+)
 
 log = logging.getLogger("reproduce")
 
-FIGURES_VERSION = 1
+FIGURES_VERSION = 2
 """Bump when a change makes cached figure runs stale (it is part of every job's cache key)."""
 
 FIGURE2: dict[str, Any] = {
@@ -95,7 +116,7 @@ def _chosen(args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _split(config: dict[str, Any], seed: int) -> TaskSplit:
-    data = load(config["data"], config["root"], config["download"])
+    data = load_checked(config)
     return disjoint_stream(config["samples_per_task"])(data, seed, {})
 
 
@@ -116,21 +137,30 @@ def figure_job(config: dict[str, Any]) -> dict[str, Any]:
 
 def _sweep(args: argparse.Namespace, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     cache_dir = args.cache or os.path.join(args.out, "cache", args.experiment)
-    if args.workers == 1 and args.launcher == "local":
-        torch.set_num_threads(1)  # batches of 10: more threads only add contention
     return run_sweep(configs, figure_job, cache_dir=cache_dir, workers=args.workers,
-                     launcher=args.launcher, cluster=args.cluster)
+                     launcher=args.launcher, cluster=args.cluster, threads=args.threads)
 
 
-def _base_config(args: argparse.Namespace, data_name: str, samples_per_task: int
-                 ) -> dict[str, Any]:
-    return {"version": FIGURES_VERSION, "experiment": args.experiment, "data": data_name,
-            "root": args.root, "download": args.download, "samples_per_task": samples_per_task}
+def _base_config(args: argparse.Namespace, data_name: str, samples_per_task: int,
+                 data: ArrayDataset) -> dict[str, Any]:
+    return {"version": FIGURES_VERSION, "code": avalanche_gss.__version__,
+            "experiment": args.experiment, "data": data_name, "root": args.root,
+            "download": args.download, **data_identity(data), "threads": args.threads,
+            "samples_per_task": samples_per_task}
+
+
+def _data_label(data: ArrayDataset) -> tuple[str, bool]:
+    """How the data are named in titles, and whether they are the paper's (MNIST)."""
+    return DATA_LABELS.get(data.name, data.name), data.name in PAPER_DATA["mnist"]
 
 
 def _stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: int,
                      seed: int) -> tuple[ArrayDataset, TaskSplit, dict[str, Any]]:
-    data = load(data_name, args.root, args.download)
+    _, data = resolve_data(args, _DISJOINT)  # one-line errors for data that cannot load
+    try:
+        _DISJOINT.check(data)
+    except ValueError as err:
+        raise SystemExit(f"python -m reproduce: error: --data {data_name}: {err}") from None
     split = disjoint_stream(samples_per_task)(data, seed, {})
     stream = {k: v for k, v in split.protocol.items() if k != "deviations"}
     return data, split, {"stream": stream, "deviations": split.protocol.get("deviations", [])}
@@ -138,10 +168,8 @@ def _stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task:
 
 def _finish(report: dict[str, Any], paths: dict[str, str], md: str | None = None) -> int:
     if md is not None:
-        with open(paths["md"], "w") as f:
-            f.write(md)
-    with open(paths["json"], "w") as f:
-        json.dump(report, f, indent=1)
+        write_text(paths["md"], md)
+    write_text(paths["json"], json.dumps(report, indent=1))
     with open(paths["md"]) as f:
         print(f.read())
     print("Wrote " + ", ".join(paths.values()))
@@ -203,7 +231,7 @@ def figure2(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     paths["png"] = plot_surrogate(
         studies, os.path.join(args.out, "figure2.png"),
         title=f"Surrogate vs solid angle, {chosen['dim']} dimensions")
-    with open(paths["csv"], "w", newline="") as f:
+    with io.StringIO(newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["k", "seed", "set", "target_correlation", "surrogate", "solid_angle",
                          "stderr", "span_dim"])
@@ -212,6 +240,7 @@ def figure2(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                 writer.writerow([row["k"], row["seeds"][0], i, f"{r['correlation']:.4f}",
                                  f"{r['surrogate']:.4f}", f"{r['solid_angle']:.6g}",
                                  f"{r['stderr']:.3g}", int(r["span_dim"])])
+        write_text(paths["csv"], f.getvalue())
     cmd = command(argv)
     source = (f"synthetic: random vector sets in {chosen['dim']} dimensions "
               "(avalanche_gss.solid_angle.shared_direction_set), no dataset")
@@ -249,7 +278,7 @@ def figure2(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
 
 
 def _curve_rows(pairs: list[tuple[dict[str, Any], CurveResult]]) -> list[dict[str, Any]]:
-    """Contract 1 rows of the final accuracies, each with its seeds' curves."""
+    """Table rows of the final accuracies, each with its seeds' curves."""
     rows = rows_from_runs([(keys, c.result) for keys, c in pairs])
     for row in rows:
         keys = {k: row[k] for k in ("variant",) if k in row}
@@ -283,6 +312,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     data_name = args.data or _DISJOINT.dataset
     spt, every = chosen["samples_per_task"], chosen["every_samples"]
     data, split, stream = _stream_protocol(args, data_name, spt, chosen["seeds"][0])
+    data_label, own = _data_label(data)
     runs, configs = [], []
     for seed in chosen["seeds"]:
         for method in chosen["methods"]:
@@ -291,7 +321,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                 for m in chosen["buffer_sizes"]:
                     s = settings_for(args, _DISJOINT, method, buffer_size=m, seed=seed, **flavour)
                     runs.append(keys)
-                    configs.append({**_base_config(args, data_name, spt), "kind": "curve",
+                    configs.append({**_base_config(args, data_name, spt, data), "kind": "curve",
                                     "every_samples": every, "settings": dataclasses.asdict(s)})
     log.info("figure4: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
@@ -302,12 +332,15 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     cmd = command(argv)
     report = {
         "experiment": "figure4",
-        "title": "test accuracy along disjoint MNIST, every 100 samples (paper Figure 4a)",
-        "dataset": data.name, "data_source": data.source, "command": cmd,
+        "title": f"test accuracy along disjoint {data_label}, every {every} samples "
+                 + ("(paper Figure 4a)" if own else "(protocol of paper Figure 4a)"),
+        "dataset": data.name, "data_source": data.source, **data_identity(data),
+        "command": cmd, "provenance": provenance(args.device, args.threads),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
-            **stream, "lr": _DISJOINT.lr, "n_iter": _DISJOINT.n_iter,
-            "method_overrides": METHOD_OVERRIDES, "batch_size": 10, "replay_batch_size": 10,
+            **stream, "lr": args.lr or _DISJOINT.lr, "n_iter": args.n_iter or _DISJOINT.n_iter,
+            "settings_by_method": settings_by_method([c["settings"] for c in configs]),
+            "batch_size": 10, "replay_batch_size": 10,
             "task_aware": [m for m in chosen["methods"] if m in TASK_AWARE],
             "task_ends": ends, "quick": args.quick,
             "curve": "curve_mean / curve_avg: test accuracy averaged over ALL tasks (unseen "
@@ -335,7 +368,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         title=f"Disjoint {data.name}: test accuracy (mean over all tasks), "
               f"{len(chosen['seeds'])} seed(s)")
     paths["curves_csv"] = os.path.join(args.out, "figure4_curves.csv")
-    with open(paths["curves_csv"], "w", newline="") as f:
+    with io.StringIO(newline="") as f:
         writer = csv.writer(f)
         n_tasks = len(ends)
         writer.writerow(["method", "variant", "buffer_size", "seed", "schedule", "samples",
@@ -348,6 +381,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                 writer.writerow([s.method, keys.get("variant", ""), s.buffer_size, s.seed,
                                  c.schedule, x, f"{a:.2f}", f"{sa:.2f}",
                                  *[f"{v:.2f}" for v in accs]])
+        write_text(paths["curves_csv"], f.getvalue())
     with open(paths["md"]) as f:
         md = f.read().replace(f"\nCommand: `{cmd}`\n", "")
     lines = [md.rstrip("\n"), "", "## Accuracy along the stream (mean over all tasks)", "",
@@ -362,7 +396,8 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         cells = [f"{at[x]:.1f}" if x in at else "-" for x in ends]
         label = _label(row["method"], row)
         lines.append(f"| {label} ({row['schedule']}) | " + " | ".join(cells) + " |")
-    lines += ["", f"Plot: `{paths['png']}`", "", f"Command: `{cmd}`", ""]
+    lines += ["", provenance_line(report["provenance"]), "", f"Plot: `{paths['png']}`", "",
+              f"Command: `{cmd}`", ""]
     return _finish(report, paths, "\n".join(lines))
 
 
@@ -383,6 +418,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     data_name = args.data or _DISJOINT.dataset
     spt = chosen["samples_per_task"]
     data, split, stream = _stream_protocol(args, data_name, spt, chosen["seeds"][0])
+    data_label, own = _data_label(data)
     runs: list[dict[str, Any]] = []
     configs = []
     for seed in chosen["seeds"]:
@@ -399,7 +435,8 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                         s = settings_for(args, _DISJOINT, method, buffer_size=m,
                                          seed=seed, **flavour, **fields)
                         runs.append({**variant, **point})
-                        configs.append({**_base_config(args, data_name, spt), "kind": "final",
+                        configs.append({**_base_config(args, data_name, spt, data),
+                                        "kind": "final",
                                         "settings": dataclasses.asdict(s)})
     log.info("figure5: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
@@ -414,17 +451,21 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     report = {
         "experiment": "figure5",
         "title": "GSS-Greedy: final average accuracy vs n and vs batch size on disjoint "
-                 "MNIST (paper Figure 5)",
-        "dataset": data.name, "data_source": data.source, "command": cmd,
+                 f"{data_label} " + ("(paper Figure 5)" if own else
+                                "(protocol of paper Figure 5; the paper's number is for "
+                                "MNIST and is not shown)"),
+        "dataset": data.name, "data_source": data.source, **data_identity(data),
+        "command": cmd, "provenance": provenance(args.device, args.threads),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
-            "methods": list(methods), **stream, "lr": _DISJOINT.lr,
+            "methods": list(methods), **stream, "lr": args.lr or _DISJOINT.lr,
+            "settings_by_method": settings_by_method([c["settings"] for c in configs]),
             "n_iter": args.n_iter or _DISJOINT.n_iter, "replay_batch_size": 10,
             "quick": args.quick,
             "panels": "rows with `n` vary n at batch size 10; rows with `batch_size` vary the "
                       "incoming batch size at n = 10 (replay batches stay 10 samples, "
                       "n_iter stays fixed: larger batches mean fewer updates)",
-            "paper": {"n=1": PAPER_FIGURE5_N[1]},
+            "paper": {"n=1": PAPER_FIGURE5_N[1]} if own else {},
         },
         "rows": rows,
         "wall_seconds": time.perf_counter() - start,
@@ -434,8 +475,10 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     md = [f"# figure5: {report['title']}", "", f"Data: {data.source}", "",
           f"Stream: 5 tasks, {split.protocol.get('samples_per_task', spt)} training samples "
           "each (the paper: 1000).", "",
-          "Each cell: final average accuracy over the 5 tasks, mean ± std over "
-          f"{len(chosen['seeds'])} seed(s) (the paper's number in parentheses).", ""]
+          "Each cell: final average accuracy over the 5 tasks, "
+          + (f"mean ± std over {len(chosen['seeds'])} seeds" if len(chosen["seeds"]) > 1
+             else "one seed (no spread)")
+          + (" (the paper's number in parentheses)." if own else "."), ""]
     for key, values, title, xlabel in (
             ("n", chosen["n_values"], f"batch size {chosen['batch_size']}",
              "n (buffer gradients per score)"),
@@ -453,17 +496,18 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             mine = {r[key]: r for r in panel_rows if _label(r["method"], r) == label}
             xs = [v for v in values if v in mine]
             series.append(Series(label, xs, [mine[v]["avg_mean"] for v in xs],
-                                 [mine[v]["avg_std"] for v in xs], "markers"))
+                                 [mine[v]["avg_std"] or 0.0 for v in xs], "markers"))
             cells = []
             for v in values:
                 cell = format_cell(mine[v]["avg_mean"], mine[v]["avg_std"]) if v in mine else "-"
-                if key == "n" and v in PAPER_FIGURE5_N and label.startswith("GSS-Greedy"):
+                if (own and key == "n" and v in PAPER_FIGURE5_N
+                        and label.startswith("GSS-Greedy")):
                     cell += f" ({PAPER_FIGURE5_N[v]:.1f})"
                 cells.append(cell)
             md.append(f"| {label} | " + " | ".join(cells) + " |")
         md.append("")
         if key == "n":
-            shown = [n for n in PAPER_FIGURE5_N if n in values]
+            shown = [n for n in PAPER_FIGURE5_N if n in values] if own else []
             if shown:
                 series.append(Series("paper (text)", shown, [PAPER_FIGURE5_N[n] for n in shown],
                                      style="reference"))
@@ -475,7 +519,8 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     if deviations:
         md += ["Deviations from the paper's protocol:", ""] + [f"- {d}" for d in deviations]
         md.append("")
-    md += [f"Plot: `{paths['png']}`", "", f"Command: `{cmd}`", ""]
+    md += [provenance_line(report["provenance"]), "", f"Plot: `{paths['png']}`", "",
+           f"Command: `{cmd}`", ""]
     return _finish(report, paths, "\n".join(md))
 
 

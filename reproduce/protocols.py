@@ -1,7 +1,8 @@
 """The paper's experimental protocols as data (section 5, Table 4's text, the authors' scripts).
 
 Each :class:`Protocol` names its stream, its defaults (methods, buffer sizes, seeds, lr,
-n_iter) and the per-method settings of the authors' scripts (PEERS.md section 2).
+n_iter) and the per-method settings of the authors' scripts (``Disjoint_Mnist.sh``,
+``Permuted_Mnist.sh`` in their repository).
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ METHOD_OVERRIDES: dict[str, dict[str, Any]] = {
 
 @dataclass(frozen=True)
 class Protocol:
-    """One experiment of Contract 1.
+    """One experiment of ``python -m reproduce``.
 
     :param name: the experiment (``table1``...).
-    :param title: one line for the table's heading.
+    :param title: one line for the table's heading; ``{data}`` stands for the data used.
+    :param paper_ref: where the paper reports it (``"Table 1"``).
     :param stream: how to build the task sequence from a dataset, given the seed and the
         row's variant (e.g. the imbalanced sequence).
     :param methods: default methods.
@@ -54,10 +56,12 @@ class Protocol:
         ``{"GSS-IQP": ({"update": "rehearsal"}, {"update": "constrained"})}``).
     :param standin: with ``--quick``, a generated stand-in replaces the dataset when it
         cannot be loaded (CIFAR-10 offline), and the outputs say so.
+    :param min_classes: the classes the stream needs (5 tasks of 2 classes: 10).
     """
 
     name: str
     title: str
+    paper_ref: str
     stream: Callable[[ArrayDataset, int, dict[str, Any]], TaskSplit]
     methods: tuple[str, ...]
     buffer_sizes: tuple[int, ...]
@@ -71,6 +75,48 @@ class Protocol:
     model: str = "mlp"
     flavours: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     standin: bool = False
+    min_classes: int = 10
+
+    def check(self, data: ArrayDataset) -> None:
+        """Refuse data this protocol cannot be run on, before any run starts.
+
+        :raises ValueError: too few classes for the stream, or a class without training
+            samples in a task.
+        """
+        classes = data.classes
+        if len(classes) < self.min_classes:
+            raise ValueError(
+                f"{data.name}: {self.name} needs at least {self.min_classes} classes "
+                f"({'5 tasks of 2 classes' if self.min_classes == 10 else 'to classify'}), "
+                f"the data hold {len(classes)} ({', '.join(map(str, classes))})")
+
+    def heading(self, data: ArrayDataset, buffer_sizes: tuple[int, ...] = ()
+                ) -> tuple[str, bool]:
+        """Return the title for runs on ``data`` and whether the paper's numbers apply.
+
+        ``{data}`` in the title becomes the data's name, ``{m}`` the buffer sizes run.
+
+        The paper's numbers stand beside ours only on the paper's own dataset (MNIST, also
+        as the 5,000-digit subset; CIFAR-10); on other data the title says whose protocol
+        it follows and that the paper's numbers are left out.
+        """
+        own = data.name in PAPER_DATA[self.dataset]
+        label = DATA_LABELS.get(data.name, data.name)
+        sizes = "/".join(map(str, buffer_sizes or self.buffer_sizes))
+        title = self.title.format(data=label, m=sizes)
+        if own:
+            return f"{title} (paper {self.paper_ref})", True
+        paper_label = DATA_LABELS[self.dataset]
+        return (f"{title} (protocol of paper {self.paper_ref}, run on {label}; the paper's "
+                f"numbers are for {paper_label} and are not shown)", False)
+
+
+DATA_LABELS = {"mnist": "MNIST", "mnist-5k": "MNIST (5,000-digit subset)",
+               "cifar10": "CIFAR-10", "cifar10-standin": "CIFAR-10 stand-in (generated)"}
+"""How a dataset is named in titles (an ``.npz`` file: its stem)."""
+
+PAPER_DATA = {"mnist": ("mnist", "mnist-5k"), "cifar10": ("cifar10",)}
+"""The datasets the paper's numbers were measured on, by a protocol's default dataset."""
 
 
 def _class_counts(data: ArrayDataset, n_tasks: int, per_task: int) -> int:
@@ -155,7 +201,7 @@ _SELECTION = ("Rand", "Reservoir", "GSS-IQP", "GSS-Clust", "FSS-Clust", "GSS-Gre
 PROTOCOLS: dict[str, Protocol] = {
     "table1": Protocol(
         name="table1",
-        title="disjoint MNIST, average accuracy by buffer size (paper Table 1)",
+        title="disjoint {data}, average accuracy by buffer size", paper_ref="Table 1",
         stream=disjoint_stream(1000),
         methods=(*_SELECTION, "Single"),
         buffer_sizes=(300, 400, 500),
@@ -163,15 +209,16 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
     "table2": Protocol(
         name="table2",
-        title="permuted MNIST, M = 300 (paper Table 2)",
+        title="permuted {data}, M = {m}", paper_ref="Table 2",
         stream=permuted_stream(1000),
         methods=(*_SELECTION, "Single"),
         buffer_sizes=(300,),
+        min_classes=2,
         quick={"seeds": (0,), "methods": ("Rand", "Reservoir", "GSS-Greedy", "Single")},
     ),
     "table3": Protocol(
         name="table3",
-        title="disjoint CIFAR-10, M = 1000 (paper Table 3)",
+        title="disjoint {data}, M = {m}", paper_ref="Table 3",
         stream=disjoint_stream(2000),
         methods=("Rand", "Reservoir", "GSS-Clust", "FSS-Clust", "GSS-Greedy"),
         buffer_sizes=(1000,),
@@ -181,7 +228,8 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
     "table4": Protocol(
         name="table4",
-        title="imbalanced disjoint MNIST, M = 300, average accuracy per sequence (paper Table 4)",
+        title="imbalanced disjoint {data}, M = {m}, average accuracy per sequence",
+        paper_ref="Table 4",
         stream=imbalanced_stream(2000, 200),
         methods=("Reservoir", "GSS-IQP", "GSS-Greedy"),
         buffer_sizes=(300,),
@@ -191,7 +239,7 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
     "blurry": Protocol(
         name="blurry",
-        title="blurry disjoint CIFAR-10 (90% kept per task), M = 500 (paper appendix)",
+        title="blurry disjoint {data} (90% kept per task), M = {m}", paper_ref="appendix",
         stream=disjoint_stream(1000, blur=0.9),
         methods=_SELECTION,
         buffer_sizes=(500,),
@@ -201,8 +249,8 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
     "constrained": Protocol(
         name="constrained",
-        title="GSS-IQP constrained vs rehearsal, disjoint MNIST, 200 samples per task "
-              "(paper appendix C)",
+        title="GSS-IQP constrained vs rehearsal, disjoint {data}, 200 samples per task",
+        paper_ref="appendix C",
         stream=disjoint_stream(200),
         methods=("GSS-IQP",),
         buffer_sizes=(100, 200),

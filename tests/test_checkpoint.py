@@ -1,5 +1,6 @@
 """Exact resume: a run killed with SIGKILL and resumed ends as an uninterrupted one."""
 
+import io
 import multiprocessing
 import os
 import pickle
@@ -15,7 +16,9 @@ from avalanche.core import SupervisedPlugin
 
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.checkpoint import (
+    FORMAT_VERSION,
     load_state,
+    read_state,
     save_state,
     strategy_state_dict,
     train_resumable,
@@ -123,7 +126,7 @@ def test_sigkilled_run_resumes_bit_for_bit(tmp_path, method, momentum):
     # Given a run killed (SIGKILL, in a child process) after 10 of 30 batches, with a
     # checkpoint every 4: batches 9 and 10 are lost
     assert _fork(_killed_run, method, path, 4, 10, momentum) == -signal.SIGKILL
-    assert torch.load(path, weights_only=True)["experiences"] == 8
+    assert read_state(path)["experiences"] == 8
     # When a fresh process-state strategy resumes it
     resumed = make(method, momentum=momentum)
     assert train_resumable(resumed, stream, path, every=4) == len(stream) == 30
@@ -189,7 +192,7 @@ def test_a_kill_while_saving_keeps_the_previous_checkpoint(tmp_path):
     path = tmp_path / "run.ckpt"
     assert _fork(_killed_while_saving, path) == -signal.SIGKILL
     # The file is the first checkpoint, whole; the unfinished one is a leftover temp file
-    assert torch.load(path, weights_only=True)["experiences"] == 6
+    assert read_state(path)["experiences"] == 6
     assert len(list(tmp_path.glob(".run.ckpt.*.tmp"))) == 1
     resumed = make("GSS-Clust")
     train_resumable(resumed, stream, path, every=6)
@@ -239,11 +242,13 @@ def test_state_is_weights_only_and_checked_on_load(tmp_path):
     strategy.train(stream[:4])
     path = tmp_path / "s.ckpt"
     save_state(strategy, path, experiences=4)
-    state = torch.load(path, weights_only=True)  # no arbitrary object in the file
-    assert state["experiences"] == 4 and state["format"] == 1
+    header, checksum, payload = path.read_bytes().split(b"\n", 2)
+    assert header == b"avalanche-gss checkpoint" and len(checksum) == 64
+    state = torch.load(io.BytesIO(payload), weights_only=True)  # no arbitrary object in it
+    assert state["experiences"] == 4 and state["format"] == FORMAT_VERSION
     assert [p["name"] for p in state["plugins"]] == ["OnlineRehearsalPlugin"]
     # A strategy with other stateful plugins, or another format, is refused
-    with pytest.raises(ValueError, match="plugins"):
+    with pytest.raises(ValueError, match="another configuration"):
         load_state(make("GSS-IQP-constrained"), path)
     bad = strategy_state_dict(strategy) | {"format": 99, "experiences": 4}
     torch.save(bad, tmp_path / "bad.ckpt")

@@ -1,11 +1,11 @@
-"""python -m reproduce: Contract 1 outputs on a short real run."""
+"""python -m reproduce: the outputs of a short real run."""
 
 import json
 
 from reproduce.__main__ import main
 
 
-def test_table_outputs_follow_contract_1(tmp_path, capsys):
+def test_table_outputs_on_a_short_real_run(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["table1", "--quick", "--methods", "Rand", "Single", "--buffer-sizes", "300",
             "--out", str(out), "--tensorboard", str(tmp_path / "tb")]
@@ -24,7 +24,8 @@ def test_table_outputs_follow_contract_1(tmp_path, capsys):
     md = (out / "table1.md").read_text()
     assert "(37.5 ± 1.3)" in md  # the paper's Rand at M=300 beside ours
     assert (out / "table1.csv").read_text().startswith("method,buffer_size,seed,avg,T1")
-    # Buffer methods log their composition to TensorBoard; Single has no buffer.
+    # Buffer methods log their composition to TensorBoard; Single has no buffer. Rand has
+    # no variants and one update: its run name carries neither.
     logged = [p.parent.name for p in (tmp_path / "tb").rglob("events.out.tfevents*")]
-    assert logged == ["Rand-paper-rehearsal-M300-seed0"]
+    assert logged == ["Rand-M300-seed0"]
     assert "| Rand |" in capsys.readouterr().out

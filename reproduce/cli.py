@@ -1,0 +1,209 @@
+"""The command line of ``python -m reproduce``, parsed without importing torch or Avalanche.
+
+Only the standard library is imported here, so that ``--help`` and a bad value answer at
+once. The names below mirror the library's registries (a test checks that they agree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+import textwrap
+import zipfile
+from collections.abc import Sequence
+from typing import NoReturn
+
+EXPERIMENTS: dict[str, str] = {
+    "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
+    "table2": "permuted MNIST, M = 300 (paper Table 2)",
+    "table3": "disjoint CIFAR-10, M = 1000, ResNet-18 (paper Table 3)",
+    "table4": "imbalanced disjoint MNIST, M = 300, five sequences (paper Table 4)",
+    "blurry": "blurry disjoint CIFAR-10, M = 500 (paper appendix)",
+    "constrained": "GSS-IQP constrained vs rehearsal update (paper appendix C)",
+    "figure2": "surrogate vs Monte Carlo solid angle of random vector sets (paper Figure 2)",
+    "figure4": "test accuracy along disjoint MNIST vs GEM, iCaRL, i.i.d. (paper Figure 4a)",
+    "figure5": "GSS-Greedy vs n and vs batch size (paper Figure 5)",
+    "composition": "what each buffer holds along disjoint MNIST (our diagnosis, not the paper)",
+}
+"""Every experiment, with the line ``--help`` shows for it."""
+
+METHOD_NAMES = ("Rand", "Reservoir", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust",
+                "Single", "iid-online", "iid-offline", "GEM", "iCaRL")
+"""``avalanche_gss.experiments.METHODS``."""
+
+VARIANT_NAMES = ("paper", "authors")
+"""``avalanche_gss.experiments.VARIANTS``."""
+
+DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
+"""``avalanche_gss.benchmarks.DATASET_NAMES``."""
+
+DEVICE_HELP = "auto (CUDA when present, else cpu) | cpu | cuda | cuda:N"
+
+_EPILOG = textwrap.fill(
+    "threads: each run uses --threads torch threads (default 1). Runs train on batches of "
+    "10, where more threads mostly add contention, and on a busy machine torch's default "
+    "(one thread per core) can train many times slower than one thread. Use --workers to "
+    "run several runs at once instead.", width=79)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (unless its help states it) and keeps line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        default = (" ".join(map(str, action.default)) if isinstance(action.default, list)
+                   else action.default)
+        return f"{text} (default: {default})"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: the bad value and what is allowed."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; give one >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; give an integer >= 1")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer seed (0 or more)") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"seed {text!r} is out of range; give 0 .. 2**63-1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give one > 0") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; give a finite number > 0")
+    return value
+
+
+def _dataset(text: str) -> str:
+    if text.lower().endswith(".npz"):
+        path = os.path.abspath(text)  # jobs may run in another folder (submitit)
+        if not os.path.isfile(path):
+            raise argparse.ArgumentTypeError(f"no such .npz file: {path}")
+        if not zipfile.is_zipfile(path):  # checked in full when loaded
+            raise argparse.ArgumentTypeError(
+                f"{path}: not an .npz file (not a zip archive, {os.path.getsize(path)} "
+                "bytes); save one with numpy.savez")
+        return path
+    key = text.lower().replace("_", "-")
+    key = "cifar10" if key == "cifar-10" else key
+    if key not in DATASET_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"unknown dataset {text!r}; choose {', '.join(DATASET_NAMES)} or a PATH.npz")
+    return key
+
+
+def _device(text: str) -> str:
+    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown device {text!r}; choose {DEVICE_HELP}")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """Return the parser of ``python -m reproduce``."""
+    width = max(map(len, EXPERIMENTS))
+    listing = "\n".join(f"  {name:<{width}}  {line}" for name, line in EXPERIMENTS.items())
+    parser = _Parser(
+        prog="python -m reproduce", formatter_class=_Formatter, epilog=_EPILOG,
+        description="The paper's tables and figures from this library; each experiment "
+                    "writes\nOUT/<experiment>.json, .csv and .md.\n\nexperiments:\n" + listing)
+    parser.add_argument("experiment", choices=list(EXPERIMENTS), metavar="experiment",
+                        help="one of the experiments above")
+    parser.add_argument("--data", type=_dataset, default=None,
+                        help="mnist | mnist-5k | cifar10 | PATH.npz (default: the "
+                             "experiment's own dataset)")
+    parser.add_argument("--root", default=None,
+                        help="torchvision data folder for mnist and cifar10 (default: "
+                             "$AVALANCHE_GSS_DATA or ./data)")
+    parser.add_argument("--download", action="store_true",
+                        help="let torchvision download mnist or cifar10 (needs internet)")
+    parser.add_argument("--methods", nargs="+", choices=METHOD_NAMES, default=None,
+                        metavar="METHOD",
+                        help=f"methods to run: {', '.join(METHOD_NAMES)} (default: the "
+                             "experiment's)")
+    parser.add_argument("--seeds", nargs="+", type=_seed, default=None, metavar="SEED",
+                        help="seeds (default: the experiment's, 0 1 2)")
+    parser.add_argument("--buffer-sizes", nargs="+", type=_positive_int, default=None,
+                        metavar="M",
+                        help="buffer sizes M (default: the experiment's)")
+    parser.add_argument("--n-iter", type=_positive_int, default=None,
+                        help="iterations per incoming batch of the buffer methods "
+                             "(default: the experiment's, 3)")
+    parser.add_argument("--lr", type=_positive_float, default=None,
+                        help="SGD learning rate of every method (default: the experiment's)")
+    parser.add_argument("--variants", nargs="+", choices=VARIANT_NAMES,
+                        default=list(VARIANT_NAMES), metavar="VARIANT",
+                        help="paper and/or authors: GSS-Greedy, GSS-Clust and FSS-Clust as "
+                             "the paper writes them (paper) and as the authors' code does "
+                             "them (authors); each is its own row")
+    parser.add_argument("--out", default="results", help="output folder")
+    parser.add_argument("--quick", action="store_true", help="a short version of the run")
+    parser.add_argument("--device", type=_device, default="auto", help=DEVICE_HELP)
+    parser.add_argument("--threads", type=_positive_int, default=1,
+                        help="torch threads per run (part of a run's identity: results "
+                             "can differ with it)")
+    parser.add_argument("--workers", type=_positive_int, default=1,
+                        help="runs in parallel processes")
+    parser.add_argument("--cache", default=None,
+                        help="finished runs are kept here, keyed by their full "
+                             "configuration, so a stopped sweep resumes (default: "
+                             "OUT/cache/EXPERIMENT)")
+    parser.add_argument("--launcher", choices=("local", "submitit"), default="local",
+                        help="submitit: send the runs to a SLURM cluster")
+    parser.add_argument("--cluster", default=None,
+                        help="submitit cluster: slurm, local or debug (default: auto)")
+    parser.add_argument("--tensorboard", default=None, metavar="DIR",
+                        help="log each buffer method's buffer composition and surrogate "
+                             "value every 100 batches to TensorBoard under DIR")
+    return parser
+
+
+def _refuse_repeats(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Repeated seeds, sizes, methods or variants would count one run twice: refuse them."""
+    for key in ("seeds", "buffer_sizes", "methods", "variants"):
+        values = getattr(args, key)
+        if values is None:
+            continue
+        repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if repeated:
+            flag = "--" + key.replace("_", "-")
+            parser.error(f"argument {flag}: {', '.join(map(str, repeated))} given more than "
+                         "once; give each value once")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and check the command line (``sys.argv[1:]`` by default).
+
+    :param argv: the arguments after ``python -m reproduce``.
+    """
+    parser = make_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    _refuse_repeats(parser, args)
+    if args.data is not None and args.data.lower().endswith(".npz") and (
+            args.root is not None or args.download):
+        parser.error("argument --root/--download: they apply to mnist and cifar10, not to "
+                     f"an .npz file ({args.data})")
+    return args

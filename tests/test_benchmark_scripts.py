@@ -1,0 +1,27 @@
+"""The benchmark scripts take --device (auto: CUDA when present) and name the library's impl.
+
+An unknown device is refused by ``resolve_device`` (tests/test_outputs.py).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_online_throughput_runs_on_the_auto_device(tmp_path):
+    out = tmp_path / "r.json"
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "online_throughput.py"), "--repeats", "1",
+         "--samples-per-task", "20", "--impls", "library", "floor", "--cases",
+         "reservoir-mlp-disjoint", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = json.loads(out.read_text())["records"]
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert [r["impl"] for r in records] == ["library", "floor"]
+    assert {r["device"] for r in records} == {expected}

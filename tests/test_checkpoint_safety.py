@@ -1,0 +1,141 @@
+"""Checkpoints that cannot lie: a file from another configuration, or a damaged one, is
+refused with one line naming the file; every single-byte flip is caught."""
+
+import pytest
+import torch
+from torch import nn
+
+from avalanche_gss.benchmarks import TensorExperience
+from avalanche_gss.checkpoint import (
+    CheckpointError,
+    load_state,
+    read_state,
+    save_state,
+    train_resumable,
+)
+from avalanche_gss.strategies import GSSIQP, FSSClust, GSSClust, GSSGreedy, Reservoir
+
+BUILD = {
+    "Reservoir": lambda **kw: Reservoir(**kw),
+    "GSS-Greedy": lambda **kw: GSSGreedy(n=3, **kw),
+    "GSS-IQP": lambda **kw: GSSIQP(recent_size=4, **kw),
+    "GSS-Clust": lambda **kw: GSSClust(recent_size=4, growth=1.01, **kw),
+    "FSS-Clust": lambda **kw: FSSClust(recent_size=4, features="logits", **kw),
+}
+
+
+class Tiny(nn.Module):
+    def __init__(self, hidden=5):
+        super().__init__()
+        self.body = nn.Linear(4, hidden)
+        self.classifier = nn.Linear(hidden, 3)
+
+    def features(self, x):
+        return torch.relu(self.body(x))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+def make(method="Reservoir", *, mem_size=6, seed=0, lr=0.05, optimizer="sgd", hidden=5):
+    torch.manual_seed(0)
+    model = Tiny(hidden)
+    opt = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer == "sgd"
+           else torch.optim.Adam(model.parameters(), lr=lr))
+    return BUILD[method](model=model, optimizer=opt, mem_size=mem_size, n_iter=1, seed=seed)
+
+
+def stream(n=6):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5 * n, 4, generator=gen)
+    y = torch.arange(5 * n) % 3
+    return [TensorExperience(x[i : i + 5], y[i : i + 5]) for i in range(0, 5 * n, 5)]
+
+
+def saved(tmp_path, method="Reservoir", **kw):
+    strategy = make(method, **kw)
+    strategy.train(stream()[:3])
+    path = tmp_path / f"{method}.ckpt"
+    save_state(strategy, path, experiences=3)
+    return path
+
+
+@pytest.mark.parametrize("source, target, kw, difference", [
+    ("Reservoir", "GSS-Greedy", {}, "strategy: 'Reservoir' in the file, 'GSSGreedy' here"),
+    ("GSS-Greedy", "Reservoir", {}, "strategy: 'GSSGreedy' in the file, 'Reservoir' here"),
+    ("GSS-Greedy", "GSS-IQP", {}, "strategy"),
+    ("GSS-Clust", "GSS-IQP", {}, "strategy"),
+    ("GSS-Clust", "FSS-Clust", {}, "strategy"),
+    ("GSS-IQP", "GSS-Clust", {}, "strategy"),
+    ("Reservoir", "Reservoir", {"mem_size": 5}, "buffer.max_size: 6 in the file, 5 here"),
+    ("Reservoir", "Reservoir", {"seed": 1}, "buffer.seed: 0 in the file, 1 here"),
+    ("Reservoir", "Reservoir", {"lr": 0.5}, "lr: 0.05 in the file, 0.5 here"),
+    ("Reservoir", "Reservoir", {"optimizer": "adam"}, "optimizer.class: 'SGD' in the file"),
+    ("Reservoir", "Reservoir", {"hidden": 7}, "model.body.weight: [5, 4] in the file, [7, 4]"),
+])
+def test_a_checkpoint_of_another_configuration_is_refused_naming_the_difference(
+        tmp_path, source, target, kw, difference):
+    path = saved(tmp_path, source)
+    strategy = make(target, **kw)
+    before = [p.detach().clone() for p in strategy.model.parameters()]
+    with pytest.raises(CheckpointError) as info:
+        load_state(strategy, path)
+    message = str(info.value)
+    assert str(path) in message and difference in message and "\n" not in message
+    assert all(torch.equal(a, b) for a, b in zip(before, strategy.model.parameters(),
+                                                  strict=True))  # nothing was loaded
+
+
+def test_the_same_configuration_loads(tmp_path):
+    path = saved(tmp_path, "GSS-Clust")
+    assert path.stat().st_mode & 0o044 == 0o044  # readable like a file open() writes
+    assert load_state(make("GSS-Clust"), path) == 3
+
+
+def test_a_checkpoint_of_another_run_identity_is_refused(tmp_path):
+    path = tmp_path / "run.ckpt"
+    train_resumable(make(), stream()[:4], path, every=2, identity={"data": "abc"})
+    with pytest.raises(CheckpointError, match="identity.data: 'abc' in the file, 'xyz' here"):
+        train_resumable(make(), stream()[:4], path, every=2, identity={"data": "xyz"})
+    with pytest.raises(CheckpointError, match="stream_length: 4 in the file, 6 here"):
+        train_resumable(make(), stream(), path, every=2, identity={"data": "abc"})
+    assert train_resumable(make(), stream()[:4], path, every=2, identity={"data": "abc"}) == 4
+
+
+def test_a_truncated_or_empty_checkpoint_is_refused_naming_the_file(tmp_path):
+    path = saved(tmp_path)
+    data = path.read_bytes()
+    for cut in (0, 10, len(data) // 2, len(data) - 1):
+        path.write_bytes(data[:cut])
+        with pytest.raises(CheckpointError, match=str(path)):
+            load_state(make(), path)
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape \
+            and torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and (a == b or (a != a and b != b))
+
+
+def test_every_single_byte_flip_of_a_checkpoint_is_refused_or_harmless(tmp_path):
+    path = saved(tmp_path, "GSS-Greedy")
+    data = path.read_bytes()
+    original = read_state(data)
+    refused = identical = 0
+    for i in range(len(data)):
+        flipped = bytearray(data)
+        flipped[i] ^= 0x01
+        try:
+            state = read_state(bytes(flipped), name="flipped.ckpt")
+        except CheckpointError as err:
+            assert str(err).startswith("flipped.ckpt"), err
+            refused += 1
+        else:
+            assert _same(state, original), f"byte {i} loaded another state"
+            identical += 1
+    assert refused + identical == len(data) and refused > 0

@@ -1,0 +1,255 @@
+"""``python -m reproduce`` driven as a user drives it: a subprocess, from a folder outside
+the repository, with the installed package."""
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _command(args, cwd):
+    assert REPO not in Path(cwd).resolve().parents, "must run outside the repository"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return [sys.executable, "-m", "reproduce", *map(str, args)], env
+
+
+def cli(*args, cwd, timeout=600):
+    """Run ``python -m reproduce ARGS`` in ``cwd`` (outside the repository)."""
+    cmd, env = _command(args, cwd)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def cli_background(*args, cwd, log):
+    """Start ``python -m reproduce ARGS`` in ``cwd``; its stderr goes to ``log``."""
+    cmd, env = _command(args, cwd)
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(log, "w"))
+
+
+def table_lines(md_path):
+    """The Markdown table of a report (its rows, without the command line)."""
+    return [line for line in Path(md_path).read_text().splitlines() if line.startswith("|")]
+
+
+def toy_npz(path, n_classes=10, train=40, test=10, dim=12, seed=0):
+    """A small learnable data set: Gaussian blobs around one centre per class."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 3, size=(n_classes, dim))
+
+    def draw(per_class):
+        y = np.repeat(np.arange(n_classes), per_class)
+        x = centres[y] + rng.normal(0, 1, size=(len(y), dim))
+        return x.astype(np.float32), y.astype(np.int64)
+
+    x_train, y_train = draw(train)
+    x_test, y_test = draw(test)
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path
+
+
+@pytest.fixture
+def outside(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def test_workers_2_gives_the_table_of_workers_1(outside):
+    # The job function lives in an importable module, so spawned workers can run it. Both
+    # commands run at once (each into its own output and cache folder), to save time.
+    one = cli_background("table1", "--quick", "--workers", 1, "--out", "w1", cwd=outside,
+                         log=outside / "w1.log")
+    two = cli_background("table1", "--quick", "--workers", 2, "--out", "w2", cwd=outside,
+                         log=outside / "w2.log")
+    assert one.wait(timeout=600) == 0, (outside / "w1.log").read_text()[-3000:]
+    assert two.wait(timeout=600) == 0, (outside / "w2.log").read_text()[-3000:]
+    log2 = (outside / "w2.log").read_text()
+    assert "BrokenProcessPool" not in log2
+    # Workers log each run as the main process does, variant included.
+    assert "GSS-Clust-authors-M300-seed0: avg" in log2
+    rows1 = table_lines(outside / "w1" / "table1.md")
+    rows2 = table_lines(outside / "w2" / "table1.md")
+    assert len(rows1) == 12 and rows1 == rows2  # header, rule, 10 methods/variants
+    r1 = json.loads((outside / "w1" / "table1.json").read_text())["rows"]
+    r2 = json.loads((outside / "w2" / "table1.json").read_text())["rows"]
+    assert [r["task_accuracy"] for r in r1] == [r["task_accuracy"] for r in r2]
+
+
+def test_a_failed_job_shows_its_own_error(outside):
+    # iCaRL needs class-incremental tasks: on a permuted stream its job fails in the worker.
+    data = toy_npz(outside / "blobs.npz")
+    # (One job: the pool starts one worker process, which is what the job needs.)
+    res = cli("table2", "--quick", "--data", data, "--methods", "iCaRL", "--workers", 2,
+              "--out", "o", cwd=outside)
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert "BrokenProcessPool" not in res.stderr
+    assert last.startswith("python -m reproduce: error: 1 run(s) failed"), last
+    assert "iCaRL-M300-seed" in last and "class-incremental" in last
+
+
+def test_installed_outside_the_repository_and_help_is_light(outside):
+    res = cli("--help", cwd=outside)
+    assert res.returncode == 0, res.stderr
+    for name in ("table1", "table2", "table3", "table4", "blurry", "constrained", "figure2",
+                 "figure4", "figure5", "composition"):
+        assert re.search(rf"^  {name}\s+\S", res.stdout, re.M), name  # one line each
+    assert "(default: auto)" in res.stdout and "(default: 1)" in res.stdout
+    assert "(default: results)" in res.stdout
+    assert "Contract" not in res.stdout
+    assert "threads" in res.stdout.lower()
+    # Parsing imports neither torch nor Avalanche: --help and bad values answer at once.
+    probe = ("import sys; from reproduce.cli import parse_args; parse_args(['table1']); "
+             "print(sorted(m for m in ('torch', 'avalanche', 'numpy') if m in sys.modules))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=outside, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--data", "fashion"], ["'fashion'", "mnist", "PATH.npz"]),
+    (["--buffer-sizes", "0"], ["--buffer-sizes", "'0'", ">= 1"]),
+    (["--seeds", "0", "0", "1"], ["--seeds", "0", "once"]),
+    (["--buffer-sizes", "300", "400", "300"], ["--buffer-sizes", "300", "once"]),
+    (["--methods", "Rand", "Rand"], ["--methods", "Rand", "once"]),
+    (["--lr", "-1"], ["--lr", "'-1'", "> 0"]),
+    (["--device", "gpu"], ["--device", "'gpu'", "cpu"]),
+    (["--workers", "0"], ["--workers", "'0'"]),
+    (["--data", "missing.npz"], ["missing.npz"]),
+])
+def test_bad_values_get_one_line_naming_them(outside, args, names):
+    res = cli("table1", "--quick", *args, cwd=outside, timeout=60)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("python -m reproduce: error:")
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    assert "--root" not in lines[0] and "--download" not in lines[0]
+
+
+@pytest.mark.parametrize("content", [b"", b"not a zip file at all"])
+def test_a_bad_npz_gets_one_line_naming_the_file(outside, content):
+    bad = outside / "bad.npz"
+    bad.write_bytes(content)
+    res = cli("table1", "--quick", "--data", bad, cwd=outside, timeout=120)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in res.stderr
+    assert str(bad) in last and last.startswith("python -m reproduce: error:"), last
+
+
+def test_outputs_state_the_run_as_it_was(outside):
+    data = toy_npz(outside / "blobs.npz")
+    res = cli("table1", "--quick", "--data", data, "--methods", "Rand", "iCaRL",
+              "--buffer-sizes", 20, "--seeds", 0, 1, "--lr", 0.1, "--n-iter", 2,
+              "--out", "o", cwd=outside)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((outside / "o" / "table1.json").read_text())
+    protocol = report["protocol"]
+    # Every override is in the protocol: --lr reaches iCaRL too (its own 0.1 is replaced).
+    assert protocol["lr"] == 0.1 and protocol["n_iter"] == 2
+    assert {m: s["lr"] for m, s in protocol["settings_by_method"].items()} == {
+        "Rand": 0.1, "iCaRL": 0.1}
+    assert protocol["settings_by_method"]["Rand"]["n_iter"] == 2
+    assert "lr" not in protocol["method_overrides"].get("iCaRL", {})
+    # The title names the data used; the paper's numbers stay with the paper's data.
+    assert "blobs" in report["title"] and "MNIST (" not in report["title"]
+    assert not protocol["paper_numbers_shown"]
+    md = (outside / "o" / "table1.md").read_text()
+    assert "disjoint blobs" in md.splitlines()[0] and "(37.5" not in md
+    # Provenance: versions, commit when known, device, threads.
+    prov = report["provenance"]
+    for key in ("avalanche_gss", "torch", "avalanche", "python", "numpy", "device",
+                "threads", "git_commit"):
+        assert key in prov
+    # --device auto is the default: CUDA when present.
+    import torch
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert prov["device"] == expected and prov["threads"] == 1 and prov["torch"]
+    assert protocol["settings_by_method"]["Rand"]["device"] == expected
+    assert "Produced by avalanche-gss" in md and "1 torch thread(s)" in md
+    with open(outside / "o" / "table1.csv") as f:
+        first = next(csv.DictReader(f))
+    assert first["device"] == expected and first["threads"] == "1"
+    # Two seeds: a spread in every cell.
+    assert all("±" in line for line in table_lines(outside / "o" / "table1.md")[2:])
+    # The per-run log line names the run fully.
+    assert "Rand-M20-seed1: avg" in res.stderr
+    # Each cached run is keyed by its whole config (its SHA-256), which holds the thread
+    # count, the data's content hash and source, and the code version.
+    configs = [json.loads(p.read_text())["config"]
+               for p in (outside / "o" / "cache" / "table1").glob("*.json")]
+    assert len(configs) == 4  # 2 methods x 2 seeds
+    for config in configs:
+        assert config["threads"] == 1 and config["code"] and len(config["data_sha256"]) == 64
+        assert "blobs" in config["data_source"]
+
+
+def test_a_device_that_is_absent_gets_one_line(outside):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    res = cli("table1", "--quick", "--device", "cuda", cwd=outside, timeout=120)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-1]
+    assert "'cuda'" in last and "no CUDA" in last and "Traceback" not in res.stderr
+
+
+def test_data_with_too_few_classes_are_refused_before_any_run(outside):
+    data = toy_npz(outside / "three.npz", n_classes=3)
+    res = cli("table1", "--quick", "--data", data, "--out", "o", cwd=outside, timeout=120)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("python -m reproduce: error: --data") and "three.npz" in lines[-1]
+    assert "needs at least 10 classes" in lines[-1] and "Traceback" not in res.stderr
+    assert not (outside / "o").exists()  # refused before any run
+
+
+def small_table(outside, data, *extra):
+    return cli("table1", "--quick", "--data", data, "--methods", "Rand", "--buffer-sizes", 20,
+               "--out", "o", *extra, cwd=outside)
+
+
+def test_a_data_file_replaced_at_the_same_path_is_not_a_cache_hit(outside):
+    data = toy_npz(outside / "d.npz", seed=0)
+    assert small_table(outside, data).returncode == 0
+    first = json.loads((outside / "o" / "table1.json").read_text())
+    toy_npz(data, seed=1)  # other data, same path
+    again = small_table(outside, data)
+    assert again.returncode == 0 and "0 already done" in again.stderr
+    second = json.loads((outside / "o" / "table1.json").read_text())
+    assert first["data_sha256"] != second["data_sha256"]
+    # Healthy runs: no skipped step, no mark.
+    assert second["rows"][0]["skipped_steps"] == [0] and second["rows"][0]["diverged"] == [False]
+    md = (outside / "o" / "table1.md").read_text()
+    assert "‡" not in md and "†" not in md
+    assert len(list((outside / "o" / "cache" / "table1").glob("*.json"))) == 2
+    assert first["rows"][0]["task_accuracy"] != second["rows"][0]["task_accuracy"]
+
+
+def test_a_diverged_run_is_flagged_in_every_output(outside):
+    data = toy_npz(outside / "d.npz")
+    res = small_table(outside, data, "--lr", "1e6")
+    assert res.returncode == 3, res.stderr[-2000:]
+    assert "1 run(s) diverged" in res.stderr.strip().splitlines()[-1]
+    row = json.loads((outside / "o" / "table1.json").read_text())["rows"][0]
+    assert row["skipped_steps"][0] > 0 and row["diverged"] == [True]
+    md = (outside / "o" / "table1.md").read_text()
+    assert "‡" in md and "diverged" in md and "skipped" in md
+    with open(outside / "o" / "table1.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["diverged"] == "True" and int(rows[0]["skipped_steps"]) > 0

@@ -1,0 +1,154 @@
+"""What the outputs say: spreads only with seeds to spread over, run names, provenance, words
+a reader can follow."""
+
+import logging
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from avalanche_gss.experiments import RunResult, RunSettings, resolve_device, run, run_label
+from avalanche_gss.reporting import format_cell, provenance, rows_from_runs, write_outputs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def result(method="Rand", seed=0, avg=50.0, **kw):
+    settings = RunSettings(method=method, seed=seed, **kw)
+    return RunResult(settings, [avg, avg], avg, 1.0)
+
+
+def report_of(rows):
+    return {"experiment": "t", "title": "t", "data_source": "d", "command": "c",
+            "protocol": {}, "rows": rows}
+
+
+def test_one_seed_has_no_spread_two_seeds_do(tmp_path):
+    one = rows_from_runs([({}, result(seed=0, avg=50.0))])
+    assert one[0]["avg_std"] is None
+    assert format_cell(one[0]["avg_mean"], one[0]["avg_std"]) == "50.0"
+    two = rows_from_runs([({}, result(seed=0, avg=50.0)), ({}, result(seed=1, avg=60.0))])
+    assert two[0]["avg_std"] == pytest.approx(5.0)
+    paths = write_outputs(report_of(one), str(tmp_path / "one"), columns=[("M=300", 300)],
+                          row_key="buffer_size", paper={})
+    md = Path(paths["md"]).read_text()
+    assert "| Rand | 50.0 |" in md and "±" not in md and "one seed" in md
+    paths = write_outputs(report_of(two), str(tmp_path / "two"), columns=[("M=300", 300)],
+                          row_key="buffer_size", paper={})
+    assert "| Rand | 55.0 ± 5.0 |" in Path(paths["md"]).read_text()
+
+
+def test_a_seed_counted_twice_is_refused():
+    with pytest.raises(ValueError, match=r"seed\(s\) \[0\] given more than once"):
+        rows_from_runs([({}, result(seed=0)), ({}, result(seed=0)), ({}, result(seed=1))])
+
+
+def test_reports_are_written_atomically_and_readable_by_others(tmp_path):
+    paths = write_outputs(report_of(rows_from_runs([({}, result())])), str(tmp_path),
+                          columns=[("M=300", 300)], row_key="buffer_size", paper={})
+    for path in paths.values():
+        assert Path(path).stat().st_mode & 0o044 == 0o044  # group/other may read (umask 022)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("settings, label", [
+    ({"method": "GSS-Clust", "variant": "paper"}, "GSS-Clust-paper-M300-seed0"),
+    ({"method": "GSS-Clust", "variant": "authors"}, "GSS-Clust-authors-M300-seed0"),
+    ({"method": "Reservoir"}, "Reservoir-M300-seed0"),
+    ({"method": "GSS-IQP", "update": "constrained"}, "GSS-IQP-constrained-M300-seed0"),
+    ({"method": "Single", "seed": 2}, "Single-seed2"),
+    ({"method": "GEM", "buffer_size": 100}, "GEM-M100-seed0"),
+])
+def test_run_names_carry_the_variant_only_where_there_is_one(settings, label):
+    assert run_label(RunSettings(**settings)) == label
+
+
+def test_the_log_line_of_a_run_names_its_variant(tiny_split, caplog):
+    with caplog.at_level(logging.INFO, logger="avalanche_gss.experiments"):
+        run(RunSettings(method="GSS-Greedy", variant="authors", buffer_size=20, n_iter=1),
+            tiny_split)
+    assert any(r.getMessage().startswith("GSS-Greedy-authors-M20-seed0: avg")
+               for r in caplog.records)
+
+
+def test_provenance_names_versions_device_and_threads():
+    info = provenance("cpu", 3)
+    assert info["device"] == "cpu" and info["threads"] == 3 and info["accelerator"] == "cpu"
+    assert info["torch"] and info["python"] and info["avalanche"] and info["avalanche_gss"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    if head.returncode == 0:  # a checkout: the commit is known
+        assert info["git_commit"].startswith(head.stdout.strip())
+
+
+def test_device_auto_and_bad_devices():
+    import torch
+
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="'gpu'.*auto, cpu, cuda or cuda:N"):
+        resolve_device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="'cuda:1'.*no CUDA"):
+            resolve_device("cuda:1")
+
+
+def test_the_cli_names_match_the_library():
+    from avalanche_gss.benchmarks import DATASET_NAMES
+    from avalanche_gss.experiments import METHODS, VARIANTS
+    from reproduce import cli
+    from reproduce.figures import FIGURES
+    from reproduce.protocols import PROTOCOLS
+
+    assert cli.METHOD_NAMES == METHODS
+    assert cli.VARIANT_NAMES == VARIANTS
+    assert cli.DATASET_NAMES == DATASET_NAMES
+    assert set(cli.EXPERIMENTS) == {*PROTOCOLS, *FIGURES, "composition"}
+
+
+# Files another change is rewording (their docstrings still cite a notes file); remove them
+# from this set once it lands.
+PENDING = {"avalanche_gss/storage.py", "avalanche_gss/plugins.py", "avalanche_gss/gradients.py"}
+
+
+def test_no_internal_contract_numbers_or_absent_files_are_cited():
+    words = re.compile("Contract" + r" \d|" + "PEERS" + r"\.md|" + "DESIGN" + r"\.md")
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert files
+    found = []
+    for name in files:
+        path = REPO / name
+        if name in PENDING or path.suffix not in (".py", ".md", ".toml", ".txt", ".cfg", "") \
+                or not path.is_file():
+            continue
+        for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if words.search(line):
+                found.append(f"{name}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)
+    # Benchmarks name the library's impl "library", not "project".
+    for bench in ("online_throughput.py", "gradient_gram.py", "iqp.py"):
+        text = (REPO / "benchmarks" / bench).read_text()
+        assert '"impl": "library"' in text or '"library":' in text, bench
+
+
+def test_titles_name_the_data_and_the_buffer_sizes_run():
+    import torch
+
+    from avalanche_gss.benchmarks import ArrayDataset
+    from reproduce.protocols import PROTOCOLS
+
+    def named(name):
+        x, y = torch.rand(20, 3, 4, 4), torch.arange(20) % 10
+        return ArrayDataset(name, "test", x, y, x, y, 10)
+
+    title, own = PROTOCOLS["table3"].heading(named("cifar10-standin"), (100,))
+    assert "M = 100 " in title and "M = 1000" not in title and not own
+    assert "stand-in" in title and "not shown" in title
+    title, own = PROTOCOLS["table3"].heading(named("cifar10"))
+    assert title == "disjoint CIFAR-10, M = 1000 (paper Table 3)" and own
+    title, own = PROTOCOLS["table4"].heading(named("mnist"), (200,))
+    assert title.startswith("imbalanced disjoint MNIST, M = 200,") and own
+    title, own = PROTOCOLS["table1"].heading(named("blobs"), (20,))
+    assert "disjoint blobs" in title and "MNIST" in title and not own  # "numbers are for MNIST"
