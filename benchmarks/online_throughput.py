@@ -10,11 +10,16 @@ Case ``reservoir-mlp-disjoint``:
 - ``avalanche``: Avalanche 0.6's ``Naive`` + ``ReplayPlugin(ReservoirSamplingBuffer)`` on
   ``split_online_stream(task_stream, 10)`` (its replay concatenates batch and buffer in
   one step, so it takes half the steps).
+- ``avalanche-ours``: the same Avalanche route with this library's ``ReservoirBuffer`` as
+  the storage policy (the Avalanche-native way to use our buffers).
 - ``floor``: a bare PyTorch loop doing the same steps on the same tensors.
 
 Case ``gss-greedy-mlp-disjoint``:
 
-- ``library``: :class:`avalanche_gss.strategies.GSSGreedy` (Algorithm 2, n = 10).
+- ``library``: :class:`avalanche_gss.strategies.GSSGreedy` with ``variant="paper"``
+  (Algorithm 2 as written, n = 10). Case ``gss-greedy-authors-mlp-disjoint``: the same
+  with ``variant="authors"`` (the default: n = 10 mean gradients of 10 buffer samples
+  each, so its Gram is over 10 + 100 samples instead of 10 + 10).
 - ``floor``: the bare reservoir loop above (same schedule, no gradient scoring).
 - ``avalanche``: Avalanche 0.6's ``GSS_greedy`` (mem_strength = 10). It crashes on a
   stream of 10-sample experiences, so it gets task-level experiences with
@@ -41,6 +46,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -49,6 +55,7 @@ from torch import nn
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.experiments import resolve_device
 from avalanche_gss.models import MLP
+from avalanche_gss.storage import ReservoirBuffer
 from avalanche_gss.strategies import GSSGreedy, Reservoir
 
 
@@ -120,19 +127,19 @@ def run_floor(split: Any, seed: int, m: int, n_iter: int, device: str) -> tuple[
     return time.perf_counter() - start, _accuracy(model, split, device)
 
 
-def run_avalanche(split: Any, seed: int, m: int, n_iter: int, device: str
-                  ) -> tuple[float, float]:
+def run_avalanche(split: Any, seed: int, m: int, n_iter: int, device: str,
+                  storage: Any = None) -> tuple[float, float]:
     from avalanche.benchmarks.scenarios.online import split_online_stream
     from avalanche.training import Naive
     from avalanche.training.plugins import EvaluationPlugin, ReplayPlugin
     from avalanche.training.storage_policy import ReservoirSamplingBuffer
 
+    storage = storage if storage is not None else ReservoirSamplingBuffer(m)
     model = _model(seed, device)
     bench = online_benchmark(split, batch_size=10)
     stream = split_online_stream(bench.task_stream, 10, shuffle=False,
                                  access_task_boundaries=False, seed=seed)
-    replay = ReplayPlugin(mem_size=m, batch_size=10, batch_size_mem=10,
-                          storage_policy=ReservoirSamplingBuffer(m))
+    replay = ReplayPlugin(mem_size=m, batch_size=10, batch_size_mem=10, storage_policy=storage)
     strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
                      train_mb_size=10, train_epochs=n_iter, plugins=[replay],
                      evaluator=EvaluationPlugin(), device=device)
@@ -145,9 +152,19 @@ def run_avalanche(split: Any, seed: int, m: int, n_iter: int, device: str
     return time.perf_counter() - start, _accuracy(model, split, device)
 
 
+def run_avalanche_ours(split: Any, seed: int, m: int, n_iter: int, device: str
+                       ) -> tuple[float, float]:
+    return run_avalanche(split, seed, m, n_iter, device, ReservoirBuffer(m, seed=seed))
+
+
 def run_library_greedy(split: Any, seed: int, m: int, n_iter: int, device: str
                        ) -> tuple[float, float]:
-    return run_library(split, seed, m, n_iter, device, GSSGreedy)
+    return run_library(split, seed, m, n_iter, device, partial(GSSGreedy, variant="paper"))
+
+
+def run_library_greedy_authors(split: Any, seed: int, m: int, n_iter: int, device: str
+                               ) -> tuple[float, float]:
+    return run_library(split, seed, m, n_iter, device, partial(GSSGreedy, variant="authors"))
 
 
 def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int, device: str
@@ -174,9 +191,13 @@ def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int, device: str
 CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
     "reservoir-mlp-disjoint": {
         "library": run_library, "floor": run_floor, "avalanche": run_avalanche,
+        "avalanche-ours": run_avalanche_ours,
     },
     "gss-greedy-mlp-disjoint": {
         "library": run_library_greedy, "floor": run_floor, "avalanche": run_avalanche_gss,
+    },
+    "gss-greedy-authors-mlp-disjoint": {
+        "library": run_library_greedy_authors, "floor": run_floor,
     },
 }
 
@@ -190,8 +211,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data", default="mnist")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--impls", nargs="+", default=["library", "floor", "avalanche"],
-                        choices=["library", "floor", "avalanche", "project"],
-                        help="project: the old name of library (kept for old commands)")
+                        choices=["library", "floor", "avalanche", "avalanche-ours", "project"],
+                        help="project: the old name of library (kept for old commands); a "
+                        "case runs the impls it has")
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA when present, else cpu) | cpu | cuda | cuda:N")
     parser.add_argument("--samples-per-task", type=int, default=1000,
@@ -210,7 +232,7 @@ def main(argv: list[str]) -> int:
                    min(int((data.y_train == c).sum()) for c in data.classes) * 2)
     records = []
     for case in args.cases:
-        for impl in impls:
+        for impl in [i for i in impls if i in CASES[case]]:
             times, accs = [], []
             for seed in range(args.repeats):
                 split = disjoint_tasks(data, samples_per_task=per_task, seed=seed)
@@ -225,14 +247,14 @@ def main(argv: list[str]) -> int:
                 "n_iter": args.n_iter, "avg_accuracy": statistics.fmean(accs),
                 "accuracies": accs, "data_source": data.source, "device": device,
             })
-    print(f"{'case':<24} {'impl':<10} {'median ms':>10} {'x floor':>8} {'avg acc':>8}")
+    print(f"{'case':<31} {'impl':<14} {'median ms':>10} {'x floor':>8} {'avg acc':>8}")
     for r in records:
         floor = next((f["median_ms"] for f in records
                       if f["impl"] == "floor" and f["case"] == r["case"]), None)
         if floor:
             r["ratio_vs_floor"] = r["median_ms"] / floor
         ratio = f"{r['median_ms'] / floor:8.2f}" if floor else f"{'-':>8}"
-        print(f"{r['case']:<24} {r['impl']:<10} {r['median_ms']:10.1f} {ratio} "
+        print(f"{r['case']:<31} {r['impl']:<14} {r['median_ms']:10.1f} {ratio} "
               f"{r['avg_accuracy']:8.2f}")
     accel = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     machine = (f"{platform.node()} {platform.machine()} {platform.processor() or ''} "

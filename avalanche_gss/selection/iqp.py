@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -121,21 +119,6 @@ def _check(gram: Tensor, m: int) -> Tensor:
     if float((g - g.T).abs().max()) > 1e-5 * max(1.0, float(g.abs().max())):
         raise ValueError("gram must be symmetric (max |G - G^T| > 1e-5 max(1, max |G|))")
     return (g + g.T) / 2
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run on one intra-op thread, then restore the caller's setting.
-
-    The solver issues many small ops (``M x (K - M)`` matrices); on a busy two-core machine
-    OpenMP synchronisation made the K=400 case ten times slower than one thread.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _swap_search(g: Tensor, x: Tensor, tol: float) -> Tensor:
@@ -263,8 +246,10 @@ def solve_fast(
     and a fresh random subset; the best local optimum wins. It proves no bound: on real
     gradient Grams it matched SCIP's proven optimum (``benchmarks/iqp.py``); on tiny
     adversarial low-dimensional instances it can miss it. Deterministic for a given
-    ``generator`` state (default: a generator seeded with 0). Runs with one intra-op
-    thread (``torch.set_num_threads(1)`` for the call, then restored).
+    ``generator`` state (default: a generator seeded with 0). Its many small ops run
+    fastest on one intra-op thread (on a busy two-core machine OpenMP synchronisation made
+    the K=400 case ten times slower); the caller sets threads, as ``python -m reproduce``
+    does (``--threads``, default 1).
 
     :param gram: ``(K, K)`` cosine Gram ``G`` of appendix B.
     :param m: buffer size ``M`` (Alg. 1's ``M_b``); ``M >= K`` keeps everything.
@@ -274,12 +259,11 @@ def solve_fast(
     t0 = time.perf_counter()
     if restarts < 0:
         raise ValueError(f"restarts must be >= 0, got {restarts}")
-    with _one_thread():
-        g = _check(gram, m)
-        if m >= g.shape[0]:
-            return _done(g, _all(g.shape[0]), "trivial", t0, "trivial")
-        gen = generator if generator is not None else torch.Generator().manual_seed(0)
-        return _done(g, _fast(g, m, restarts, gen), "fast", t0, "local")
+    g = _check(gram, m)
+    if m >= g.shape[0]:
+        return _done(g, _all(g.shape[0]), "trivial", t0, "trivial")
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    return _done(g, _fast(g, m, restarts, gen), "fast", t0, "local")
 
 
 def solve_exact(gram: Tensor, m: int, *, time_limit: float = 60.0) -> IQPResult:
@@ -341,35 +325,34 @@ def select_iqp(
         raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
     if restarts < 0:
         raise ValueError(f"restarts must be >= 0, got {restarts}")
-    with _one_thread():
-        g = _check(gram, m)
-        k = g.shape[0]
-        cand = torch.arange(k)
-        if invalid is not None:
-            bad = not isinstance(invalid, Tensor) or invalid.dtype != torch.bool
-            if bad or invalid.shape != (k,):
-                raise ValueError(f"invalid must be a boolean tensor of shape ({k},)")
-            invalid = invalid.cpu()
-            cand = (~invalid).nonzero().flatten()
-            if cand.numel() <= m:
-                x = ~invalid
-                x[invalid.nonzero().flatten()[: m - cand.numel()]] = True
-                return _done(g, x, "trivial", t0, "trivial")
-        if m >= k:
-            return _done(g, _all(k), "trivial", t0, "trivial")
-        sub = g[cand[:, None], cand[None, :]]
-        x = torch.zeros(k, dtype=torch.bool)
-        if solver == "exact":
-            try:
-                mask, status, lower = _exact(sub, m, time_limit)
-                x[cand[mask]] = True
-                return _done(g, x, "exact", t0, status, lower)
-            except RuntimeError as err:
-                warnings.warn(
-                    f"exact IQP solver: {err}; using the fast solver instead",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-        gen = generator if generator is not None else torch.Generator().manual_seed(0)
-        x[cand[_fast(sub, m, restarts, gen)]] = True
-        return _done(g, x, "fast", t0, "local")
+    g = _check(gram, m)
+    k = g.shape[0]
+    cand = torch.arange(k)
+    if invalid is not None:
+        bad = not isinstance(invalid, Tensor) or invalid.dtype != torch.bool
+        if bad or invalid.shape != (k,):
+            raise ValueError(f"invalid must be a boolean tensor of shape ({k},)")
+        invalid = invalid.cpu()
+        cand = (~invalid).nonzero().flatten()
+        if cand.numel() <= m:
+            x = ~invalid
+            x[invalid.nonzero().flatten()[: m - cand.numel()]] = True
+            return _done(g, x, "trivial", t0, "trivial")
+    if m >= k:
+        return _done(g, _all(k), "trivial", t0, "trivial")
+    sub = g[cand[:, None], cand[None, :]]
+    x = torch.zeros(k, dtype=torch.bool)
+    if solver == "exact":
+        try:
+            mask, status, lower = _exact(sub, m, time_limit)
+            x[cand[mask]] = True
+            return _done(g, x, "exact", t0, status, lower)
+        except RuntimeError as err:
+            warnings.warn(
+                f"exact IQP solver: {err}; using the fast solver instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    x[cand[_fast(sub, m, restarts, gen)]] = True
+    return _done(g, x, "fast", t0, "local")

@@ -266,7 +266,8 @@ def test_pure_doubling_collapses_gss_clust_on_unit_gradients(tiny_split):
     # algorithm's threshold (which only grows) soon forces centres further apart than any
     # two points can be, and the buffer shrinks far below M. The authors' 1.01 growth
     # (variant="authors") keeps it nearly full.
-    paper = run(RunSettings(method="GSS-Clust", buffer_size=40, n_iter=1), tiny_split)
+    paper = run(RunSettings(method="GSS-Clust", buffer_size=40, n_iter=1, variant="paper"),
+                tiny_split)
     authors = run(RunSettings(method="GSS-Clust", buffer_size=40, n_iter=1, variant="authors"),
                   tiny_split)
     assert sum(paper.extras["buffer_class_counts"]) < 20
