@@ -198,20 +198,21 @@ def test_authors_batch_gate_decides_for_the_whole_batch():
 
 
 def test_reservoir_inclusion_per_item_is_binomial_with_p_m_over_n():
-    # Given M = 10 slots and a stream of N = 50 items in batches of 7 (the last one short),
-    # When the stream is run R = 2000 times with different seeds, Then each item is in
+    # Given M = 3 slots and a stream of N = 12 items in batches of 5 (the last one short),
+    # When the stream is run R = 4000 times with different seeds, Then each item is in
     # the final buffer a Binomial(R, M/N) number of times: every item's count within
     # 4.5 standard deviations, and the chi-square with the binomial variance below the
-    # 99.9th percentile of chi2(50) (86.7).
-    m, n, runs = 10, 50, 2000
+    # 99.9th percentile of chi2(12) (32.9). (A draw on 0..t-1 instead of 0..t keeps the
+    # first M items with probability (M-1)/(N-1): 10 standard deviations off.)
+    m, n, runs = 3, 12, 4000
     p = m / n
     counts = torch.zeros(n)
     for r in range(runs):
         g = torch.Generator().manual_seed(r)
         held = torch.full((m,), -1, dtype=torch.long)
         seen = 0
-        for start in range(0, n, 7):
-            b = min(7, n - start)
+        for start in range(0, n, 5):
+            b = min(5, n - start)
             slots = reservoir_slots(seen, b, m, generator=g)
             for i, s in enumerate(slots.tolist()):
                 if s >= 0:
@@ -222,7 +223,27 @@ def test_reservoir_inclusion_per_item_is_binomial_with_p_m_over_n():
     mean, var = runs * p, runs * p * (1 - p)
     z = (counts - mean) / var ** 0.5
     assert float(z.abs().max()) < 4.5, z
-    assert float((z ** 2).sum()) < 86.7
+    assert float((z ** 2).sum()) < 32.9
+
+
+@pytest.mark.parametrize(("m", "t"), [(1, 1), (3, 3), (3, 8), (10, 39)])
+def test_reservoir_admits_item_t_with_probability_m_over_t_plus_one_in_a_uniform_slot(m, t):
+    # Algorithm R: item number t (0-based, t >= M) draws j uniformly on 0..t and takes
+    # slot j when j < M. Over 4000 seeded draws the admissions are Binomial(4000,
+    # M/(t+1)) (within 4.5 standard deviations), and the slots taken uniform on 0..M-1
+    # (chi-square below the 99.9th percentile for M-1 degrees of freedom).
+    trials, p = 4000, m / (t + 1)
+    slots = torch.stack([reservoir_slots(t, 1, m, generator=torch.Generator().manual_seed(r))
+                         for r in range(trials)]).flatten()
+    admitted = slots[slots >= 0]
+    assert bool((slots >= -1).all()) and bool((slots < m).all())
+    z = (len(admitted) - trials * p) / (trials * p * (1 - p)) ** 0.5
+    assert abs(z) < 4.5, (len(admitted), trials * p)
+    if m > 1:
+        counts = torch.bincount(admitted, minlength=m).double()
+        expected = len(admitted) / m
+        chi2 = float(((counts - expected) ** 2 / expected).sum())
+        assert chi2 < {3: 13.8, 10: 27.9}[m], counts
 
 
 def test_reservoir_buffer_inclusion_matches_the_binomial_through_add():

@@ -120,6 +120,10 @@ def test_replay_draws_are_uniform_over_the_buffer():
         counts[bx.flatten().long()] += 1
     chi2 = float(((counts - 1500) ** 2 / 1500).sum())
     assert chi2 < 43.8, counts
+    # And the plugin's default replay batch is the authors' 10 samples.
+    default = OnlineRehearsalPlugin(buf)
+    bx, by, bt = default._replay_batch("cpu")
+    assert bx.shape == (10, 1) and len(torch.unique(bx)) == 10
 
 
 class LogSoftmaxMLP(nn.Module):
