@@ -56,8 +56,9 @@ def test_boundary_arguments_are_valid():
     # capacity 1, an empty stream position and an empty batch, a full or empty buffer.
     assert greedy_slots(torch.zeros(0), torch.tensor([0.5]), 1)[0].tolist() == [0]
     assert greedy_slots(torch.ones(2), torch.zeros(0), 2)[0].tolist() == []
-    assert greedy_slots(torch.ones(2), torch.ones(1), 2, gate="batch",
-                        batch_score=1.0)[0].tolist() == [-1]
+    # A batch score of exactly 1 (cosine 0) is refused, even for a sample of score 0.
+    assert greedy_slots(torch.ones(2), torch.zeros(1), 2, gate="batch", batch_score=1.0,
+                        generator=_gen(0))[0].tolist() == [-1]
     assert reservoir_slots(0, 1, 1).tolist() == [0]
     assert reservoir_slots(0, 0, 3).tolist() == []
     assert reservoir_slots(3, 0, 3).tolist() == []
@@ -138,21 +139,22 @@ def test_defaults_are_the_paper_rule():
 
 
 def test_minmax_candidates_after_a_fill_phase():
-    # 3 of 5 slots used; a batch of 4 with c = 0 under the authors' draw: the first
-    # sample fills slot 3, the second slot 4, the other two each replace a distinct
-    # candidate among the 5 (the fill slots included). Candidates are drawn with weights (C - min C) / (max C - min C + 0.01):
-    # the lowest-scored slot (1) is never one, and the first candidate is slot j with
+    # 3 of 5 slots used; a batch of 5 with c = 0 under the authors' draw: the first
+    # sample fills slot 3, the second slot 4, the other three each replace a distinct
+    # candidate among the 5 (the fill slots included), in the order drawn. Candidates
+    # are drawn with weights (C - min C) / (max C - min C + 0.01): the lowest-scored
+    # slot (1) is never one, and the first candidate is slot j with
     # probability (C_j - min C) / sum(C - min C). Chi-square over 3000 seeds (3 degrees
     # of freedom, 99.9th percentile 16.3).
     buffer = torch.tensor([1.0, 0.2, 0.6])
-    new = torch.tensor([1.4, 1.8, 0.0, 0.0])
+    new = torch.tensor([1.4, 1.8, 0.0, 0.0, 0.0])
     firsts = torch.zeros(5)
     for seed in range(3000):
         slots, scores = greedy_slots(buffer, new, 5, generator=_gen(seed),
                                      candidate_draw="minmax", gate="batch", batch_score=0.5)
         assert slots[0] in (3, -1) and slots[1] in (4, -1)  # -1: taken by a later one
         assert 1 not in slots.tolist()
-        assert slots[2] != slots[3] and int(slots[2]) >= 0 and int(slots[3]) >= 0
+        assert len(set(slots[2:].tolist())) == 3 and bool((slots[2:] >= 0).all())
         firsts[slots[2]] += 1
     full = torch.tensor([1.0, 0.2, 0.6, 1.4, 1.8])
     w = full - full.min()
@@ -160,6 +162,40 @@ def test_minmax_candidates_after_a_fill_phase():
     keep = w > 0
     chi2 = float(((firsts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
     assert chi2 < 16.3, firsts
+
+
+def _first_candidate_counts(buffer, trials=3000):
+    """How often each slot is the first candidate of the authors' draw (c = 0: taken)."""
+    counts = torch.zeros(len(buffer))
+    new = torch.zeros(2)
+    for seed in range(trials):
+        slots, _ = greedy_slots(buffer, new, len(buffer), generator=_gen(seed),
+                                candidate_draw="minmax", gate="batch", batch_score=0.0)
+        counts[slots[0]] += 1
+    return counts
+
+
+def test_minmax_weights_exclude_the_minimum_even_for_close_scores():
+    # Scores 1.0, 1.005, 1.002 (spread below 0.01), two samples: two slots have a
+    # positive weight, so slot 0 (the minimum) is never a candidate.
+    counts = _first_candidate_counts(torch.tensor([1.0, 1.005, 1.002]), trials=300)
+    assert counts[0] == 0 and counts[1] > counts[2] > 0
+
+
+def test_minmax_with_exactly_as_many_weighted_slots_as_samples_keeps_the_weights():
+    # Scores 0.5, 1.0, 1.5, two samples: slots 1 and 2 carry weights 1 : 2, slot 0 none.
+    # The first candidate is slot 2 with probability 2/3 (within 4.5 binomial standard
+    # deviations over 3000 seeds) and never slot 0.
+    counts = _first_candidate_counts(torch.tensor([0.5, 1.0, 1.5]))
+    assert counts[0] == 0
+    assert abs(float(counts[2]) - 2000) < 4.5 * (3000 * 2 / 9) ** 0.5, counts
+
+
+def test_minmax_draws_uniformly_when_fewer_slots_than_samples_have_weight():
+    # Scores 0.5, 0.5, 1.5, two samples: one weighted slot for two samples, so the
+    # candidates are drawn uniformly: slot 2 first with probability 1/3 (4.5 sd, 3000).
+    counts = _first_candidate_counts(torch.tensor([0.5, 0.5, 1.5]))
+    assert abs(float(counts[2]) - 1000) < 4.5 * (3000 * 2 / 9) ** 0.5, counts
 
 
 def test_minmax_falls_back_to_uniform_when_too_few_slots_have_weight():
