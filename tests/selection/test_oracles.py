@@ -313,3 +313,33 @@ def test_fss_features_are_the_classifier_input_of_any_model():
     torch.testing.assert_close(storage.model_features(model, x), expected)
     torch.testing.assert_close(storage.model_features(model, x, penultimate=False),
                                model(x).detach())
+
+
+def test_grown_reservoir_fills_the_free_slots_first_then_samples_by_algorithm_r():
+    # Given a 5-slot reservoir that saw 20 samples, grown to 10 slots, When a batch of 7
+    # arrives, Then samples 0-4 take the free slots 5-9 and samples 5 and 6 go through
+    # Algorithm R at stream positions 25 and 26 (j uniform on 0..25, 0..26; slot j if
+    # j < 10). A later sample drawing a slot just filled replaces it (the earlier one is
+    # reported -1). Final presence over 3000 seeds (each within 4.5 binomial standard
+    # deviations): fill samples 25/27 (no later draw hit their slot), samples 5 and 6
+    # 10/27 (admitted 10/26 then not overwritten 26/27, and 10/27).
+    trials = 3000
+    present = torch.zeros(7)
+    x = torch.arange(27.0)[:, None]
+    for seed in range(trials):
+        buf = ReservoirBuffer(5, seed=seed)
+        buf.add(x[:20], torch.arange(20))
+        buf.resize(None, 10)
+        slots = buf.add(x[20:], torch.arange(20, 27))
+        assert len(buf) == 10 and buf.n_seen == 27
+        kept = slots[slots >= 0]
+        assert len(kept) == len(torch.unique(kept)) and bool((slots < 10).all())
+        for k in range(5):
+            assert int(slots[k]) in (5 + k, -1)
+        stored = set(buf.tensors()[1].tolist())
+        for k in range(7):
+            assert (int(slots[k]) >= 0) == (20 + k in stored)
+            present[k] += int(20 + k in stored)
+    p = torch.tensor([25 / 27] * 5 + [10 / 27] * 2)
+    z = (present - trials * p) / (trials * p * (1 - p)).sqrt()
+    assert float(z.abs().max()) < 4.5, present
