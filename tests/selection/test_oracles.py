@@ -343,3 +343,57 @@ def test_grown_reservoir_fills_the_free_slots_first_then_samples_by_algorithm_r(
     p = torch.tensor([25 / 27] * 5 + [10 / 27] * 2)
     z = (present - trials * p) / (trials * p * (1 - p)).sqrt()
     assert float(z.abs().max()) < 4.5, present
+
+
+@pytest.mark.parametrize(("memory_grads", "gate"), [("groups", "sample"), ("samples", "batch")])
+def test_mixed_greedy_options_score_by_their_own_oracle(monkeypatch, memory_grads, gate):
+    # Each option also works alone: group-mean buffer gradients with the paper's
+    # per-sample gate, or per-sample buffer gradients with the authors' batch gate.
+    model = _model(4)
+    buf = GSSGreedyBuffer(30, n=2, variant="paper", memory_grads=memory_grads, gate=gate,
+                          group_size=5, seed=2)
+    x0, y0 = _batch(30, seed=9)
+    for start in range(0, 30, 10):
+        buf.add(x0[start:start + 10], y0[start:start + 10], model)
+    stored_x, stored_y = (t.clone() for t in buf.tensors())
+    draws = _DrawSpy(buf)
+    spy = _GreedySlotsSpy(monkeypatch)
+    x, y = _batch(4, seed=10)
+    buf.add(x, y, model)
+    drawn = draws.calls[-1]
+    g_mem = _loop_grads(model, stored_x[drawn], stored_y[drawn])
+    if memory_grads == "groups":
+        assert len(drawn) == 10
+        g_mem = torch.stack([g_mem[:5].mean(0), g_mem[5:].mean(0)])
+    else:
+        assert len(drawn) == 2
+    g_new = _loop_grads(model, x, y)
+    expected = _cos(g_new, g_mem).max(1).values + 1
+    torch.testing.assert_close(buf._new_scores.double(), expected, atol=1e-4, rtol=0)
+    (_, kwargs), = spy.calls
+    assert kwargs["gate"] == gate
+    if gate == "batch":
+        batch_expected = float(_cos(g_new.mean(0, keepdim=True), g_mem).max() + 1)
+        assert kwargs["batch_score"] == pytest.approx(batch_expected, abs=1e-4)
+
+
+def test_greedy_scores_compare_only_the_given_parameters_in_float64():
+    # params= restricts the gradients compared (here the classifier's weight), and a
+    # float64 model is scored in float64.
+    model = _model(5).double()
+    params = [model.classifier.weight]
+    buf = GSSGreedyBuffer(10, n=10, variant="paper", params=params, seed=0)
+    x0, y0 = _batch(10, seed=11)
+    buf.add(x0.double(), y0, model)
+    stored_x, stored_y = (t.clone() for t in buf.tensors())
+    assert stored_x.dtype == torch.float64
+    draws = _DrawSpy(buf)
+    x, y = _batch(5, seed=12)
+    buf.add(x.double(), y, model)
+    drawn = draws.calls[-1]
+
+    def grads(xs, ys):
+        return per_sample_grad_loop(model, xs, ys, params=params)
+
+    expected = _cos(grads(x.double(), y), grads(stored_x[drawn], stored_y[drawn])).max(1).values
+    torch.testing.assert_close(buf._new_scores.double(), expected + 1, atol=1e-6, rtol=0)
