@@ -397,3 +397,21 @@ def test_greedy_scores_compare_only_the_given_parameters_in_float64():
 
     expected = _cos(grads(x.double(), y), grads(stored_x[drawn], stored_y[drawn])).max(1).values
     torch.testing.assert_close(buf._new_scores.double(), expected + 1, atol=1e-6, rtol=0)
+
+
+def test_authors_greedy_scores_a_float64_model_in_float64():
+    # One group of 10 (n = 1): each new score is the cosine to the mean gradient of the
+    # 10 drawn buffer samples, plus one, computed in float64 like the model.
+    model = _model(6).double()
+    buf = GSSGreedyBuffer(10, n=1, variant="authors", seed=0)
+    x0, y0 = _batch(10, seed=13)
+    buf.add(x0.double(), y0, model)
+    stored_x, stored_y = (t.clone() for t in buf.tensors())
+    draws = _DrawSpy(buf)
+    x, y = _batch(5, seed=14)
+    buf.add(x.double(), y, model)
+    drawn = draws.calls[-1]
+    assert len(drawn) == 10
+    g_mem = per_sample_grad_loop(model, stored_x[drawn], stored_y[drawn]).mean(0, keepdim=True)
+    expected = _cos(per_sample_grad_loop(model, x.double(), y), g_mem).max(1).values + 1
+    torch.testing.assert_close(buf._new_scores.double(), expected, atol=1e-6, rtol=0)
