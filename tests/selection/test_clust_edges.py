@@ -5,7 +5,12 @@ import re
 import pytest
 import torch
 
-from avalanche_gss.selection.clust import DoublingClustering, feature_distance, gradient_distance
+from avalanche_gss.selection.clust import (
+    DoublingClustering,
+    DoublingState,
+    feature_distance,
+    gradient_distance,
+)
 
 
 def _exactly(message):
@@ -62,3 +67,37 @@ def test_clustering_draws_from_its_own_seeded_generator():
             n = len(keep)
         kept.append(keep)
     assert torch.equal(kept[0], kept[1])
+
+
+def _line_distances(points):
+    p = torch.tensor(points, dtype=torch.float64)[:, None]
+    return (p - p.T).abs()
+
+
+def test_merge_rounds_raise_the_threshold_by_the_clustering_growth():
+    # Capacity 2, points 0, 1, 10 on a line: the first merge sets the threshold to the
+    # closest pair (1). Then point 20 arrives (closest centres 10 apart): each round
+    # multiplies the threshold by growth, rounds below 10 merge nothing, so it ends at
+    # the first power 1.5^j >= 10, i.e. 1.5^6.
+    clustering = DoublingClustering(2, growth=1.5)
+    keep = clustering.update(_line_distances([0, 1, 10]), 0)
+    assert clustering.state.threshold == 1.0 and len(keep) == 2 and 2 in keep.tolist()
+    kept_points = [[0, 1, 10][i] for i in keep.tolist()]
+    keep = clustering.update(_line_distances(kept_points + [20]), 2)
+    assert clustering.state.threshold == pytest.approx(1.5 ** 6)
+    assert len(keep) == 2
+
+
+def test_which_member_of_a_merged_pair_survives_is_drawn_anew_at_each_merge():
+    # Points A = 0, B = 0.1 and C = 10 with capacity 2: each merge keeps C and one of A,
+    # B, taken in the order of a random permutation from the clustering's generator, so
+    # over 400 merges (state reset each time) A survives about half the time (within 4.5
+    # binomial standard deviations of 200).
+
+    clustering = DoublingClustering(2, seed=3)
+    dist = _line_distances([0.0, 0.1, 10.0])
+    a_kept = 0
+    for _ in range(400):
+        clustering.state = DoublingState()
+        a_kept += int(0 in clustering.update(dist, 0).tolist())
+    assert abs(a_kept - 200) < 4.5 * 10, a_kept
