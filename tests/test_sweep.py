@@ -91,10 +91,9 @@ def test_sigkill_halfway_then_rerun_skips_every_finished_job(tmp_path, jobs_modu
     cmd = [sys.executable, str(tmp_path / "driver.py"), json.dumps(jobs), str(cache), str(workers)]
     proc = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
     # When it is killed with SIGKILL (with its workers) once two results exist
-    deadline = time.monotonic() + 15
+    # (no wall-clock limit: the loop ends when two results exist or the sweep dies)
     while not cache.exists() or len(stored(cache)) < 2:
         assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline, "the sweep produced no results"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

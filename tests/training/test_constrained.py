@@ -114,11 +114,12 @@ def test_constrained_strategy_projects_instead_of_replaying(tiny_split):
     assert strategy.constrained.steps == 60 - 2 * 5  # the buffer is empty for 5 batches
 
 
-def test_constrained_update_runs_through_the_registry(tiny_split):
+def test_constrained_update_runs_through_the_registry(tiny_split, baselines):
     result = run(RunSettings(method="GSS-IQP", update="constrained", buffer_size=40, n_iter=1),
                  tiny_split)
     assert len(result.task_accuracy) == tiny_split.n_tasks
-    assert result.avg > 25.0, result.task_accuracy
+    # Beats Rand and Single on the same split by MARGIN points (tests/training/conftest.py).
+    assert result.avg > baselines.floor, (result.task_accuracy, baselines.floor)
     assert 0 < result.extras["projected_steps"] <= result.extras["constrained_steps"] == 20
 
 

@@ -6,7 +6,7 @@ from avalanche_gss.experiments import METHODS, RunSettings, run
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, method):
+def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, baselines, method):
     # The clustering methods as the paper writes them (pure doubling) collapse the buffer
     # on 300 samples (test_iqp_clust_storage.py shows it); run the authors' variant here.
     variant = "authors" if method in ("GSS-Clust", "FSS-Clust") else "paper"
@@ -19,9 +19,13 @@ def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, method)
     if method == "Single":
         # No buffer: the first tasks are forgotten (catastrophic forgetting).
         assert sum(result.task_accuracy[:3]) / 3 < 20.0, result.task_accuracy
+    elif method == "Rand":
+        # Rand's memory, biased to recent samples, still beats no memory by 5 points.
+        assert result.avg > baselines.single + 5.0, result.task_accuracy
     else:
-        # Every method with a memory (or an i.i.d. stream) beats chance (10 classes).
-        assert result.avg > 25.0, result.task_accuracy
+        # Every other method with a memory (or an i.i.d. stream) beats Rand and Single,
+        # measured on the same split, by MARGIN points (tests/training/conftest.py).
+        assert result.avg > baselines.floor, (result.task_accuracy, baselines.floor)
     if not method.startswith("iid") and method != "iCaRL":
         # The sequential learners with a softmax head know the last task best
         # (iCaRL's nearest-mean classifier balances tasks; i.i.d. streams have no last task).
