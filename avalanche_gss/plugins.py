@@ -18,8 +18,9 @@ from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from avalanche_gss.benchmarks.online import dataset_tensors
 from avalanche_gss.gradients import LossFn, eval_mode, sample_gram
-from avalanche_gss.storage import OnlineBuffer, sample_fields, task_labels_for
+from avalanche_gss.storage import OnlineBuffer, task_labels_for
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
@@ -291,15 +292,9 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
 def _read_items(
     data: Any, idx: Tensor, device: torch.device | str
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Read ``data[i]`` for ``i`` in ``idx`` and collate: ``(x, y, t)`` on ``device``."""
-    fields = [sample_fields(data[int(i)]) for i in idx]
-    x = torch.stack([torch.as_tensor(f[0]) for f in fields]).to(device)
-    y = torch.as_tensor([int(f[1]) for f in fields], device=device)
-    if fields[0][2] is not None:
-        t = torch.as_tensor([int(f[2]) for f in fields], device=device)
-    else:
-        t = torch.zeros(len(fields), dtype=torch.long, device=device)
-    return x, y, t
+    """Read ``data[i]`` for ``i`` in ``idx``: ``(x, y, t)`` on ``device``."""
+    x, y, t = dataset_tensors(data, idx.tolist())
+    return x.to(device), y.to(device), t.to(device)
 
 
 def _cross_entropy(logits: Tensor, y: Tensor) -> Tensor:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,6 +30,7 @@ from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 
 from avalanche_gss._avalanche import has_transforms, tensor_dataset
+from avalanche_gss.benchmarks.online import dataset_tensors
 from avalanche_gss.gradients import cosine_from_gram, eval_mode, group_gram, sample_gram
 from avalanche_gss.selection.clust import (
     DoublingClustering,
@@ -57,7 +57,6 @@ __all__ = [
     "FSSClustBuffer",
     "task_labels_for",
     "model_features",
-    "sample_fields",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,47 +110,6 @@ class _Rows:
         """The same rows with ``x``, ``y``, ``t`` on ``device``."""
         return _Rows(self.x.to(device), self.y.to(device), self.t.to(device), self.src,
                      self.idx, self.plain)
-
-
-def sample_fields(item: Any) -> tuple[Any, Any, Any]:
-    """``(x, y, t)`` of one dataset item; ``t`` is ``None`` when the item has no task field.
-
-    Items are ``(x, y)``, ``(x, y, t, ...)``, or mappings with ``"x"`` and ``"y"`` keys (and
-    ``"targets_task_labels"`` or ``"t"``), as Avalanche's dictionary datasets have them.
-
-    :param item: ``dataset[i]``.
-    :raises TypeError: the item is none of these.
-    """
-    if isinstance(item, Mapping):
-        if "x" not in item or "y" not in item:
-            raise TypeError(f"a buffer reads samples with 'x' and 'y' fields; this dataset's "
-                            f"items have keys {sorted(item)}")
-        return item["x"], item["y"], item.get("targets_task_labels", item.get("t"))
-    if isinstance(item, (tuple, list)) and len(item) >= 2:
-        return item[0], item[1], item[2] if len(item) > 2 else None
-    raise TypeError(f"a buffer reads (x, y[, t]) samples, but the dataset's items are "
-                    f"{type(item).__name__}")
-
-
-def _read_dataset(data: Any) -> tuple[Tensor, Tensor, Tensor]:
-    """Read every sample of a classification dataset: ``(x, y, t)`` stacked tensors.
-
-    Without a task field, task labels come from the dataset's ``targets_task_labels`` when
-    it has them, else 0 (see :func:`sample_fields`).
-    """
-    n = len(data)
-    if n == 0:
-        raise ValueError("the dataset is empty")
-    fields = [sample_fields(data[i]) for i in range(n)]
-    x = torch.stack([torch.as_tensor(f[0]) for f in fields])
-    y = torch.tensor([int(f[1]) for f in fields], dtype=torch.long)
-    if fields[0][2] is not None:
-        t = torch.tensor([int(f[2]) for f in fields], dtype=torch.long)
-    else:
-        labels = getattr(data, "targets_task_labels", None)
-        t = (torch.tensor([int(labels[i]) for i in range(n)], dtype=torch.long)
-             if labels is not None else torch.zeros(n, dtype=torch.long))
-    return x, y, t
 
 
 class _DatasetIndex:
@@ -341,7 +299,7 @@ class OnlineBuffer(ExemplarsBuffer):
         :param device: where to score; the model's device by default.
         :param batch_size: samples offered at once (:attr:`dataset_batch_size` by default).
         """
-        x, y, t = _read_dataset(new_data)
+        x, y, t = dataset_tensors(new_data)
         self._offer_source(new_data, x, y, t, model, device, batch_size,
                            plain=not has_transforms(new_data))
 
@@ -502,7 +460,7 @@ class OnlineBuffer(ExemplarsBuffer):
             self._offer_source(exp.dataset, x, y, t, model, device, len(y) or None, plain=True)
             return
         data = exp.dataset if isinstance(exp, CLExperience) else exp
-        x, y, t = _read_dataset(data)
+        x, y, t = dataset_tensors(data)
         self._offer_source(data, x, y, t, model, device, None, plain=not has_transforms(data))
 
     def update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:

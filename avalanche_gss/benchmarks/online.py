@@ -13,7 +13,7 @@ in :mod:`avalanche_gss._avalanche`, where every use of an Avalanche internal liv
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,8 +38,10 @@ __all__ = [
     "OnlineTrainStream",
     "TensorExperience",
     "class_incremental_benchmark_for",
+    "dataset_tensors",
     "experience_tensors",
     "online_benchmark",
+    "sample_fields",
     "tensor_dataset",
 ]
 
@@ -240,8 +242,8 @@ def experience_tensors(experience: CLExperience | AvalancheDataset) -> tuple[Ten
     """Return the ``(x, y)`` of an experience (or an Avalanche dataset) as stacked tensors.
 
     A :class:`TensorExperience` returns its tensors directly (views, no copy); any other
-    classification experience or dataset yielding ``(x, y, ...)`` tensors is indexed item
-    by item through its current transforms (~45 us for 10 items).
+    classification experience or dataset is read item by item through its current
+    transforms (:func:`dataset_tensors`, ~45 us for 10 items).
 
     :param experience: an experience with a ``dataset``, or a dataset.
     :return: ``x`` ``(N, ...)`` and ``y`` ``(N,)`` int64.
@@ -249,10 +251,55 @@ def experience_tensors(experience: CLExperience | AvalancheDataset) -> tuple[Ten
     if isinstance(experience, TensorExperience):
         return experience.tensors
     data = experience.dataset if isinstance(experience, CLExperience) else experience
-    n = len(data)
-    if n == 0:
+    if len(data) == 0:
         raise ValueError("the experience's dataset is empty")
-    items = [data[i] for i in range(n)]
-    x = torch.stack([torch.as_tensor(item[0]) for item in items])
-    y = torch.tensor([int(item[1]) for item in items], dtype=torch.long)
+    x, y, _ = dataset_tensors(data)
     return x, y
+
+
+def sample_fields(item: Any) -> tuple[Any, Any, Any]:
+    """``(x, y, t)`` of one dataset item; ``t`` is ``None`` when the item has no task field.
+
+    Items are ``(x, y)``, ``(x, y, t, ...)``, or mappings with ``"x"`` and ``"y"`` keys (and
+    ``"targets_task_labels"`` or ``"t"``), as Avalanche's dictionary datasets have them.
+
+    :param item: ``dataset[i]``.
+    :raises TypeError: the item is none of these.
+    """
+    if isinstance(item, Mapping):
+        if "x" not in item or "y" not in item:
+            raise TypeError(f"a buffer reads samples with 'x' and 'y' fields; this dataset's "
+                            f"items have keys {sorted(item)}")
+        return item["x"], item["y"], item.get("targets_task_labels", item.get("t"))
+    if isinstance(item, (tuple, list)) and len(item) >= 2:
+        return item[0], item[1], item[2] if len(item) > 2 else None
+    raise TypeError(f"a buffer reads (x, y[, t]) samples, but the dataset's items are "
+                    f"{type(item).__name__}")
+
+
+def dataset_tensors(
+    data: Any, indices: Sequence[int] | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Read samples of a classification dataset through its current transforms.
+
+    Without a task field in the items (:func:`sample_fields`), task labels come from the
+    dataset's ``targets_task_labels`` when it has them, else 0.
+
+    :param data: an ``AvalancheDataset`` or any dataset of ``(x, y[, t])`` items.
+    :param indices: which samples, in order; all by default.
+    :return: ``x`` ``(N, ...)``, ``y`` ``(N,)`` and ``t`` ``(N,)``, int64 labels.
+    :raises ValueError: nothing to read.
+    """
+    rows = range(len(data)) if indices is None else [int(i) for i in indices]
+    if len(rows) == 0:
+        raise ValueError("the dataset is empty")
+    fields = [sample_fields(data[i]) for i in rows]
+    x = torch.stack([torch.as_tensor(f[0]) for f in fields])
+    y = torch.tensor([int(f[1]) for f in fields], dtype=torch.long)
+    if fields[0][2] is not None:
+        t = torch.tensor([int(f[2]) for f in fields], dtype=torch.long)
+    else:
+        labels = getattr(data, "targets_task_labels", None)
+        t = (torch.tensor([int(labels[i]) for i in rows], dtype=torch.long)
+             if labels is not None else torch.zeros(len(rows), dtype=torch.long))
+    return x, y, t
