@@ -81,7 +81,11 @@ class RepeatedBatchMixin:
     n_iter: int = 1
 
     def training_epoch(self: Any, **kwargs: Any) -> None:
-        """One pass over the dataloader, ``n_iter`` iterations per mini-batch."""
+        """One pass over the dataloader, ``n_iter`` iterations per mini-batch.
+
+        ``stop_training()`` takes effect at the next iteration, and a periodic evaluation
+        between two iterations of a batch does not lose the batch.
+        """
         for mbatch in self.dataloader:
             if self._stop_training:
                 break
@@ -344,24 +348,11 @@ class OnlineTemplate(RepeatedBatchMixin, SupervisedTemplate):
             return
         super().check_model_and_optimizer(reset_optimizer_state=reset_optimizer_state, **kwargs)
 
-    def training_epoch(self, **kwargs: Any) -> None:
-        """One pass over the dataloader, ``n_iter`` iterations per mini-batch.
-
-        ``stop_training()`` takes effect at the next iteration, and a periodic evaluation
-        between two iterations of a batch does not lose the batch.
-        """
-        for mbatch in self.dataloader:
-            if self._stop_training:
-                break
-            self.mbatch = mbatch
-            self._label_range = _label_range(self.mb_y)  # still on the CPU: no device sync
-            self._unpack_minibatch()
-            batch = self.mbatch
-            for _ in range(self.n_iter):
-                if self._stop_training:
-                    break
-                self.mbatch = batch  # an evaluation in between resets it
-                self._iteration(**kwargs)
+    def _unpack_minibatch(self) -> None:
+        """Note a training batch's label range while it is still on the CPU, then move it."""
+        if self.is_training:  # an evaluation in between keeps the training batch's range
+            self._label_range = _label_range(self.mb_y)  # no device sync
+        super()._unpack_minibatch()
 
     def forward(self) -> Any:
         """The model's output on the mini-batch, with its task labels when it has them.
