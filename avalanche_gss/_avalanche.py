@@ -8,6 +8,10 @@
   tensors. Avalanche keeps transform groups in its private flat-data tree
   (``_flat_data``, ``_transform_groups``, ``_frozen_transform_groups``); no public
   attribute tells whether a dataset transforms its samples.
+* :func:`criterion_of`: the loss module a strategy was built with. Avalanche 0.6 keeps it
+  in ``strategy._criterion``; its public ``criterion()`` computes the loss of the current
+  mini-batch instead, and a replay step on other samples, or a check of what kind of loss
+  it is, needs the module itself.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from avalanche.benchmarks.utils import (
 )
 from torch import Tensor
 
-__all__ = ["tensor_dataset", "has_transforms"]
+__all__ = ["tensor_dataset", "has_transforms", "criterion_of"]
 
 
 def tensor_dataset(x: Tensor, y: Tensor, task_labels: Tensor | int = 0) -> AvalancheDataset:
@@ -58,3 +62,11 @@ def has_transforms(dataset: Any) -> bool:
     if getattr(node, "target_transform", None) is not None:
         return True
     return any(has_transforms(child) for child in getattr(node, "_datasets", ()))
+
+
+def criterion_of(strategy: Any) -> Any:
+    """The loss module ``strategy`` was built with (``criterion=``).
+
+    :param strategy: an Avalanche ``SupervisedTemplate``.
+    """
+    return strategy._criterion

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
-from avalanche_gss.storage import OnlineBuffer
+from avalanche_gss.buffers import OnlineBuffer
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
@@ -222,7 +222,7 @@ def _plugin_state(plugin: Any) -> dict[str, Any] | None:
 def strategy_state_dict(strategy: SupervisedTemplate) -> dict[str, Any]:
     """Everything a strategy needs to continue a run exactly, as plain tensors and values.
 
-    :param strategy: an Avalanche strategy (e.g. :class:`~avalanche_gss.strategies.GSSIQP`);
+    :param strategy: an Avalanche strategy (e.g. :class:`~avalanche_gss.methods.gss_iqp.GSSIQP`);
         call it between ``train`` calls, not inside the training loop.
     :return: ``{"format", "model", "optimizer", "plugins", "clock", "skipped_steps", "rng"}``.
     """
@@ -412,7 +412,7 @@ def train_resumable(
     If ``path`` exists, the strategy is restored from it and training continues with the
     experience after the saved ones; if it already covers the whole stream, nothing is
     trained. Each chunk is one ``strategy.train`` call, which for
-    :class:`~avalanche_gss.strategies.OnlineTemplate` strategies learns exactly what one
+    :class:`~avalanche_gss.training.OnlineTemplate` strategies learns exactly what one
     call on the whole stream would. A run killed at any moment loses at most the
     ``every - 1`` experiences after its last checkpoint, which the next call relearns.
 

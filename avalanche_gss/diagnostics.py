@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from avalanche.core import SupervisedPlugin
 
+from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.metrics import find_buffer
-from avalanche_gss.storage import OnlineBuffer
 
 __all__ = ["BufferTrace"]
 

@@ -41,7 +41,7 @@ from avalanche_gss.experiments import (
     run,
 )
 from avalanche_gss.models import make_model
-from avalanche_gss.strategies import RepeatedBatchMixin
+from avalanche_gss.training import RepeatedBatchMixin
 
 __all__ = [
     "EvalPoint",
@@ -84,8 +84,8 @@ class PeriodicEvalPlugin(SupervisedPlugin):
 
     How samples are counted depends on the strategy:
 
-    - a :class:`~avalanche_gss.strategies.RepeatedBatchMixin` strategy
-      (:class:`~avalanche_gss.strategies.OnlineTemplate` and the task-aware GEM and
+    - a :class:`~avalanche_gss.training.RepeatedBatchMixin` strategy
+      (:class:`~avalanche_gss.training.OnlineTemplate` and the task-aware GEM and
       iCaRL of :mod:`avalanche_gss.experiments`) learns each mini-batch ``n_iter`` times:
       its samples count after the mini-batch's last iteration (``after_training_iteration``,
       after the plugins before this one, e.g. the replay step), so the points fall inside
@@ -126,7 +126,7 @@ class PeriodicEvalPlugin(SupervisedPlugin):
             raise ValueError(
                 "PeriodicEvalPlugin reads the strategy's per-experience accuracy: create the "
                 "strategy with evaluator=quiet_evaluator(accuracy_metrics(experience=True)) "
-                "(avalanche_gss.strategies.quiet_evaluator)"
+                "(avalanche_gss.training.quiet_evaluator)"
             )
 
     def before_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:

@@ -10,40 +10,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
 from avalanche.evaluation.metrics import accuracy_metrics
-from avalanche.training import GEM, ICaRL, Naive
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
-from avalanche_gss.benchmarks import (
-    TaskSplit,
-    class_incremental_benchmark_for,
-    online_benchmark,
-    tensor_dataset,
-)
+from avalanche_gss import methods
+from avalanche_gss.benchmarks import TaskSplit, online_benchmark
+from avalanche_gss.buffers import VARIANTS, OnlineBuffer
+from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
+from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.models import make_model
-from avalanche_gss.plugins import ConstrainedUpdatePlugin
-from avalanche_gss.storage import (
-    FSSClustBuffer,
-    GSSClustBuffer,
-    GSSGreedyBuffer,
-    GSSIQPBuffer,
-    OnlineBuffer,
-    RandBuffer,
-    ReservoirBuffer,
-)
-from avalanche_gss.strategies import (
-    OnlineRehearsal,
-    OnlineTemplate,
-    RepeatedBatchMixin,
-    quiet_evaluator,
-)
+from avalanche_gss.training import quiet_evaluator
 
 __all__ = [
     "BUFFER_METHODS",
@@ -54,9 +36,8 @@ __all__ = [
     "VARIANT_METHODS",
     "RunSettings",
     "RunResult",
+    "build_strategy",
     "make_buffer",
-    "BaselinePlan",
-    "baseline_plan",
     "resolve_device",
     "run",
     "run_label",
@@ -64,45 +45,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-
-def _greedy(settings: RunSettings) -> OnlineBuffer:
-    return GSSGreedyBuffer(
-        settings.buffer_size, n=settings.n, variant=settings.variant,  # type: ignore[arg-type]
-        seed=settings.seed,
-    )
-
-
-def _iqp(settings: RunSettings) -> OnlineBuffer:
-    return GSSIQPBuffer(
-        settings.buffer_size, recent_size=settings.recent_size,
-        solver=settings.iqp_solver, time_limit=settings.iqp_time_limit,  # type: ignore[arg-type]
-        seed=settings.seed,
-    )
-
-
-def _gss_clust(settings: RunSettings) -> OnlineBuffer:
-    authors = settings.variant == "authors"
-    growth = settings.clust_growth or (1.01 if authors else 2.0)
-    return GSSClustBuffer(
-        settings.buffer_size, recent_size=settings.recent_size, growth=growth, seed=settings.seed,
-    )
-
-
-def _fss_clust(settings: RunSettings) -> OnlineBuffer:
-    authors = settings.variant == "authors"
-    features = settings.fss_features or ("logits" if authors else "penultimate")
-    squared = authors if settings.fss_squared is None else settings.fss_squared
-    return FSSClustBuffer(
-        settings.buffer_size, recent_size=settings.recent_size,
-        features=features, squared=squared,  # type: ignore[arg-type]
-        growth=settings.clust_growth or 2.0, seed=settings.seed,
-    )
-
-
-VARIANTS = ("paper", "authors")
-"""``"paper"``: the method as the paper writes it; ``"authors"``: as the authors' code does it."""
-
-VARIANT_METHODS = ("GSS-Greedy", "GSS-Clust", "FSS-Clust")
+VARIANT_METHODS = tuple(name for name, m in methods.REGISTRY.items() if m.presets)
 """Methods whose authors' code departs from the paper's text (see :class:`RunSettings`)."""
 
 
@@ -128,27 +71,14 @@ def resolve_device(device: str) -> str:
     raise ValueError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
 
 
-BUFFER_METHODS: dict[str, Callable[[RunSettings], OnlineBuffer]] = {
-    "Rand": lambda s: RandBuffer(s.buffer_size, seed=s.seed),
-    "Reservoir": lambda s: ReservoirBuffer(s.buffer_size, seed=s.seed),
-    "GSS-Greedy": _greedy,
-    "GSS-IQP": _iqp,
-    "GSS-Clust": _gss_clust,
-    "FSS-Clust": _fss_clust,
-}
-"""Task-free buffer policies, trained with the paper's online rehearsal."""
+BUFFER_METHODS = tuple(methods.REGISTRY)
+"""Task-free buffer policies, trained with the paper's online rehearsal (the registry's)."""
 
 UPDATES = ("rehearsal", "constrained")
 """How a buffer method uses its buffer: replay steps, or GEM-style constraints (appendix C)."""
 
-CONSTRAINED_METHODS = ("GSS-IQP",)
+CONSTRAINED_METHODS = tuple(name for name, m in methods.REGISTRY.items() if m.constrained)
 """Buffer methods that :func:`run` also trains with ``update="constrained"``."""
-
-BASELINES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
-"""Baselines run through Avalanche's own strategies."""
-
-TASK_AWARE = ("GEM", "iCaRL")
-"""Baselines that are given the task boundaries (task-level experiences)."""
 
 
 def _methods() -> tuple[str, ...]:
@@ -289,28 +219,38 @@ def make_buffer(settings: RunSettings) -> OnlineBuffer:
 
     :param settings: the run's settings; ``settings.method`` must be in :data:`BUFFER_METHODS`.
     """
-    if settings.method not in BUFFER_METHODS:
-        raise ValueError(f"{settings.method!r} is not a buffer method")
-    return BUFFER_METHODS[settings.method](settings)
+    method = methods.get(settings.method)
+    return method.buffer(settings.buffer_size, seed=settings.seed,
+                         **method.buffer_options(settings))
 
 
-class _GEM(RepeatedBatchMixin, GEM):
-    """Avalanche's GEM with ``n_iter`` iterations per mini-batch."""
+def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.optim.Optimizer,
+                   *, evaluator: Any = None, plugins: Sequence[Any] = ()) -> SupervisedTemplate:
+    """The ready strategy of a buffer method, as :func:`run` trains it.
 
+    The method's strategy from the registry (its constrained one with
+    ``update="constrained"``), given the run's settings as its buffer's options.
 
-class _ICaRL(RepeatedBatchMixin, ICaRL):
-    """Avalanche's iCaRL with ``n_iter`` iterations per mini-batch."""
-
-
-class _Features(nn.Module):
-    """A model's ``features`` as a module (iCaRL's feature extractor)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.features(x)  # type: ignore[operator]
+    :param settings: the run's settings; ``settings.method`` must be in :data:`BUFFER_METHODS`.
+    :param model: the network.
+    :param optimizer: its optimizer.
+    :param evaluator: the strategy's ``EvaluationPlugin`` (an empty one by default).
+    :param plugins: extra plugins.
+    """
+    s = settings
+    method = methods.get(s.method)
+    common: dict[str, Any] = {
+        "model": model, "optimizer": optimizer, "n_iter": s.n_iter,
+        "train_mb_size": s.batch_size, "device": s.device, "evaluator": evaluator,
+        "plugins": list(plugins), "mem_size": s.buffer_size, "seed": s.seed,
+        **method.buffer_options(s),
+    }
+    if s.update == "constrained":
+        assert method.constrained is not None  # RunSettings checked it
+        strategy: SupervisedTemplate = method.constrained(margin=s.constraint_margin, **common)
+        return strategy
+    strategy = method.strategy(replay_batch_size=s.replay_batch_size, **common)
+    return strategy
 
 
 def _evaluator(metrics: Sequence[Any] = (), loggers: Sequence[Any] = ()) -> Any:
@@ -330,76 +270,30 @@ def _task_accuracies(strategy: SupervisedTemplate, test_stream: Any) -> list[flo
     return accs
 
 
-def _whole_stream(x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> Any:
-    """One shuffled experience holding the whole training stream (i.i.d. baselines)."""
-    order = torch.randperm(len(y), generator=generator)
-    data = tensor_dataset(x[order], y[order])
-    return benchmark_from_datasets(train=[data]).train_stream
-
-
-@dataclass
-class BaselinePlan:
-    """A baseline's Avalanche strategy and what it learns, one ``train`` call at a time.
-
-    :param strategy: the strategy (``Naive``, GEM or iCaRL).
-    :param train_calls: the argument of each ``strategy.train`` call, in order: the whole
-        stream for ``Single`` and the i.i.d. baselines, one task-level experience per call
-        for the task-aware ones.
-    :param test_stream: the stream its accuracy is measured on (iCaRL's comes from its
-        class-incremental scenario).
-    """
-
-    strategy: SupervisedTemplate
-    train_calls: list[Any]
-    test_stream: Any
-
-
-def baseline_plan(settings: RunSettings, split: TaskSplit, model: nn.Module,
-                  optimizer: torch.optim.Optimizer, *, evaluator: Any,
-                  plugins: Sequence[Any] = ()) -> BaselinePlan:
-    """Build a baseline's strategy (``Single``, ``iid-*``, ``GEM``, ``iCaRL``) and its data.
-
-    :param settings: the run's settings.
-    :param split: the task sequence.
-    :param model: the network (``features`` + ``classifier`` for iCaRL).
-    :param optimizer: its optimizer.
-    :param evaluator: the strategy's ``EvaluationPlugin``.
-    :param plugins: extra plugins.
-    """
-    s = settings
-    bench = online_benchmark(split, batch_size=s.batch_size)
-    common: dict[str, Any] = {"device": s.device, "evaluator": evaluator,
-                              "plugins": list(plugins)}
-    strategy: SupervisedTemplate
-    if s.method == "Single":
-        strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
-                         train_epochs=s.n_iter, **common)
-        return BaselinePlan(strategy, [bench.train_stream], bench.test_stream)
-    if s.method in ("iid-online", "iid-offline"):
-        epochs = 1 if s.method == "iid-online" else s.iid_epochs
-        strategy = Naive(model=model, optimizer=optimizer, train_mb_size=s.batch_size,
-                         train_epochs=epochs, **common)
-        x, y = split.stream_tensors()
-        stream = _whole_stream(x, y, torch.Generator().manual_seed(s.seed))
-        return BaselinePlan(strategy, [stream], bench.test_stream)
-    if s.method == "GEM":
-        strategy = _GEM(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(),
-                        patterns_per_exp=max(1, s.buffer_size // split.n_tasks),
-                        memory_strength=s.gem_memory_strength, train_mb_size=s.batch_size,
-                        **common)
-        strategy.n_iter = s.n_iter
-        return BaselinePlan(strategy, list(bench.task_stream), bench.test_stream)
-    if s.method == "iCaRL":
-        if not split.is_class_disjoint:
-            raise ValueError("iCaRL needs a class-incremental (disjoint) task sequence")
-        nc = class_incremental_benchmark_for(split)
-        strategy = _ICaRL(feature_extractor=_Features(model), classifier=model.classifier,
-                          optimizer=optimizer, memory_size=s.buffer_size,
-                          buffer_transform=None, fixed_memory=True,
-                          train_mb_size=s.batch_size, **common)
-        strategy.n_iter = s.n_iter
-        return BaselinePlan(strategy, list(nc.train_stream), nc.test_stream)
-    raise ValueError(f"{s.method!r} is not a baseline; baselines: {', '.join(BASELINES)}")
+def _buffer_extras(strategy: Any, split: TaskSplit) -> dict[str, Any]:
+    """What a buffer method's run reports beyond accuracy (class counts, skipped steps)."""
+    buffer = strategy.storage_policy
+    extras: dict[str, Any] = {}
+    _, by = buffer.tensors()
+    class_counts = torch.bincount(by.cpu(), minlength=split.num_classes)
+    extras["buffer_class_counts"] = class_counts.tolist()
+    if split.is_class_disjoint:
+        extras["buffer_task_counts"] = [
+            int(class_counts[list(classes)].sum()) for classes in split.task_classes
+        ]
+    if isinstance(buffer, GSSIQPBuffer) and buffer.last_surrogate is not None:
+        extras["last_surrogate"] = buffer.last_surrogate
+    constrained = getattr(strategy, "constrained", None)
+    if constrained is not None:
+        extras["projected_steps"] = constrained.projections
+        extras["constrained_steps"] = constrained.steps
+    # Steps skipped for a non-finite loss (learning and replay steps), and the
+    # iterations they are out of: a run that skipped many has diverged.
+    rehearsal = getattr(strategy, "rehearsal", None)
+    extras["skipped_steps"] = int(getattr(strategy, "skipped_steps", 0)) + int(
+        getattr(rehearsal, "skipped_steps", 0))
+    extras["train_iterations"] = int(strategy.clock.train_iterations)
+    return extras
 
 
 def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
@@ -428,49 +322,19 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
         model = make_model(s.model, split.input_shape, split.num_classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=s.lr)
     bench = online_benchmark(split, batch_size=s.batch_size)
-    extras: dict[str, Any] = {}
-    common: dict[str, Any] = {"device": s.device, "evaluator": _evaluator(metrics, loggers)}
+    evaluator = _evaluator(metrics, loggers)
     test_stream = bench.test_stream
+    extras: dict[str, Any] = {}
     strategy: SupervisedTemplate
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(s.seed)
         start = time.perf_counter()
         if s.method in BUFFER_METHODS:
-            buffer = make_buffer(s)
-            constrained = None
-            if s.update == "constrained":
-                constrained = ConstrainedUpdatePlugin(buffer, margin=s.constraint_margin)
-                strategy = OnlineTemplate(
-                    model=model, optimizer=optimizer, n_iter=s.n_iter,
-                    train_mb_size=s.batch_size, plugins=[constrained, *plugins], **common,
-                )
-            else:
-                strategy = OnlineRehearsal(
-                    model=model, optimizer=optimizer, storage_policy=buffer, n_iter=s.n_iter,
-                    train_mb_size=s.batch_size, replay_batch_size=s.replay_batch_size,
-                    seed=s.seed, plugins=plugins, **common,
-                )
+            strategy = build_strategy(s, model, optimizer, evaluator=evaluator, plugins=plugins)
             strategy.train(bench.train_stream)
-            _, by = buffer.tensors()
-            class_counts = torch.bincount(by.cpu(), minlength=split.num_classes)
-            extras["buffer_class_counts"] = class_counts.tolist()
-            if split.is_class_disjoint:
-                extras["buffer_task_counts"] = [
-                    int(class_counts[list(classes)].sum()) for classes in split.task_classes
-                ]
-            if isinstance(buffer, GSSIQPBuffer) and buffer.last_surrogate is not None:
-                extras["last_surrogate"] = buffer.last_surrogate
-            if constrained is not None:
-                extras["projected_steps"] = constrained.projections
-                extras["constrained_steps"] = constrained.steps
-            # Steps skipped for a non-finite loss (learning and replay steps), and the
-            # iterations they are out of: a run that skipped many has diverged.
-            rehearsal = getattr(strategy, "rehearsal", None)
-            extras["skipped_steps"] = int(getattr(strategy, "skipped_steps", 0)) + int(
-                getattr(rehearsal, "skipped_steps", 0))
-            extras["train_iterations"] = int(strategy.clock.train_iterations)
+            extras = _buffer_extras(strategy, split)
         else:
-            plan = baseline_plan(s, split, model, optimizer, evaluator=common["evaluator"],
+            plan = baseline_plan(s, split, model, optimizer, evaluator=evaluator,
                                  plugins=plugins)
             strategy, test_stream = plan.strategy, plan.test_stream
             for call in plan.train_calls:

@@ -100,6 +100,9 @@ def _cross_entropy(logits: Tensor, y: Tensor) -> Tensor:
     return F.cross_entropy(logits, y, reduction="none")  # (N,)
 
 
+cross_entropy_per_sample = _cross_entropy
+
+
 @dataclass
 class _Layer:
     """A module whose selected parameters have a closed-form Gram contribution."""

@@ -30,8 +30,8 @@ from avalanche.evaluation.metric_utils import get_metric_name
 from torch import Tensor, nn
 
 from avalanche_gss.benchmarks.online import experience_tensors
+from avalanche_gss.buffers import OnlineBuffer, task_labels_for
 from avalanche_gss.gradients import LossFn, preserved_state, sample_cosine
-from avalanche_gss.storage import OnlineBuffer, task_labels_for
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate

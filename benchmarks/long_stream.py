@@ -38,8 +38,9 @@ from avalanche.core import SupervisedPlugin
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.benchmarks.online import experience_tensors
 from avalanche_gss.experiments import resolve_device
+from avalanche_gss.methods.gss_greedy import GSSGreedy
+from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.models import MLP
-from avalanche_gss.strategies import GSSIQP, GSSGreedy
 
 IMPLS = ("GSS-Greedy", "GSS-IQP")
 CASE = "long-stream"

@@ -6,7 +6,7 @@ batch, each one step on the batch and one on 10 buffer samples, a buffer of ``M`
 
 Case ``reservoir-mlp-disjoint``:
 
-- ``library``: :class:`avalanche_gss.strategies.Reservoir` on the task-free online stream.
+- ``library``: :class:`avalanche_gss.methods.reservoir.Reservoir` on the task-free online stream.
 - ``avalanche``: Avalanche 0.6's ``Naive`` + ``ReplayPlugin(ReservoirSamplingBuffer)`` on
   ``split_online_stream(task_stream, 10)`` (its replay concatenates batch and buffer in
   one step, so it takes half the steps).
@@ -16,7 +16,7 @@ Case ``reservoir-mlp-disjoint``:
 
 Case ``gss-greedy-mlp-disjoint``:
 
-- ``library``: :class:`avalanche_gss.strategies.GSSGreedy` with ``variant="paper"``
+- ``library``: :class:`avalanche_gss.methods.gss_greedy.GSSGreedy` with ``variant="paper"``
   (Algorithm 2 as written, n = 10). Case ``gss-greedy-authors-mlp-disjoint``: the same
   with ``variant="authors"`` (the default: n = 10 mean gradients of 10 buffer samples
   each, so its Gram is over 10 + 100 samples instead of 10 + 10).
@@ -54,9 +54,9 @@ from torch import nn
 
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.experiments import resolve_device
+from avalanche_gss.methods.gss_greedy import GSSGreedy
+from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP
-from avalanche_gss.storage import ReservoirBuffer
-from avalanche_gss.strategies import GSSGreedy, Reservoir
 
 
 def _accuracy(model: nn.Module, split: Any, device: str) -> float:

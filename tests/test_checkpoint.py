@@ -23,16 +23,12 @@ from avalanche_gss.checkpoint import (
     strategy_state_dict,
     train_resumable,
 )
+from avalanche_gss.methods.clust import FSSClust, GSSClust
+from avalanche_gss.methods.gss_greedy import GSSGreedy
+from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPConstrained
+from avalanche_gss.methods.rand import Rand
+from avalanche_gss.methods.reservoir import Reservoir
 from avalanche_gss.models import MLP
-from avalanche_gss.strategies import (
-    GSSIQP,
-    FSSClust,
-    GSSClust,
-    GSSGreedy,
-    GSSIQPConstrained,
-    Rand,
-    Reservoir,
-)
 
 BUILDERS = {
     "Reservoir": lambda **kw: Reservoir(mem_size=30, **kw),

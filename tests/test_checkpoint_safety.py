@@ -13,7 +13,10 @@ from avalanche_gss.checkpoint import (
     save_state,
     train_resumable,
 )
-from avalanche_gss.strategies import GSSIQP, FSSClust, GSSClust, GSSGreedy, Reservoir
+from avalanche_gss.methods.clust import FSSClust, GSSClust
+from avalanche_gss.methods.gss_greedy import GSSGreedy
+from avalanche_gss.methods.gss_iqp import GSSIQP
+from avalanche_gss.methods.reservoir import Reservoir
 
 BUILD = {
     "Reservoir": lambda **kw: Reservoir(**kw),

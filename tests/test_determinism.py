@@ -16,16 +16,16 @@ CASES = [(m, "rehearsal", "paper") for m in BUFFER_METHODS] + [
 def _run(monkeypatch, split, **settings):
     """``experiments.run``, returning its result and the buffer it trained."""
     made = []
-    real = experiments.make_buffer
+    real = experiments.build_strategy
 
-    def spy(s):
-        made.append(real(s))
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(experiments, "make_buffer", spy)
+    monkeypatch.setattr(experiments, "build_strategy", spy)
     result = run(RunSettings(**settings), split)
-    (buffer,) = made
-    return result, buffer
+    (strategy,) = made
+    return result, strategy.storage_policy
 
 
 @pytest.mark.parametrize(("method", "update", "variant"), CASES)

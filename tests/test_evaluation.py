@@ -16,6 +16,7 @@ from avalanche_gss.evaluation import (
     task_end_samples,
 )
 from avalanche_gss.experiments import RunResult, RunSettings, run
+from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import make_model
 from avalanche_gss.plotting import (
     Panel,
@@ -25,8 +26,7 @@ from avalanche_gss.plotting import (
     plot_surrogate_vs_solid_angle,
 )
 from avalanche_gss.solid_angle import surrogate_vs_solid_angle
-from avalanche_gss.storage import ReservoirBuffer
-from avalanche_gss.strategies import OnlineRehearsal, quiet_evaluator
+from avalanche_gss.training import OnlineRehearsal, quiet_evaluator
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

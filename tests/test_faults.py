@@ -12,24 +12,12 @@ from torch.nn import functional as F
 
 from avalanche_gss.benchmarks import TensorExperience, online_benchmark
 from avalanche_gss.gradients import per_sample_grad_loop, sample_gram
+from avalanche_gss.methods.clust import FSSClust, FSSClustBuffer, GSSClust, GSSClustBuffer
+from avalanche_gss.methods.gss_greedy import GSSGreedy, GSSGreedyBuffer
+from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPBuffer, GSSIQPConstrained
+from avalanche_gss.methods.rand import Rand, RandBuffer
+from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP
-from avalanche_gss.storage import (
-    FSSClustBuffer,
-    GSSClustBuffer,
-    GSSGreedyBuffer,
-    GSSIQPBuffer,
-    RandBuffer,
-    ReservoirBuffer,
-)
-from avalanche_gss.strategies import (
-    GSSIQP,
-    FSSClust,
-    GSSClust,
-    GSSGreedy,
-    GSSIQPConstrained,
-    Rand,
-    Reservoir,
-)
 
 STRATEGIES = {
     "Reservoir": Reservoir,

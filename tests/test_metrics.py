@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from avalanche_gss.benchmarks import blurry_tasks, online_benchmark
 from avalanche_gss.gradients import per_sample_grad_loop
+from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.metrics import (
     BufferCompositionMetric,
     BufferSurrogateMetric,
@@ -19,8 +20,7 @@ from avalanche_gss.metrics import (
     find_buffer,
 )
 from avalanche_gss.models import MLP
-from avalanche_gss.storage import ReservoirBuffer
-from avalanche_gss.strategies import Reservoir, quiet_evaluator
+from avalanche_gss.training import quiet_evaluator
 
 MEM = 40
 EVERY = 7

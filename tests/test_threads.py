@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from avalanche_gss.methods.clust import GSSClustBuffer
+from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
+from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.models import MLP
 from avalanche_gss.selection.iqp import select_iqp
-from avalanche_gss.storage import GSSClustBuffer, GSSGreedyBuffer, GSSIQPBuffer
 
 
 def test_selectors_and_buffers_never_set_torch_threads(monkeypatch):

@@ -1,9 +1,9 @@
-"""GSS-Greedy's replacement rule (paper Algorithm 2) on score tensors.
+"""GSS-Greedy (paper Algorithm 2) on tensors: scores from a gradient Gram, then slots.
 
-The gradient part of Algorithm 2 (lines 5-7: the score ``c`` of a new sample is its
-largest gradient cosine to ``n`` random buffer samples, plus one) lives with the gradient
-engine; this module takes the scores and decides which buffer slot, if any, each new
-sample takes (lines 8-17).
+:func:`memory_scores` is lines 5-7: the score ``c`` of a new sample is its largest
+gradient cosine to ``n`` gradients drawn from the buffer, plus one, computed from the
+Gram matrix of the gradients (the gradient engine's output). :func:`greedy_slots` is lines
+8-17: which buffer slot, if any, each new sample takes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-__all__ = ["CandidateDraw", "Gate", "greedy_scores", "greedy_slots"]
+from avalanche_gss.gradients import cosine_from_gram, group_gram
+
+__all__ = ["CandidateDraw", "Gate", "greedy_scores", "memory_scores", "greedy_slots"]
 
 CandidateDraw = Literal["proportional", "minmax"]
 Gate = Literal["sample", "batch"]
@@ -33,6 +35,59 @@ def greedy_scores(cosines: Tensor, empty_score: float = 1.0) -> Tensor:
     if cosines.shape[1] == 0:
         return torch.full((cosines.shape[0],), empty_score, dtype=cosines.dtype)
     return cosines.max(dim=1).values + 1.0
+
+
+def memory_scores(
+    gram: Tensor, n_new: int, *, group_size: int | None = None, batch_gate: bool = False
+) -> tuple[Tensor, float | None]:
+    """Algorithm 2 lines 5-7 from the Gram of ``[new samples; drawn buffer samples]``.
+
+    With ``group_size=None`` and no batch gate (the paper), each new sample's score is
+    ``max_j cos(g_i, G_j) + 1`` over the ``k`` drawn buffer gradients ``G_j``. Otherwise
+    (the authors' code) the memory gradients are the means of consecutive groups of
+    ``group_size`` drawn gradients (``k // group_size`` of them, the last group taking the
+    remainder; ``group_size=1``: the drawn gradients themselves), and the batch's mean
+    gradient gets a score too, for the batch gate.
+
+    A sample whose gradient is not finite (NaN or infinite diagonal entry) gets a NaN
+    score and stays out of the batch mean; a non-finite buffer gradient makes every score
+    NaN.
+
+    :param gram: ``(B + k, B + k)`` Gram of the ``B`` new samples' gradients, then the
+        ``k`` drawn buffer samples'.
+    :param n_new: ``B``.
+    :param group_size: buffer gradients per memory gradient; ``None``: per-sample.
+    :param batch_gate: whether to score the batch's mean gradient.
+    :return: ``(scores, batch_score)``: the ``(B,)`` CPU float32 scores and the score of
+        the batch's mean gradient (``None`` when neither groups nor the batch gate ask for
+        it).
+    """
+    b, k = n_new, gram.shape[0] - n_new
+    finite = torch.isfinite(gram.diagonal()).cpu()  # (B+k,)
+    if not bool(finite[b:].all()):
+        return torch.full((b,), float("nan")), float("nan")
+    if not bool(finite.all()):  # scrub the bad rows so that they stay out of the sums
+        ok = finite.to(gram.device)
+        gram = gram.masked_fill(~(ok[:, None] & ok[None, :]), 0.0)
+    if group_size is None and not batch_gate:  # Algorithm 2: per-sample cosines only
+        scores = greedy_scores(cosine_from_gram(gram)[:b, b:].float().cpu())  # (B,)
+        scores[~finite[:b]] = float("nan")
+        return scores, None
+    # Rows: the B new samples, their mean (batch gate), then the memory gradients.
+    per_group = group_size or 1
+    n_mem = max(1, k // per_group) if group_size is not None else k
+    member = (torch.arange(k) // per_group).clamp(max=n_mem - 1)  # group of each drawn row
+    ids = torch.cat([torch.arange(b), member + b + 1])
+    weights = torch.zeros(b + 1 + n_mem, b + k, dtype=gram.dtype)
+    weights[ids, torch.arange(b + k)] = 1.0
+    weights[b, :b] = finite[:b].to(gram.dtype)  # the batch mean of the finite gradients
+    weights = weights / weights.sum(dim=1, keepdim=True).clamp_min(1.0)
+    cos = cosine_from_gram(group_gram(gram, weights.to(gram.device)))  # (B+1+n, B+1+n)
+    scores = greedy_scores(cos[: b + 1, b + 1 :].float().cpu())  # (B+1,)
+    scores[:b][~finite[:b]] = float("nan")
+    if not bool(finite[:b].any()):
+        scores[b] = float("nan")
+    return scores[:b], float(scores[b])
 
 
 def greedy_slots(

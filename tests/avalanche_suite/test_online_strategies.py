@@ -96,7 +96,7 @@ def _check_buffer(strategy):
         assert 0 < len(strategy.storage_policy) <= MEM_SIZE
 
 
-@pytest.mark.filterwarnings("ignore::avalanche_gss.strategies.SlowPathWarning")
+@pytest.mark.filterwarnings("ignore::avalanche_gss.training.SlowPathWarning")
 @pytest.mark.parametrize("name", ["naive", *BUFFERS])
 def test_naive(name):
     benchmark = load_benchmark(use_task_labels=False)

@@ -110,7 +110,7 @@ class MockPlugin(SupervisedPlugin):
         self.activated[21] = True
 
 
-@pytest.mark.filterwarnings("ignore::avalanche_gss.strategies.SlowPathWarning")
+@pytest.mark.filterwarnings("ignore::avalanche_gss.training.SlowPathWarning")
 @pytest.mark.parametrize("name", ["naive", *BUFFERS])
 def test_callback_reachability(name):
     # Check that all the callbacks are called during

@@ -89,7 +89,7 @@ def _seen(buffer, mem_size):
     assert 0 < len(buffer) <= mem_size
 
 
-@pytest.mark.filterwarnings("ignore::avalanche_gss.strategies.SlowPathWarning")
+@pytest.mark.filterwarnings("ignore::avalanche_gss.training.SlowPathWarning")
 @pytest.mark.parametrize("template", ["Naive", "OnlineTemplate"])
 @pytest.mark.parametrize(("name", "multi_task"), CASES)
 def test_replay(name, multi_task, template):
@@ -112,7 +112,7 @@ def test_replay(name, multi_task, template):
     _seen(buffer, 10)
 
 
-@pytest.mark.filterwarnings("ignore::avalanche_gss.strategies.SlowPathWarning")
+@pytest.mark.filterwarnings("ignore::avalanche_gss.training.SlowPathWarning")
 @pytest.mark.parametrize(("name", "multi_task"), CASES)
 def test_replay_online_rehearsal(name, multi_task):
     model, optimizer, criterion, benchmark = init_scenario(multi_task=multi_task)
@@ -136,7 +136,7 @@ def test_replay_online_rehearsal(name, multi_task):
 # n_iter times, so the iterations are Avalanche's (2 x 120 with Naive's train_mb_size=1,
 # given explicitly: ours defaults to 10) but there is one epoch. Case #3 (an evaluation
 # before training and after every epoch) is Avalanche's rule with that one epoch.
-@pytest.mark.filterwarnings("ignore::avalanche_gss.strategies.SlowPathWarning")
+@pytest.mark.filterwarnings("ignore::avalanche_gss.training.SlowPathWarning")
 def test_periodic_eval():
     model = SimpleMLP(input_size=6, hidden_size=10)
     model.classifier = IncrementalClassifier(model.classifier.in_features)
@@ -182,7 +182,7 @@ def test_periodic_eval():
 
 # Case #4 of test_periodic_eval, with n_iter=2: an evaluation falls between two
 # iterations of one mini-batch.
-@pytest.mark.filterwarnings("ignore::avalanche_gss.strategies.SlowPathWarning")
+@pytest.mark.filterwarnings("ignore::avalanche_gss.training.SlowPathWarning")
 def test_periodic_eval_iteration_mode():
     model = SimpleMLP(input_size=6, hidden_size=10)
     model.classifier = IncrementalClassifier(model.classifier.in_features)
@@ -214,7 +214,7 @@ class EarlyStopP(SupervisedPlugin):
 # BaseStrategyTest.test_early_stop, Cumulative -> OnlineTemplate (n_iter=1, as Cumulative's
 # one pass, and our default 3): Avalanche's stop_training "signals to stop training at the
 # next iteration", so the epoch ends right after the iteration that called it (11).
-@pytest.mark.filterwarnings("ignore::avalanche_gss.strategies.SlowPathWarning")
+@pytest.mark.filterwarnings("ignore::avalanche_gss.training.SlowPathWarning")
 @pytest.mark.parametrize("n_iter", [1, 3])
 def test_early_stop(n_iter):
     model = SimpleMLP(input_size=6, hidden_size=100)

@@ -10,11 +10,14 @@ import copy
 import pytest
 import torch
 
-import avalanche_gss.storage as storage
+import avalanche_gss.methods.gss_greedy as gss_greedy
+from avalanche_gss.buffers import Rows, model_features
 from avalanche_gss.gradients import per_sample_grad_loop
+from avalanche_gss.methods.clust import FSSClustBuffer
+from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
+from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
 from avalanche_gss.selection.reservoir import reservoir_slots
-from avalanche_gss.storage import FSSClustBuffer, GSSGreedyBuffer, ReservoirBuffer
 
 D, C = 12, 4  # input features, classes: a small model keeps the float64 loop cheap
 
@@ -61,8 +64,8 @@ class _GreedySlotsSpy:
 
     def __init__(self, monkeypatch):
         self.calls = []
-        self._real = storage.greedy_slots
-        monkeypatch.setattr(storage, "greedy_slots", self)
+        self._real = gss_greedy.greedy_slots
+        monkeypatch.setattr(gss_greedy, "greedy_slots", self)
 
     def __call__(self, *args, **kwargs):
         self.calls.append((args, kwargs))
@@ -87,7 +90,7 @@ def test_paper_greedy_scores_are_max_cosine_plus_one_from_the_loop(n):
         stored_y = None if stored_y is None else stored_y.clone()
         draws_before = len(spy.calls)
         slots = buf.add(x, y, model)
-        new_scores = buf._new_scores
+        new_scores = buf.last_scores
         if size_before == 0:
             # When the buffer is empty there is nothing to compare with: score 1.
             assert len(spy.calls) == draws_before
@@ -167,7 +170,7 @@ def test_authors_greedy_scores_use_group_mean_gradients_and_batch_mean_gate(
     g_new = _loop_grads(model, x, y)
     # each new score is the largest cosine to a group mean, plus one,
     expected = _cos(g_new, means).max(1).values + 1
-    torch.testing.assert_close(buf._new_scores.double(), expected, atol=1e-4, rtol=0)
+    torch.testing.assert_close(buf.last_scores.double(), expected, atol=1e-4, rtol=0)
     # and the gate score is that of the batch's mean gradient (not of any one sample).
     (_, kwargs), = gate.calls
     assert kwargs["gate"] == "batch"
@@ -189,7 +192,7 @@ def test_authors_batch_gate_decides_for_the_whole_batch():
     for step in range(40):
         x, y = _batch(10, seed=300 + step)
         slots = buf.add(x, y, model)
-        scores = buf._new_scores
+        scores = buf.last_scores
         entered_with_high_score += int(((slots >= 0) & (scores >= 1)).sum())
     assert entered_with_high_score > 0
 
@@ -287,9 +290,9 @@ def test_fss_paper_distances_are_euclidean_between_penultimate_features():
     assert (buf.features, buf.squared) == ("penultimate", False)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(6, 5, generator=g)
-    union = storage._Rows(x, torch.zeros(6, dtype=torch.long), torch.zeros(6, dtype=torch.long),
-                          torch.full((6,), -1), torch.zeros(6, dtype=torch.long),
-                          torch.ones(6, dtype=torch.bool))
+    union = Rows(x, torch.zeros(6, dtype=torch.long), torch.zeros(6, dtype=torch.long),
+                 torch.full((6,), -1), torch.zeros(6, dtype=torch.long),
+                 torch.ones(6, dtype=torch.bool))
     dist, valid = buf._distances(union, model)
     with torch.no_grad():
         feats = torch.tanh(model.body(x))
@@ -310,8 +313,8 @@ def test_fss_features_are_the_classifier_input_of_any_model():
     x = torch.randn(7, 5)
     with torch.no_grad():
         expected = torch.tanh(model.body(x))
-    torch.testing.assert_close(storage.model_features(model, x), expected)
-    torch.testing.assert_close(storage.model_features(model, x, penultimate=False),
+    torch.testing.assert_close(model_features(model, x), expected)
+    torch.testing.assert_close(model_features(model, x, penultimate=False),
                                model(x).detach())
 
 
@@ -369,7 +372,7 @@ def test_mixed_greedy_options_score_by_their_own_oracle(monkeypatch, memory_grad
         assert len(drawn) == 2
     g_new = _loop_grads(model, x, y)
     expected = _cos(g_new, g_mem).max(1).values + 1
-    torch.testing.assert_close(buf._new_scores.double(), expected, atol=1e-4, rtol=0)
+    torch.testing.assert_close(buf.last_scores.double(), expected, atol=1e-4, rtol=0)
     (_, kwargs), = spy.calls
     assert kwargs["gate"] == gate
     if gate == "batch":
@@ -396,7 +399,7 @@ def test_greedy_scores_compare_only_the_given_parameters_in_float64():
         return per_sample_grad_loop(model, xs, ys, params=params)
 
     expected = _cos(grads(x.double(), y), grads(stored_x[drawn], stored_y[drawn])).max(1).values
-    torch.testing.assert_close(buf._new_scores.double(), expected + 1, atol=1e-6, rtol=0)
+    torch.testing.assert_close(buf.last_scores.double(), expected + 1, atol=1e-6, rtol=0)
 
 
 def test_authors_greedy_scores_a_float64_model_in_float64():
@@ -414,4 +417,4 @@ def test_authors_greedy_scores_a_float64_model_in_float64():
     assert len(drawn) == 10
     g_mem = per_sample_grad_loop(model, stored_x[drawn], stored_y[drawn]).mean(0, keepdim=True)
     expected = _cos(per_sample_grad_loop(model, x.double(), y), g_mem).max(1).values + 1
-    torch.testing.assert_close(buf._new_scores.double(), expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(buf.last_scores.double(), expected, atol=1e-6, rtol=0)

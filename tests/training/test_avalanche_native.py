@@ -37,8 +37,8 @@ from avalanche_gss import (
     ReservoirBuffer,
 )
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
-from avalanche_gss.storage import model_features
-from avalanche_gss.strategies import SlowPathWarning, quiet_evaluator
+from avalanche_gss.buffers import model_features
+from avalanche_gss.training import SlowPathWarning, quiet_evaluator
 
 N_FEATURES = 6
 

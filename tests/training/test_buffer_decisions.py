@@ -8,9 +8,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import avalanche_gss.storage as storage
+import avalanche_gss.methods.gss_greedy as gss_greedy
+from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
+from avalanche_gss.methods.rand import RandBuffer
+from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
-from avalanche_gss.storage import GSSGreedyBuffer, RandBuffer, ReservoirBuffer
 
 D, C = 12, 4
 
@@ -74,13 +76,13 @@ def test_greedy_counts_every_refused_sample_and_warns_only_then(variant):
 
 def test_authors_greedy_passes_its_own_candidate_draw(monkeypatch):
     calls = []
-    real = storage.greedy_slots
+    real = gss_greedy.greedy_slots
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(storage, "greedy_slots", spy)
+    monkeypatch.setattr(gss_greedy, "greedy_slots", spy)
     model = _model()
     for variant, draw in (("authors", "minmax"), ("paper", "proportional")):
         buf = GSSGreedyBuffer(6, variant=variant, seed=0)

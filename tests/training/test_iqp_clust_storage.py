@@ -6,12 +6,14 @@ import copy
 import pytest
 import torch
 
+from avalanche_gss.buffers import Rows as _Rows
 from avalanche_gss.experiments import RunSettings, run
 from avalanche_gss.gradients import cosine_from_gram, per_sample_grad_loop, sample_gram
+from avalanche_gss.methods.clust import FSSClustBuffer, GSSClustBuffer
+from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.models import MLP
 from avalanche_gss.selection import iqp
 from avalanche_gss.selection.iqp import select_iqp, surrogate
-from avalanche_gss.storage import FSSClustBuffer, GSSClustBuffer, GSSIQPBuffer, _Rows
 
 POLICIES = [GSSIQPBuffer, GSSClustBuffer, FSSClustBuffer]
 

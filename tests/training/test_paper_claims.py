@@ -20,10 +20,9 @@ from torch.nn import functional as F
 
 from avalanche_gss.benchmarks import TensorExperience
 from avalanche_gss.checkpoint import load_state, save_state
+from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP
-from avalanche_gss.plugins import ConstrainedUpdatePlugin, OnlineRehearsalPlugin
-from avalanche_gss.storage import ReservoirBuffer
-from avalanche_gss.strategies import OnlineTemplate, Reservoir
+from avalanche_gss.training import ConstrainedUpdatePlugin, OnlineRehearsalPlugin, OnlineTemplate
 
 D, C = 12, 10
 

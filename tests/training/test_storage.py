@@ -3,8 +3,11 @@
 import pytest
 import torch
 
+from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
+from avalanche_gss.methods.rand import RandBuffer
+from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
-from avalanche_gss.storage import GSSGreedyBuffer, OnlineBuffer, RandBuffer, ReservoirBuffer
 
 POLICIES = [ReservoirBuffer, RandBuffer, GSSGreedyBuffer]
 

@@ -1,8 +1,4 @@
-"""Avalanche plugins: the paper's online rehearsal.
-
-Wiring only: the plugin moves samples between the stream, the buffer and the optimizer;
-which samples stay is the storage policy's business.
-"""
+"""The constrained update of appendix C: the buffer as GEM constraints instead of replay."""
 
 from __future__ import annotations
 
@@ -14,131 +10,15 @@ import qpsolvers
 import torch
 from avalanche.core import SupervisedPlugin
 from avalanche.models import avalanche_forward
-from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
-from torch.nn import functional as F
 
-from avalanche_gss.benchmarks.online import dataset_tensors
-from avalanche_gss.gradients import LossFn, eval_mode, sample_gram
-from avalanche_gss.storage import OnlineBuffer, task_labels_for
+from avalanche_gss.buffers import OnlineBuffer, task_labels_for
+from avalanche_gss.gradients import LossFn, cross_entropy_per_sample, eval_mode, sample_gram
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["OnlineRehearsalPlugin", "ConstrainedUpdatePlugin", "gem_dual", "finite_loss"]
-
-
-def finite_loss(loss: Tensor, owner: Any) -> bool:
-    """Whether ``loss`` is finite; if not, count a skipped step on ``owner`` and warn.
-
-    A NaN or infinite loss would make every parameter NaN at the next ``optimizer.step()``
-    (and every gradient score after it); the caller skips that step instead.
-
-    :param loss: the step's scalar loss.
-    :param owner: the object whose ``skipped_steps`` counter is increased.
-    """
-    if bool(torch.isfinite(loss).all()):
-        return True
-    owner.skipped_steps += 1
-    warnings.warn(
-        f"{type(owner).__name__}: non-finite loss ({float(loss.detach().sum())}); "
-        "the optimizer step is skipped",
-        RuntimeWarning,
-        stacklevel=3,
-    )
-    return False
-
-
-class OnlineRehearsalPlugin(SupervisedPlugin):
-    """Online rehearsal as in the paper and the authors' code.
-
-    After every training iteration on the incoming batch, one more SGD step on
-    ``replay_batch_size`` samples drawn from the buffer (new and replayed samples never
-    share a step). After the experience, the storage policy sees the batch once, with
-    the model that learnt it. With 10-sample experiences and ``train_epochs = n_iter``
-    (or :class:`~avalanche_gss.strategies.OnlineTemplate`'s ``n_iter``) this is the
-    paper's schedule: ``n_iter`` times (step on the batch, step on the buffer).
-
-    A replay step whose loss is not finite is skipped (:func:`finite_loss`), and counted in
-    :attr:`skipped_steps`. A buffer smaller than ``replay_batch_size`` is replayed whole.
-
-    :param storage_policy: the buffer; an :class:`~avalanche_gss.storage.OnlineBuffer`
-        (fast tensor path) or any Avalanche ``ExemplarsBuffer``.
-    :param replay_batch_size: buffer samples per replay step (the authors' 10).
-    :param seed: seed of the replay draws.
-    """
-
-    supports_distributed = False
-
-    def __init__(
-        self, storage_policy: ExemplarsBuffer, replay_batch_size: int = 10, *, seed: int = 0
-    ) -> None:
-        super().__init__()
-        if replay_batch_size < 1:
-            raise ValueError(f"replay_batch_size must be >= 1, got {replay_batch_size}")
-        self.storage_policy = storage_policy
-        self.replay_batch_size = replay_batch_size
-        self.generator = torch.Generator().manual_seed(seed)
-        self.skipped_steps = 0  # replay steps skipped for a non-finite loss
-
-    def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor] | None:
-        """Draw ``replay_batch_size`` distinct buffer samples: ``(x, y, t)`` on ``device``.
-
-        A buffer whose stored tensors are what its dataset yields (no transform) is read
-        from the tensors; otherwise the drawn samples are read through
-        ``storage_policy.buffer``, so that a random augmentation is drawn anew.
-        """
-        policy = self.storage_policy
-        if isinstance(policy, OnlineBuffer):
-            if len(policy) == 0:
-                return None
-            slots = policy.sample_slots(self.replay_batch_size, self.generator)
-            if policy.replays_tensors:
-                x, y, t = policy.rows(slots)
-                return x.to(device), y.to(device), t.to(device)
-            return _read_items(policy.buffer, slots, device)
-        data = policy.buffer
-        if len(data) == 0:
-            return None
-        idx = torch.randperm(len(data), generator=self.generator)[: self.replay_batch_size]
-        return _read_items(data, idx, device)
-
-    def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
-        """One SGD step on a replay batch (skipped while the buffer is empty)."""
-        batch = self._replay_batch(strategy.device)
-        if batch is None:
-            return
-        x, y, t = batch
-        strategy.optimizer.zero_grad()
-        loss = strategy._criterion(avalanche_forward(strategy.model, x, t), y)
-        loss.backward()
-        if finite_loss(loss, self):
-            strategy.optimizer.step()
-
-    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
-        """The storage policy sees the experience once, after it was learnt."""
-        self.storage_policy.post_adapt(strategy, strategy.experience)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The replay generator, the counter and the buffer's :meth:`state_dict`.
-
-        Tensors and plain values only (loadable with ``torch.load(weights_only=True)``).
-        :raises TypeError: the storage policy has no ``state_dict`` (an Avalanche buffer).
-        """
-        policy_state = getattr(self.storage_policy, "state_dict", None)
-        if policy_state is None:
-            raise TypeError(f"{type(self.storage_policy).__name__} has no state_dict()")
-        return {
-            "generator": self.generator.get_state(),
-            "skipped_steps": self.skipped_steps,
-            "storage_policy": policy_state(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output."""
-        self.generator.set_state(state["generator"])
-        self.skipped_steps = int(state["skipped_steps"])
-        self.storage_policy.load_state_dict(state["storage_policy"])
+__all__ = ["ConstrainedUpdatePlugin", "gem_dual"]
 
 
 def gem_dual(gram: Tensor, dots: Tensor, *, margin: float, ridge: float) -> Tensor | None:
@@ -216,7 +96,7 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
         self.storage_policy = storage_policy
         self.margin = float(margin)
         self.ridge = float(ridge)
-        self.loss_fn: LossFn = loss_fn if loss_fn is not None else _cross_entropy
+        self.loss_fn: LossFn = loss_fn if loss_fn is not None else cross_entropy_per_sample
         self.params = params
         self.steps = 0  # training steps seen with a non-empty buffer
         self.projections = 0  # of which projected
@@ -287,15 +167,3 @@ class ConstrainedUpdatePlugin(SupervisedPlugin):
         self.last_violations = int(state["last_violations"])
         self.last_dual = state["last_dual"]
         self.storage_policy.load_state_dict(state["storage_policy"])
-
-
-def _read_items(
-    data: Any, idx: Tensor, device: torch.device | str
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Read ``data[i]`` for ``i`` in ``idx``: ``(x, y, t)`` on ``device``."""
-    x, y, t = dataset_tensors(data, idx.tolist())
-    return x.to(device), y.to(device), t.to(device)
-
-
-def _cross_entropy(logits: Tensor, y: Tensor) -> Tensor:
-    return F.cross_entropy(logits, y, reduction="none")  # (N,)

@@ -1,0 +1,220 @@
+"""The buffer's storage: one tensor column per field, ``max_size`` slots each.
+
+``x``, ``y``, ``t`` and ``scores`` live on the samples' device; ``src``, ``src_idx`` and
+``plain`` (the provenance, :mod:`~avalanche_gss.buffers.sources`) on the CPU. Slots
+``0 .. size-1`` hold the samples: the buffer is filled contiguously from slot 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import torch
+from torch import Tensor
+
+from avalanche_gss.buffers.rows import Rows
+from avalanche_gss.buffers.sources import SourcesMixin
+
+__all__ = ["ColumnsMixin", "ReadsMixin"]
+
+_DEVICE_COLUMNS = ("x", "y", "t", "scores")
+_CPU_COLUMNS = (("src", -1), ("src_idx", 0), ("plain", True))
+
+
+class ColumnsMixin(SourcesMixin):
+    """Slot storage, its invariants, random reads, resizing and state of a buffer."""
+
+    generator: torch.Generator
+    n_seen: int
+    n_rejected: int
+
+    def _init_columns(self, m: int) -> None:
+        self.max_size: int = m
+        self.x: Tensor | None = None  # (M, *input_shape) once the first batch arrived
+        self.y: Tensor | None = None  # (M,) class labels
+        self.t: Tensor | None = None  # (M,) task labels
+        self.scores: Tensor | None = None  # (M,) float, for policies that score samples
+        self.size = 0
+        self._init_sources(m)
+
+    def _allocate(self, like: Rows) -> None:
+        m, dev = self.max_size, like.x.device
+        self.x = torch.zeros((m, *like.x.shape[1:]), dtype=like.x.dtype, device=dev)
+        self.y = torch.zeros(m, dtype=torch.long, device=dev)
+        self.t = torch.zeros(m, dtype=torch.long, device=dev)
+        self.scores = torch.zeros(m, dtype=torch.float32, device=dev)
+
+    def _store(self, rows: Rows, slots: Tensor, scores: Tensor | None) -> None:
+        """Write ``rows`` into ``slots`` (``-1``: not stored), checking the policy's answer.
+
+        :raises RuntimeError: two samples share a slot, a slot is beyond ``max_size``, or
+            the filled range would have a hole.
+        """
+        keep = (slots >= 0).nonzero().flatten()
+        target = slots[keep]
+        if len(target) != len(torch.unique(target)):
+            raise RuntimeError("a policy assigned two samples to one slot")
+        new_size = max(self.size, int(target.max()) + 1) if len(target) else self.size
+        if new_size > self.max_size:
+            raise RuntimeError("a policy assigned a slot beyond max_size")
+        appended = target[target >= self.size]
+        if len(appended) != new_size - self.size:
+            raise RuntimeError("a policy left a hole in the buffer")
+        self._write(rows.take(keep) if len(keep) < len(rows) else rows, target,
+                    None if scores is None else scores[keep.to(scores.device)])
+        self.size = new_size
+
+    def _write(self, rows: Rows, target: Tensor, scores: Tensor | None) -> None:
+        """Write every row of ``rows`` into the CPU slot indices ``target`` (no check)."""
+        if self.x is None:
+            self._allocate(rows)
+        assert self.x is not None and self.y is not None and self.t is not None
+        dev = self.x.device
+        idx = target.to(dev)
+        self.x[idx] = rows.x.to(dev)
+        self.y[idx] = rows.y.to(dev, torch.long)
+        self.t[idx] = rows.t.to(dev, torch.long)
+        if scores is not None and self.scores is not None:
+            self.scores[idx] = scores.to(dev, torch.float32)
+        self.src[target] = rows.src
+        self.src_idx[target] = rows.idx
+        self.plain[target] = rows.plain
+        if len(target):
+            self._data.stored(rows.src, rows.idx, target, self.max_size)
+
+    def _move(self, dest: Tensor, source: Tensor) -> None:
+        """Copy the samples of slots ``source`` into slots ``dest`` (CPU indices)."""
+        for name in _DEVICE_COLUMNS:
+            column = getattr(self, name)
+            if column is not None:
+                column[dest.to(column.device)] = column[source.to(column.device)]
+        for name, _ in _CPU_COLUMNS:
+            column = getattr(self, name)
+            column[dest] = column[source]
+        self._data.reset(self.max_size)
+
+    def resize(self, strategy: Any, new_size: int) -> None:
+        """Change ``max_size``, mid-run if need be.
+
+        Shrinking keeps a uniform random subset of the samples; growing keeps every sample,
+        and the next incoming samples fill the free slots before the policy decides again.
+        """
+        if int(new_size) < 1:
+            raise ValueError(f"buffer size must be >= 1, got {new_size}")
+        new_size = int(new_size)
+        keep = torch.arange(self.size)
+        if self.size > new_size:
+            keep = torch.randperm(self.size, generator=self.generator)[:new_size].sort().values
+        n = len(keep)
+        for name in _DEVICE_COLUMNS:
+            old = getattr(self, name)
+            if old is not None:
+                new = torch.zeros((new_size, *old.shape[1:]), dtype=old.dtype, device=old.device)
+                new[:n] = old[keep.to(old.device)]
+                setattr(self, name, new)
+        for name, fill in _CPU_COLUMNS:
+            old = getattr(self, name)
+            new = torch.full((new_size,), fill, dtype=old.dtype)
+            new[:n] = old[keep]
+            setattr(self, name, new)
+        self.size = n
+        self.max_size = new_size
+        self._data.reset(new_size)
+
+
+class ReadsMixin(ColumnsMixin):
+    """Random reads of the stored samples, and the buffer's state for resuming."""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def sample_slots(self, k: int, generator: torch.Generator | None = None) -> Tensor:
+        """Draw ``min(k, len(self))`` distinct slots uniformly at random (CPU int64).
+
+        :param k: how many.
+        :param generator: source of randomness; the buffer's own by default.
+        """
+        if self.size == 0:
+            raise ValueError("the buffer is empty")
+        return torch.randperm(self.size, generator=generator or self.generator)[:k]
+
+    def sample(self, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """Draw ``min(k, len(self))`` distinct stored samples uniformly at random.
+
+        :param k: how many samples.
+        :param generator: source of randomness; the buffer's own by default.
+        :return: ``(x, y)`` on the buffer's device (task labels: :meth:`rows`).
+        """
+        x, y, _ = self.rows(self.sample_slots(k, generator))
+        return x, y
+
+    def rows(self, slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The stored ``(x, y, t)`` tensors of ``slots``, on the buffer's device.
+
+        :param slots: ``(K,)`` slot indices below ``len(self)``.
+        """
+        if self.x is None or self.y is None or self.t is None:
+            raise ValueError("the buffer is empty")
+        idx = slots.to(self.x.device)
+        return self.x[idx], self.y[idx], self.t[idx]
+
+    def stored_rows(self) -> Rows:
+        """The stored samples, slot order, as :class:`~avalanche_gss.buffers.rows.Rows`."""
+        x, y, t = self.rows(torch.arange(self.size))
+        n = self.size
+        return Rows(x, y, t, self.src[:n], self.src_idx[:n], self.plain[:n])
+
+    def tensors(self) -> tuple[Tensor, Tensor]:
+        """The stored ``(x, y)``, ``len(self)`` rows each (task labels: :attr:`task_labels`)."""
+        if self.x is None or self.y is None:
+            raise ValueError("the buffer is empty")
+        return self.x[: self.size], self.y[: self.size]
+
+    @property
+    def task_labels(self) -> Tensor:
+        """The stored samples' task labels, ``(len(self),)``."""
+        if self.t is None:
+            return torch.zeros(0, dtype=torch.long)
+        return self.t[: self.size]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: samples, scores, counters and the RNG state.
+
+        Tensors and plain values only. The source datasets are not part of it: after
+        :meth:`load_state_dict` the samples are served from the stored tensors.
+        """
+        state: dict[str, Any] = {"max_size": self.max_size, "size": self.size,
+                                 "n_seen": self.n_seen}
+        for name in _DEVICE_COLUMNS:
+            value = getattr(self, name)
+            state[name] = None if value is None else value.cpu()
+        state["generator"] = self.generator.get_state()
+        state["n_rejected"] = self.n_rejected
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (tensors stay on the CPU, see :meth:`to`)."""
+        self.max_size = int(state["max_size"])
+        self.size = int(state["size"])
+        self.n_seen = int(state["n_seen"])
+        self.n_rejected = int(state.get("n_rejected", 0))
+        self.x, self.y, self.scores = state["x"], state["y"], state["scores"]
+        t = state.get("t")
+        if t is None and self.y is not None:
+            t = torch.zeros_like(self.y)
+        self.t = t
+        self._init_sources(self.max_size)
+        self.generator.set_state(state["generator"])
+
+    def to(self, device: torch.device | str) -> Self:
+        """Move the stored tensors to ``device`` in place (e.g. after :meth:`load_state_dict`).
+
+        :param device: where the samples live (normally the strategy's device).
+        :return: the buffer.
+        """
+        for name in _DEVICE_COLUMNS:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.to(device))
+        self._data.reset(self.max_size)
+        return self

@@ -1,0 +1,133 @@
+"""What the gradient-scored buffers share: one call from a batch to its gradient Gram.
+
+GSS-Greedy, GSS-IQP and GSS-Clust all compare samples by their loss gradients; each asks
+:meth:`GradientScored._gram` for the exact per-sample Gram of the gradient engine, with the
+model in eval mode and its state untouched (parameters, ``.grad``, BatchNorm statistics,
+train/eval mode). FSS-Clust compares features instead: :func:`model_features`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from avalanche_gss.buffers.rows import labels_on, model_device, task_labels_for
+from avalanche_gss.gradients import eval_mode, sample_gram
+
+__all__ = ["GradientScored", "model_features"]
+
+
+class GradientScored:
+    """Mixin of the buffers that score samples by their loss gradients.
+
+    :attr:`loss_fn` is the per-sample loss ``(logits, y) -> (B,)`` (cross-entropy when
+    ``None``); :attr:`params` the parameters whose gradients are compared (all trainable
+    ones when ``None``).
+    """
+
+    method = "this policy"
+    """The method's name, for error messages."""
+
+    loss_fn: Any = None
+    params: list[nn.Parameter] | None = None
+
+    def _check_model(self, model: nn.Module | None) -> nn.Module:
+        """Return ``model`` if it has gradients to compare.
+
+        :raises ValueError: no model, or no parameter to take gradients with (every score
+            would be 0).
+        """
+        if model is None:
+            raise ValueError(f"{self.method} scores samples by the model's gradients: "
+                             "pass model=")
+        params = self.params
+        if params is None and not any(p.requires_grad for p in model.parameters()):
+            raise ValueError(
+                f"{self.method} scores samples by their loss gradients, but "
+                f"{type(model).__name__} has no trainable parameter; pass params= or use a "
+                "policy that needs none (Reservoir, Rand, FSS-Clust)"
+            )
+        if params is not None and len(params) == 0:
+            raise ValueError(f"{self.method}: params= is empty, there is no gradient to compare")
+        return model
+
+    def _gram(self, model: nn.Module | None, x: Tensor, y: Tensor, t: Tensor) -> Tensor:
+        """The ``(K, K)`` Gram ``<g_i, g_j>`` of the samples' loss gradients, detached.
+
+        Computed where the model is (the samples' device for a model without parameters),
+        with the task labels for a ``MultiTaskModule``; see :meth:`_check_model`.
+        """
+        model = self._check_model(model)
+        dev = model_device(model) or x.device
+        return sample_gram(model, x.to(dev), y.to(dev), loss_fn=self.loss_fn,
+                           params=self.params, task_labels=labels_on(model, t, dev)).detach()
+
+
+def _classifier(model: nn.Module) -> nn.Module:
+    """The module whose input is the model's feature: ``model.classifier``, or its last Linear."""
+    head = getattr(model, "classifier", None)
+    if isinstance(head, nn.Module):
+        return head
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if linears:
+        return linears[-1]
+    raise TypeError(
+        f"{type(model).__name__} has no `classifier` module and no nn.Linear, so the "
+        "features before its classifier cannot be found; name the last layer `classifier` "
+        "or use features='logits'"
+    )
+
+
+def model_features(
+    model: nn.Module, x: Tensor, t: Tensor | None = None, *, penultimate: bool = True
+) -> Tensor:
+    """The features of ``x`` before the model's classifier (or its logits), ``(N, D)``.
+
+    The features are the input of ``model.classifier`` (or of the model's last
+    ``nn.Linear``), captured while the model runs its own ``forward``, so any model works
+    whatever its input shape (Avalanche's ``SimpleMLP`` flattens inside ``forward``). A
+    ``MultiTaskModule`` is called once per task label, as ``model(x, t)``. Eval mode, no
+    gradient; the model's modes are restored.
+
+    :param model: the network.
+    :param x: ``(N, ...)`` inputs.
+    :param t: ``(N,)`` task labels (used for a ``MultiTaskModule`` only).
+    :param penultimate: the classifier's input (True) or the model's output (False).
+    :raises TypeError: the classifier cannot be found, or it is called other than once per
+        forward on the whole batch.
+    """
+    labels = None if t is None else task_labels_for(model, t)
+    groups = [torch.arange(len(x), device=x.device)] if labels is None else [
+        (labels == v).nonzero().flatten() for v in torch.unique(labels)]
+    head = _classifier(model) if penultimate else None
+    parts: list[Tensor] = []
+    seen: list[Tensor] = []  # the classifier's input at each call
+    with eval_mode(model), torch.no_grad():
+        for rows in groups:
+            seen.clear()
+            handle = None if head is None else head.register_forward_pre_hook(
+                lambda _m, args: seen.append(args[0]))
+            try:
+                if labels is None:
+                    out = model(x)
+                else:
+                    out = model(x[rows], labels[rows])
+            finally:
+                if handle is not None:
+                    handle.remove()
+            if head is not None:
+                if len(seen) != 1 or seen[0].shape[0] != len(rows):
+                    raise TypeError(
+                        f"the classifier {type(head).__name__} of {type(model).__name__} ran "
+                        f"{len(seen)} time(s) on other rows than the batch; FSS-Clust needs it "
+                        "to run once on the whole batch (or use features='logits')")
+                out = seen[0]
+            parts.append(out.flatten(1))
+    if len(parts) == 1:
+        return parts[0]
+    feats = torch.empty(len(x), parts[0].shape[1], dtype=parts[0].dtype, device=x.device)
+    for rows, part in zip(groups, parts, strict=True):
+        feats[rows] = part
+    return feats

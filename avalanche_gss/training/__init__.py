@@ -1,0 +1,40 @@
+"""Training wiring: the online template, the rehearsal and the constrained update.
+
+* :class:`OnlineTemplate` (:mod:`~avalanche_gss.training.template`): Avalanche's
+  ``SupervisedTemplate`` on a stream of small experiences, ``n_iter`` steps per batch.
+* :class:`OnlineRehearsal`, :class:`OnlineRehearsalPlugin`
+  (:mod:`~avalanche_gss.training.rehearsal`): the paper's replay step after each step.
+* :class:`ConstrainedUpdatePlugin` (:mod:`~avalanche_gss.training.constrained`): appendix
+  C's projected step.
+
+Each method's ready strategy is in its own file of :mod:`avalanche_gss.methods`.
+"""
+
+from avalanche_gss.training.constrained import ConstrainedUpdatePlugin, gem_dual
+from avalanche_gss.training.finite import finite_loss
+from avalanche_gss.training.rehearsal import (
+    BufferStrategy,
+    OnlineRehearsal,
+    OnlineRehearsalPlugin,
+    buffer_options,
+)
+from avalanche_gss.training.template import (
+    OnlineTemplate,
+    RepeatedBatchMixin,
+    SlowPathWarning,
+    quiet_evaluator,
+)
+
+__all__ = [
+    "OnlineTemplate",
+    "RepeatedBatchMixin",
+    "SlowPathWarning",
+    "quiet_evaluator",
+    "OnlineRehearsal",
+    "OnlineRehearsalPlugin",
+    "BufferStrategy",
+    "buffer_options",
+    "ConstrainedUpdatePlugin",
+    "gem_dual",
+    "finite_loss",
+]

@@ -1,0 +1,32 @@
+"""Skipping an optimizer step whose loss is not finite."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["finite_loss"]
+
+
+def finite_loss(loss: Tensor, owner: Any) -> bool:
+    """Whether ``loss`` is finite; if not, count a skipped step on ``owner`` and warn.
+
+    A NaN or infinite loss would make every parameter NaN at the next ``optimizer.step()``
+    (and every gradient score after it); the caller skips that step instead.
+
+    :param loss: the step's scalar loss.
+    :param owner: the object whose ``skipped_steps`` counter is increased.
+    """
+    if bool(torch.isfinite(loss).all()):
+        return True
+    owner.skipped_steps += 1
+    warnings.warn(
+        f"{type(owner).__name__}: non-finite loss ({float(loss.detach().sum())}); "
+        "the optimizer step is skipped",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return False

@@ -1,0 +1,227 @@
+"""The paper's online rehearsal: a replay step after every step on the incoming batch.
+
+:class:`OnlineRehearsalPlugin` is the wiring (stream -> buffer -> optimizer); which samples
+stay is the storage policy's business. :class:`OnlineRehearsal` is
+:class:`~avalanche_gss.training.template.OnlineTemplate` with that plugin, and
+:class:`BufferStrategy` the base of each method's ready strategy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from avalanche.core import BasePlugin, SupervisedPlugin
+from avalanche.models import avalanche_forward
+from avalanche.training.storage_policy import ExemplarsBuffer
+from torch import Tensor
+
+from avalanche_gss._avalanche import criterion_of
+from avalanche_gss.benchmarks.online import dataset_tensors
+from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.training.finite import finite_loss
+from avalanche_gss.training.template import OnlineTemplate
+
+if TYPE_CHECKING:
+    from avalanche.training.templates import SupervisedTemplate
+
+__all__ = ["OnlineRehearsalPlugin", "OnlineRehearsal", "BufferStrategy", "buffer_options",
+           "with_buffer_options"]
+
+
+class OnlineRehearsalPlugin(SupervisedPlugin):
+    """Online rehearsal as in the paper and the authors' code.
+
+    After every training iteration on the incoming batch, one more SGD step on
+    ``replay_batch_size`` samples drawn from the buffer (new and replayed samples never
+    share a step). After the experience, the storage policy sees the batch once, with
+    the model that learnt it. With 10-sample experiences and ``train_epochs = n_iter``
+    (or :class:`~avalanche_gss.training.template.OnlineTemplate`'s ``n_iter``) this is the
+    paper's schedule: ``n_iter`` times (step on the batch, step on the buffer).
+
+    A replay step whose loss is not finite is skipped (:func:`finite_loss`), and counted in
+    :attr:`skipped_steps`. A buffer smaller than ``replay_batch_size`` is replayed whole.
+
+    :param storage_policy: the buffer; an :class:`~avalanche_gss.buffers.OnlineBuffer`
+        (fast tensor path) or any Avalanche ``ExemplarsBuffer``.
+    :param replay_batch_size: buffer samples per replay step (the authors' 10).
+    :param seed: seed of the replay draws.
+    """
+
+    supports_distributed = False
+
+    def __init__(
+        self, storage_policy: ExemplarsBuffer, replay_batch_size: int = 10, *, seed: int = 0
+    ) -> None:
+        super().__init__()
+        if replay_batch_size < 1:
+            raise ValueError(f"replay_batch_size must be >= 1, got {replay_batch_size}")
+        self.storage_policy = storage_policy
+        self.replay_batch_size = replay_batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.skipped_steps = 0  # replay steps skipped for a non-finite loss
+
+    def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor] | None:
+        """Draw ``replay_batch_size`` distinct buffer samples: ``(x, y, t)`` on ``device``.
+
+        A buffer whose stored tensors are what its dataset yields (no transform) is read
+        from the tensors; otherwise the drawn samples are read through
+        ``storage_policy.buffer``, so that a random augmentation is drawn anew.
+        """
+        policy = self.storage_policy
+        if isinstance(policy, OnlineBuffer):
+            if len(policy) == 0:
+                return None
+            slots = policy.sample_slots(self.replay_batch_size, self.generator)
+            if policy.replays_tensors:
+                x, y, t = policy.rows(slots)
+                return x.to(device), y.to(device), t.to(device)
+            return _read_items(policy.buffer, slots, device)
+        data = policy.buffer
+        if len(data) == 0:
+            return None
+        idx = torch.randperm(len(data), generator=self.generator)[: self.replay_batch_size]
+        return _read_items(data, idx, device)
+
+    def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """One SGD step on a replay batch (skipped while the buffer is empty)."""
+        batch = self._replay_batch(strategy.device)
+        if batch is None:
+            return
+        x, y, t = batch
+        strategy.optimizer.zero_grad()
+        loss = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
+        loss.backward()
+        if finite_loss(loss, self):
+            strategy.optimizer.step()
+
+    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """The storage policy sees the experience once, after it was learnt."""
+        self.storage_policy.post_adapt(strategy, strategy.experience)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The replay generator, the counter and the buffer's :meth:`state_dict`.
+
+        Tensors and plain values only (loadable with ``torch.load(weights_only=True)``).
+        :raises TypeError: the storage policy has no ``state_dict`` (an Avalanche buffer).
+        """
+        policy_state = getattr(self.storage_policy, "state_dict", None)
+        if policy_state is None:
+            raise TypeError(f"{type(self.storage_policy).__name__} has no state_dict()")
+        return {
+            "generator": self.generator.get_state(),
+            "skipped_steps": self.skipped_steps,
+            "storage_policy": policy_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.generator.set_state(state["generator"])
+        self.skipped_steps = int(state["skipped_steps"])
+        self.storage_policy.load_state_dict(state["storage_policy"])
+
+
+def _read_items(
+    data: Any, idx: Tensor, device: torch.device | str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Read ``data[i]`` for ``i`` in ``idx``: ``(x, y, t)`` on ``device``."""
+    x, y, t = dataset_tensors(data, idx.tolist())
+    return x.to(device), y.to(device), t.to(device)
+
+
+class OnlineRehearsal(OnlineTemplate):
+    """The paper's online rehearsal with any storage policy.
+
+    :param storage_policy: the buffer (any :class:`~avalanche_gss.buffers.OnlineBuffer`
+        or Avalanche ``ExemplarsBuffer``).
+    :param replay_batch_size: buffer samples per replay step (10).
+    :param seed: seed of the replay draws.
+    :param plugins: extra plugins (the caller's list is copied, never modified).
+    :param kwargs: :class:`~avalanche_gss.training.template.OnlineTemplate`'s arguments
+        (``model``, ``optimizer``, ``n_iter``, ...).
+    """
+
+    def __init__(
+        self, *, storage_policy: ExemplarsBuffer, replay_batch_size: int = 10, seed: int = 0,
+        plugins: Sequence[BasePlugin] | None = None, **kwargs: Any,
+    ) -> None:
+        self.rehearsal = OnlineRehearsalPlugin(storage_policy, replay_batch_size, seed=seed)
+        super().__init__(plugins=[self.rehearsal, *(plugins or [])], **kwargs)
+
+    @property
+    def storage_policy(self) -> OnlineBuffer:
+        """The buffer."""
+        return self.rehearsal.storage_policy  # type: ignore[return-value]
+
+
+def _keyword_options(buffer_class: type) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(buffer_class).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "seed"]
+
+
+def buffer_options(buffer_class: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take the keyword options of ``buffer_class`` out of ``kwargs``.
+
+    :param buffer_class: a buffer class.
+    :param kwargs: a strategy's keyword arguments; the buffer's are removed from it.
+    :return: the buffer's options.
+    """
+    return {p.name: kwargs.pop(p.name) for p in _keyword_options(buffer_class)
+            if p.name in kwargs}
+
+
+def with_buffer_options(init: Callable[..., None], buffer_class: type) -> Callable[..., None]:
+    """Give a strategy's ``__init__`` the signature that names its buffer's options too.
+
+    Avalanche checks every keyword given to a strategy against the signatures of the
+    ``__init__`` methods of its classes (a misspelt option raises a ``TypeError``); a
+    strategy that forwards ``**kwargs`` to its buffer names those options this way.
+
+    :param init: the ``__init__`` to annotate (changed in place and returned).
+    :param buffer_class: the buffer whose keyword options it forwards.
+    """
+    sig = inspect.signature(init)
+    params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    rest = [p for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    names = {p.name for p in params}
+    extra = [p for p in _keyword_options(buffer_class) if p.name not in names]
+    init.__signature__ = sig.replace(parameters=[*params, *extra, *rest])  # type: ignore[attr-defined]
+    return init
+
+
+class BufferStrategy(OnlineRehearsal):
+    """Online rehearsal with a buffer of class :attr:`buffer_class`, built from the options.
+
+    Every keyword option of the buffer class is accepted here and forwarded to it; the
+    rest go to :class:`OnlineRehearsal`. A subclass sets :attr:`buffer_class` and nothing
+    else.
+
+    :param mem_size: buffer size ``M``.
+    :param seed: seed of the buffer and of the replay draws.
+    :param kwargs: the buffer's options and :class:`OnlineRehearsal`'s arguments.
+    """
+
+    buffer_class: ClassVar[type[OnlineBuffer]]
+    """The storage policy this strategy builds."""
+
+    def __init__(self, *, mem_size: int, seed: int = 0, **kwargs: Any) -> None:
+        self._build(mem_size, seed, kwargs)
+
+    def _build(self, mem_size: int, seed: int, kwargs: dict[str, Any]) -> None:
+        options = buffer_options(self.buffer_class, kwargs)
+        buffer = self.buffer_class(mem_size, seed=seed, **options)
+        OnlineRehearsal.__init__(self, storage_policy=buffer, seed=seed, **kwargs)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give each ready strategy an ``__init__`` whose signature names its buffer's options."""
+        if "buffer_class" in cls.__dict__ and "__init__" not in cls.__dict__:
+            def __init__(self: BufferStrategy, *, mem_size: int, seed: int = 0,
+                         **options: Any) -> None:
+                self._build(mem_size, seed, options)
+
+            __init__.__doc__ = BufferStrategy.__init__.__doc__
+            __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+            cls.__init__ = with_buffer_options(__init__, cls.buffer_class)  # type: ignore[method-assign]
+        super().__init_subclass__(**kwargs)

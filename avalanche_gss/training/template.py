@@ -1,0 +1,298 @@
+"""The online template: Avalanche's ``SupervisedTemplate`` on a stream of small experiences.
+
+:class:`OnlineTemplate` treats each experience as one incoming batch and learns it
+``n_iter`` times, firing every Avalanche callback; the per-experience work that makes
+Avalanche slow on 10-sample experiences (a new ``DataLoader``, model adaptation and an
+optimizer update that change nothing) is skipped where it is a no-op.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from avalanche.core import BasePlugin
+from avalanche.models import DynamicModule, avalanche_forward
+from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.templates import SupervisedTemplate
+from torch import nn
+from torch.optim import Optimizer
+
+from avalanche_gss._avalanche import criterion_of
+from avalanche_gss.benchmarks.online import TensorExperience
+from avalanche_gss.training.finite import finite_loss
+from avalanche_gss.training.hooks import FastHooks
+from avalanche_gss.training.pickling import PicklableStrategy
+
+__all__ = ["quiet_evaluator", "RepeatedBatchMixin", "OnlineTemplate", "SlowPathWarning"]
+
+
+def quiet_evaluator(*metrics: Any, loggers: Sequence[Any] = ()) -> EvaluationPlugin:
+    """Build an ``EvaluationPlugin`` with these metrics and loggers (none by default).
+
+    Avalanche warns "No loggers specified" when there is none; results are read from
+    ``strategy.eval``'s return value, so the warning is silenced.
+
+    :param metrics: Avalanche metrics (e.g. ``accuracy_metrics(experience=True)``).
+    :param loggers: Avalanche loggers (e.g. ``TensorboardLogger(dir)``).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "No loggers specified")
+        return EvaluationPlugin(*metrics, loggers=list(loggers))
+
+
+class RepeatedBatchMixin:
+    """Learn every mini-batch ``n_iter`` times in a row (the paper's iterations per batch).
+
+    Mix it in before an Avalanche ``SupervisedTemplate`` subclass (``class
+    MyGEM(RepeatedBatchMixin, GEM)``) and set ``self.n_iter``: Avalanche's own training
+    epoch then sees each mini-batch ``n_iter`` times, each a full iteration with every
+    plugin callback. ``stop_training()`` takes effect at the next iteration, and a
+    periodic evaluation between two iterations of a batch does not lose the batch. The
+    paper treats ``n_iter`` as a hyper-parameter of GEM and iCaRL too.
+    """
+
+    n_iter: int = 1
+    dataloader: Any
+
+    def training_epoch(self, **kwargs: Any) -> None:
+        """Avalanche's training epoch over the mini-batches, each repeated ``n_iter`` times."""
+        loader = self.dataloader
+        self.dataloader = self._batches(loader)
+        try:
+            super().training_epoch(**kwargs)  # type: ignore[misc]
+        finally:
+            self.dataloader = loader
+
+    def _batches(self, loader: Any) -> Iterator[Any]:
+        """Each mini-batch of ``loader``, ``n_iter`` times (one list, moved once)."""
+        for batch in loader:
+            batch = list(batch) if isinstance(batch, tuple) else batch
+            for _ in range(self.n_iter):
+                yield batch
+
+
+class SlowPathWarning(UserWarning):
+    """:class:`OnlineTemplate` trains through Avalanche's ``DataLoader`` path (said once)."""
+
+
+class _TensorBatches(list):  # type: ignore[type-arg]
+    """An experience's tensors cut into ``[x, y, t]`` mini-batches: the fast path's loader."""
+
+
+class _TensorPath:
+    """The fast data path of :class:`OnlineTemplate` (see its docstring)."""
+
+    experience: Any
+    adapted_dataset: Any
+    train_mb_size: int
+    dataloader: Any
+
+    def train_dataset_adaptation(self, **kwargs: Any) -> None:
+        """``adapted_dataset``: the experience's dataset (in its train transform group)."""
+        if isinstance(self.experience, TensorExperience):
+            self.adapted_dataset = self.experience.dataset  # no transform: train() is a no-op
+        else:
+            super().train_dataset_adaptation(**kwargs)  # type: ignore[misc]
+
+    def make_train_dataloader(self, **kwargs: Any) -> None:
+        """The experience's tensors in mini-batches, or Avalanche's ``DataLoader``."""
+        experience = self.experience
+        reason = None
+        if not isinstance(experience, TensorExperience):
+            reason = f"the experiences are {type(experience).__name__}, not tensor experiences"
+        elif self.adapted_dataset is not experience.dataset:
+            reason = "a plugin replaced the adapted dataset"
+        elif type(self).make_train_dataloader is not _TensorPath.make_train_dataloader:
+            reason = f"{type(self).__name__} overrides make_train_dataloader"
+        if reason is not None:
+            self._say_slow(reason)
+            super().make_train_dataloader(**kwargs)  # type: ignore[misc]
+            return
+        x, y = experience.tensors
+        t = torch.full_like(y, experience.task_label)
+        step = self.train_mb_size
+        self.dataloader = _TensorBatches(
+            [x[i : i + step], y[i : i + step], t[i : i + step]] for i in range(0, len(y), step)
+        )
+
+    def _say_slow(self, reason: str) -> None:
+        self._slow_reason: str | None = reason
+        if not getattr(self, "_warned_slow", False):
+            self._warned_slow = True
+            warnings.warn(
+                f"{type(self).__name__}: {reason}, so training goes through Avalanche's "
+                "DataLoader (slower than the tensor path)",
+                SlowPathWarning,
+                stacklevel=4,
+            )
+
+
+class _LabelCheck(RepeatedBatchMixin):
+    """Class-index labels checked against the model's outputs, with no device sync."""
+
+    is_training: bool
+    mb_output: Any
+    _label_range: tuple[int, int] | None = None  # of the current training mini-batch
+
+    def _batches(self, loader: Any) -> Iterator[Any]:
+        def noted() -> Iterator[Any]:
+            for batch in loader:
+                batch = list(batch) if isinstance(batch, tuple) else batch
+                y = batch[1] if isinstance(batch, list) and len(batch) > 1 else None
+                self._label_range = _label_range(y)  # read on the CPU, before the move
+                yield batch
+
+        return super()._batches(noted())
+
+    def criterion(self) -> Any:
+        """The training loss, after checking the labels against the model's outputs.
+
+        :raises ValueError: with a class-index criterion (cross-entropy, NLL), a label of
+            the batch is negative or not below the model's number of outputs (PyTorch would
+            raise an ``IndexError``, or a device-side assert on CUDA).
+        """
+        if self.is_training:
+            self._check_labels()
+        return super().criterion()  # type: ignore[misc]
+
+    def _check_labels(self) -> None:
+        span, out = self._label_range, self.mb_output
+        if span is None or not isinstance(out, torch.Tensor) or out.dim() < 2:
+            return
+        loss = criterion_of(self)
+        if not isinstance(loss, (nn.CrossEntropyLoss, nn.NLLLoss)):
+            return
+        low, high = span
+        outputs = out.shape[1]
+        if high >= outputs or (low < 0 and low != loss.ignore_index):
+            bad = high if high >= outputs else low
+            raise ValueError(
+                f"label {bad} is outside the model's {outputs} outputs (labels must be in "
+                f"[0, {outputs - 1}])"
+            )
+
+
+def _label_range(y: Any) -> tuple[int, int] | None:
+    """``(min, max)`` of a batch's integer labels (read before they move to the device)."""
+    if not isinstance(y, torch.Tensor) or len(y) == 0:
+        return None
+    if y.is_floating_point() or y.dtype == torch.bool:
+        return None
+    return int(y.min()), int(y.max())
+
+
+class OnlineTemplate(FastHooks, PicklableStrategy, _TensorPath, _LabelCheck, SupervisedTemplate):
+    """Online learning on a stream of small experiences: each one is an incoming batch.
+
+    A ``SupervisedTemplate`` whose every experience is one epoch in which each mini-batch
+    is learnt ``n_iter`` times in a row (the paper's iterations per batch), each a full
+    Avalanche iteration (``before_training_iteration`` ... ``after_training_iteration``).
+    Every Avalanche callback fires, in Avalanche's order. Loggers see one epoch per
+    experience. ``eval_every`` / ``peval_mode`` work as in Avalanche.
+
+    The fast path: for the library's tensor experiences
+    (:class:`~avalanche_gss.benchmarks.online.TensorExperience`, no transform), the
+    dataloader is the experience's tensors cut into mini-batches of ``train_mb_size``, in
+    order, instead of a new ``DataLoader``; model adaptation and the optimizer update
+    are skipped when the model has no Avalanche ``DynamicModule`` (they would change
+    nothing). ``strategy.dataloader`` and ``strategy.adapted_dataset`` are set as usual,
+    so plugins that replace the dataloader (``ReplayPlugin``) take effect. When a plugin
+    replaces the adapted dataset (GDumb, ...), a subclass overrides
+    ``make_train_dataloader``, or the experiences are not tensor experiences, the
+    template builds Avalanche's own dataloader, and says so once (a
+    :class:`SlowPathWarning`). A step whose loss is not finite is skipped and counted in
+    ``skipped_steps``. Pass the whole stream to one :meth:`train` call.
+
+    :param model: the network.
+    :param optimizer: its optimizer (plain SGD in the paper).
+    :param criterion: training loss (mean over the batch); cross-entropy by default.
+    :param n_iter: iterations per incoming batch (paper: "few iterations (1-5)"; 3 in its
+        MNIST protocol).
+    :param train_mb_size: largest batch learnt in one step (an experience is normally
+        exactly one batch).
+    :param eval_mb_size: mini-batch size for evaluation.
+    :param device: where the model runs.
+    :param plugins: extra plugins (the caller's list is copied, never modified).
+    :param evaluator: Avalanche ``EvaluationPlugin``; an empty one (no metric, no logger)
+        by default, since per-experience logging would dominate an online run.
+    :param eval_every: as in Avalanche: -1 never evaluates during training, 0 after each
+        experience, ``k > 0`` every ``k`` epochs (one epoch per experience) or iterations.
+    :param peval_mode: ``"epoch"`` or ``"iteration"``, the unit of ``eval_every``.
+    """
+
+    def __init__(
+        self, *, model: nn.Module, optimizer: Optimizer, criterion: nn.Module | None = None,
+        n_iter: int = 3, train_mb_size: int = 10, eval_mb_size: int = 1000,
+        device: str | torch.device = "cpu", plugins: Sequence[BasePlugin] | None = None,
+        evaluator: EvaluationPlugin | None = None, eval_every: int = -1,
+        peval_mode: str = "epoch",
+    ) -> None:
+        if n_iter < 1:
+            raise ValueError(f"n_iter must be >= 1, got {n_iter}")
+        if train_mb_size < 1:
+            raise ValueError(f"train_mb_size must be >= 1, got {train_mb_size}")
+        if peval_mode not in ("epoch", "iteration"):
+            raise ValueError(f"peval_mode must be 'epoch' or 'iteration', got {peval_mode!r}")
+        super().__init__(
+            model=model, optimizer=optimizer,
+            criterion=criterion if criterion is not None else nn.CrossEntropyLoss(),
+            train_mb_size=train_mb_size, train_epochs=1, eval_mb_size=eval_mb_size,
+            device=device, plugins=list(plugins or []),
+            evaluator=evaluator if evaluator is not None else quiet_evaluator(),
+            eval_every=eval_every, peval_mode=peval_mode,
+        )
+        self.n_iter = n_iter
+        self.skipped_steps = 0  # training steps skipped for a non-finite loss
+        self._static_model = False  # no DynamicModule: adaptation would change nothing
+        self._slow_reason = None  # why the last experience took the slow path
+        self._reset_hooks()
+
+    def train(self, experiences: Any, eval_streams: Sequence[Any] | None = None,
+              **kwargs: Any) -> Any:
+        """Learn the experiences in order (a stream, a list, or one experience).
+
+        :param experiences: the online stream (may be lazy) or one experience.
+        :param eval_streams: the streams that periodic evaluation (``eval_every``) uses.
+            With ``eval_every=-1`` (the default) nothing is evaluated during training and a
+            lazy stream is not walked twice; otherwise, as in Avalanche, ``None`` means
+            the training experiences.
+        :return: the last value of every metric, as Avalanche's ``train``.
+        """
+        self._reset_hooks()  # plugins may have changed since the last call
+        self._static_model = not any(isinstance(m, DynamicModule) for m in self.model.modules())
+        if eval_streams is None and self.eval_every < 0:
+            eval_streams = []
+        return super().train(experiences, eval_streams=eval_streams, **kwargs)
+
+    def check_model_and_optimizer(self, reset_optimizer_state: bool = False,
+                                  **kwargs: Any) -> None:
+        """Avalanche's model adaptation and optimizer update, skipped when they are no-ops.
+
+        Without a ``DynamicModule`` the model cannot change between experiences, so after
+        the first experience of a :meth:`train` call there is nothing to adapt or update.
+        """
+        if self._static_model and not reset_optimizer_state and self.optimized_param_id:
+            return
+        super().check_model_and_optimizer(reset_optimizer_state=reset_optimizer_state, **kwargs)
+
+    def forward(self) -> Any:
+        """The model's output on the mini-batch, with its task labels when it has them.
+
+        As Avalanche's ``avalanche_forward``: a ``MultiTaskModule`` gets
+        ``model(x, task_labels)``, any other model ``model(x)``. Unlike Avalanche 0.6's
+        template, mini-batches of online experiences (``split_online_stream``) keep their
+        task labels too.
+        """
+        mbatch = self.mbatch
+        assert mbatch is not None
+        if len(mbatch) >= 3:
+            return avalanche_forward(self.model, mbatch[0], mbatch[-1])
+        return self.model(mbatch[0])
+
+    def optimizer_step(self) -> None:
+        """Take the optimizer step, unless the loss is not finite (then warn and skip it)."""
+        if finite_loss(self.loss, self):
+            self.optimizer.step()
