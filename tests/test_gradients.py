@@ -21,14 +21,18 @@ from avalanche.models.dynamic_modules import avalanche_model_adaptation
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from avalanche_gss import gradients
 from avalanche_gss.gradients import (
+    conv,
     cosine_from_gram,
     cross_cosine,
+    cross_entropy_per_sample,
+    fallback,
     group_gram,
+    patches,
     per_sample_grad_loop,
     per_sample_grad_vmap,
     preserved_state,
+    registry,
     sample_cosine,
     sample_gram,
 )
@@ -185,6 +189,41 @@ def test_oracle_matches_hand_computed_gradients() -> None:
     torch.testing.assert_close(sample_gram(model, x, y, loss_fn=loss_fn), expected @ expected.T)
 
 
+def test_default_loss_is_the_public_per_sample_cross_entropy() -> None:
+    # Given logits and targets: cross_entropy_per_sample is the unreduced cross-entropy
+    torch.manual_seed(15)
+    logits, labels = torch.randn(5, 4), torch.randint(0, 4, (5,))
+    expected = F.cross_entropy(logits, labels, reduction="none")
+    assert torch.equal(cross_entropy_per_sample(logits, labels), expected)
+    # and it is the engine's default loss: passing it changes nothing, bit for bit
+    model = MLP()
+    x, y = torch.randn(6, 784), torch.randint(0, 10, (6,))
+    assert torch.equal(sample_gram(model, x, y, loss_fn=cross_entropy_per_sample),
+                       sample_gram(model, x, y))
+
+
+def test_the_engine_takes_each_layer_rule_from_the_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the Linear rule replaced, in the registry, by a spy that records the layers
+    seen: list[nn.Module] = []
+    rule = registry.RULES[nn.Linear]
+
+    def spy(out: Tensor, module: nn.Module, *rest: object) -> None:
+        seen.append(module)
+        rule(out, module, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setitem(registry.RULES, nn.Linear, spy)
+    torch.manual_seed(16)
+    model = MLP()
+    x, y = torch.randn(6, 784), torch.randint(0, 10, (6,))
+    # When scoring: Then every Linear's Gram came from the registered rule, once each,
+    # and the Gram still matches the loop
+    gram = sample_gram(model, x, y)
+    assert seen == [m for m in model.modules() if type(m) is nn.Linear]
+    assert_gram_close(gram, reference_grads(model, x, y))
+
+
 def test_mlp_gram_and_cosine_match_loop() -> None:
     # Given the paper's MLP (784-100-100-10) and 12 samples
     torch.manual_seed(0)
@@ -223,17 +262,17 @@ def test_cnn_with_batchnorm_matches_loop_and_uses_running_stats() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
-@pytest.mark.parametrize("chunk", [gradients._CHUNK_ELEMENTS, 7])
+@pytest.mark.parametrize("chunk", [patches._CHUNK_ELEMENTS, 7])
 @pytest.mark.parametrize("grouped", [False, True])
 def test_unusual_convolutions_and_repeated_module_match_loop(
     monkeypatch: pytest.MonkeyPatch, chunk: int, grouped: bool
 ) -> None:
-    monkeypatch.setattr(gradients, "_CHUNK_ELEMENTS", chunk)  # 7: every route in small chunks
+    monkeypatch.setattr(patches, "_CHUNK_ELEMENTS", chunk)  # 7: every route in small chunks
     # grouped=True: the accelerators' grouped-convolution route, forced on the CPU
-    monkeypatch.setattr(gradients, "_grouped_route", lambda device, size: grouped)
-    monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", chunk)  # 7: one output channel a block
-    built, used = gradients._add_grouped_conv_gram, []
-    monkeypatch.setattr(gradients, "_add_grouped_conv_gram", lambda *a: used.append(1) or built(*a))
+    monkeypatch.setattr(conv, "_grouped_route", lambda device, size: grouped)
+    monkeypatch.setattr(conv, "_GROUPED_ELEMENTS", chunk)  # 7: one output channel a block
+    built, used = conv._add_grouped_conv_gram, []
+    monkeypatch.setattr(conv, "_add_grouped_conv_gram", lambda *a: used.append(1) or built(*a))
     torch.manual_seed(2)
     model = OddConvs()
     x, y = torch.randn(5, 2, 6, 6), torch.randint(0, 3, (5,))
@@ -262,11 +301,11 @@ def conv_cases() -> list[tuple[nn.Module, Tensor, Tensor]]:
 
 
 def test_grouped_route_needs_an_accelerator_and_a_block_within_the_limit() -> None:
-    limit = gradients._GROUPED_ELEMENTS
+    limit = conv._GROUPED_ELEMENTS
     cuda = torch.device("cuda")  # a device object only: nothing runs on it
-    assert gradients._grouped_route(cuda, limit)
-    assert not gradients._grouped_route(cuda, limit + 1)
-    assert not gradients._grouped_route(torch.device("cpu"), 1)
+    assert conv._grouped_route(cuda, limit)
+    assert not conv._grouped_route(cuda, limit + 1)
+    assert not conv._grouped_route(torch.device("cpu"), 1)
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
@@ -276,23 +315,23 @@ def test_grouped_route_builds_the_block_the_selection_measured(
     # Given the grouped route forced on the CPU with a block limit of 7 elements, the case
     # test_cuda_matches_cpu[7] runs on CUDA, and a record of the size each route decision
     # measured and of each block of per-sample weight gradients the route then built
-    monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", 7)
+    monkeypatch.setattr(conv, "_GROUPED_ELEMENTS", 7)
     events: list[tuple[str, int]] = []
-    route, cuda = gradients._grouped_route, torch.device("cuda")
+    route, cuda = conv._grouped_route, torch.device("cuda")
 
     def decide(device: torch.device, size: int) -> bool:
         events.append(("route", size))
         return True
 
-    weight_grad = gradients.conv2d_weight
+    weight_grad = conv.conv2d_weight
 
     def block(*args: object, **kwargs: object) -> Tensor:
         grads = weight_grad(*args, **kwargs)  # type: ignore[arg-type]
         events.append(("block", grads.numel()))
         return grads
 
-    monkeypatch.setattr(gradients, "_grouped_route", decide)
-    monkeypatch.setattr(gradients, "conv2d_weight", block)
+    monkeypatch.setattr(conv, "_grouped_route", decide)
+    monkeypatch.setattr(conv, "conv2d_weight", block)
     for model, x, y in conv_cases():
         events.clear()
         # When scoring: Then the Gram matches the loop (one output channel a block)
@@ -350,20 +389,20 @@ def test_parameter_subsets_match_loop(names: list[str]) -> None:
     assert_gram_close(gram, ref)
 
 
-@pytest.mark.parametrize("chunk", [gradients._CHUNK_ELEMENTS, 7])
+@pytest.mark.parametrize("chunk", [patches._CHUNK_ELEMENTS, 7])
 def test_both_conv_routes_agree_with_explicit_per_sample_grads(
     monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
     # Given patches U_i (K, T) and output gradients D_i (C, T) of 4 samples
-    monkeypatch.setattr(gradients, "_CHUNK_ELEMENTS", chunk)  # 7 forces many small chunks
+    monkeypatch.setattr(patches, "_CHUNK_ELEMENTS", chunk)  # 7 forces many small chunks
     torch.manual_seed(5)
     cols, dout = torch.randn(4, 6, 5, dtype=torch.float64), torch.randn(4, 3, 5).double()
     explicit = torch.bmm(dout, cols.transpose(1, 2)).reshape(4, -1)  # (N, C*K)
     expected = explicit @ explicit.T  # (N, N)
     # When each route adds the weight Gram
     pair, materialised = torch.zeros(4, 4).double(), torch.zeros(4, 4).double()
-    gradients._add_pair_sum_gram(pair, cols, dout)
-    gradients._add_materialised_gram(materialised, cols[:, None], dout[:, None])
+    patches._add_pair_sum_gram(pair, cols, dout)
+    patches._add_materialised_gram(materialised, cols[:, None], dout[:, None])
     # Then both equal the Gram of the explicit per-sample gradients D_i U_i^T
     torch.testing.assert_close(pair, expected)
     torch.testing.assert_close(materialised, expected)
@@ -549,16 +588,16 @@ def test_invalid_inputs_raise() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
-@pytest.mark.parametrize("block", [gradients._GROUPED_ELEMENTS, 216, 7])
+@pytest.mark.parametrize("block", [conv._GROUPED_ELEMENTS, 216, 7])
 def test_cuda_matches_cpu(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
     # On CUDA a convolution takes the grouped route exactly when its smallest block
     # (SMALLEST_BLOCKS) fits in the limit: the default limit fits all of them; 216 all but
     # the grouped convolution's 540, most of them one output channel a block; 7 none, so
     # every convolution takes the CPU's routes, on CUDA
-    monkeypatch.setattr(gradients, "_GROUPED_ELEMENTS", block)
+    monkeypatch.setattr(conv, "_GROUPED_ELEMENTS", block)
     # float32 arithmetic, not TF32 (PyTorch's default for cuDNN): the routes are checked here
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    route, decisions = gradients._grouped_route, []
+    route, decisions = conv._grouped_route, []
 
     def decide(device: torch.device, size: int) -> bool:
         taken = route(device, size)
@@ -566,10 +605,10 @@ def test_cuda_matches_cpu(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
             decisions.append(taken)
         return taken
 
-    grouped, used = gradients._add_grouped_conv_gram, []
-    monkeypatch.setattr(gradients, "_grouped_route", decide)
+    grouped, used = conv._add_grouped_conv_gram, []
+    monkeypatch.setattr(conv, "_grouped_route", decide)
     monkeypatch.setattr(
-        gradients, "_add_grouped_conv_gram", lambda *a: used.append(a[0].device.type) or grouped(*a)
+        conv, "_add_grouped_conv_gram", lambda *a: used.append(a[0].device.type) or grouped(*a)
     )
     expected = []
     for model, x, y in conv_cases():
@@ -694,7 +733,7 @@ def test_multi_head_convolutions_on_the_grouped_route_match_loop(
     monkeypatch: pytest.MonkeyPatch, grouped: bool
 ) -> None:
     # The accelerators' grouped-convolution route, forced on the CPU, with rows scattered back
-    monkeypatch.setattr(gradients, "_grouped_route", lambda device, size: grouped)
+    monkeypatch.setattr(conv, "_grouped_route", lambda device, size: grouped)
     torch.manual_seed(22)
     model = MultiHeadConvNet()
     set_bn_stats(model)
@@ -765,13 +804,13 @@ def test_task_groups_on_the_vmap_route_match_loop(monkeypatch: pytest.MonkeyPatc
     model = RowwiseMultiHead()
     x, y, t = torch.randn(10, 6), MIXED_TARGETS, MIXED_TASKS
     ref = reference_grads(model, x, y, task_labels=t)
-    vmap, routed = gradients.per_sample_grad_vmap, []
+    vmap, routed = fallback.per_sample_grad_vmap, []
 
     def spy(*args: object, **kwargs: object) -> Tensor:
         routed.extend(id(p) for p in kwargs["params"])  # type: ignore[attr-defined]
         return vmap(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(gradients, "per_sample_grad_vmap", spy)
+    monkeypatch.setattr(fallback, "per_sample_grad_vmap", spy)
     # When scoring (any RuntimeWarning, i.e. a fall back to the loop, fails the test)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)

@@ -1,0 +1,80 @@
+"""What every route of the engine shares: the loss, the parameters ``theta``, the task groups.
+
+:func:`sample_gram <avalanche_gss.gradients.engine.sample_gram>` and the oracles of
+:mod:`~avalanche_gss.gradients.oracle` take the same arguments (model, inputs, targets,
+per-sample loss, parameters, task labels); :func:`resolve` turns the optional ones into
+what the routes use, with the same checks for all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+LossFn = Callable[[Tensor, Tensor], Tensor]
+"""Maps ``(logits (N, ...), targets (N, ...))`` to per-sample losses ``(N,)``."""
+
+
+def cross_entropy_per_sample(logits: Tensor, y: Tensor) -> Tensor:
+    """Cross-entropy of each sample, unreduced: the default loss of every route.
+
+    :param logits: class scores, shape ``(N, C)``.
+    :param y: integer targets, shape ``(N,)``.
+    :return: per-sample losses, shape ``(N,)``.
+    """
+    return F.cross_entropy(logits, y, reduction="none")  # (N,)
+
+
+def _selected(model: nn.Module, params: Sequence[nn.Parameter] | None) -> list[nn.Parameter]:
+    """Return the parameters theta, in order and without duplicates."""
+    if params is None:
+        return [p for p in model.parameters() if p.requires_grad]
+    chosen: dict[int, nn.Parameter] = {}
+    for p in params:
+        if not p.requires_grad:
+            raise ValueError("every parameter in `params` must have requires_grad=True")
+        chosen.setdefault(id(p), p)
+    return list(chosen.values())
+
+
+def resolve(
+    model: nn.Module, loss_fn: LossFn | None, params: Sequence[nn.Parameter] | None
+) -> tuple[LossFn, list[nn.Parameter]]:
+    """The loss and the parameters ``theta`` a route differentiates, from its arguments.
+
+    :param model: the network.
+    :param loss_fn: per-sample loss; ``None``: :func:`cross_entropy_per_sample`.
+    :param params: the parameters ``theta`` (each needs ``requires_grad``); ``None``: all
+        trainable parameters of ``model``.
+    :return: the loss, and ``theta`` in order and without duplicates.
+    """
+    return cross_entropy_per_sample if loss_fn is None else loss_fn, _selected(model, params)
+
+
+_TaskGroup = tuple[Tensor | None, Tensor]  # (rows of the batch, or None for all; labels)
+
+
+def _task_groups(task_labels: Tensor, x: Tensor) -> list[_TaskGroup]:
+    """Split a batch by task label, in increasing label order.
+
+    :param task_labels: integer task labels, shape ``(N,)``.
+    :param x: the inputs, shape ``(N, ...)``; the rows live on its device.
+    :return: per group, the indices of its rows on ``x``'s device (``None`` when one label
+        covers the whole batch: no indexing needed) and its labels, shape ``(n_g,)``.
+    """
+    n = x.shape[0]
+    if task_labels.shape != (n,):
+        raise ValueError(f"task_labels must have shape ({n},), got {tuple(task_labels.shape)}")
+    kind = task_labels.dtype
+    if kind.is_floating_point or kind.is_complex or kind == torch.bool:
+        raise ValueError(f"task_labels must be an integer tensor, got {kind}")
+    if n == 0:
+        return []
+    _, inverse, counts = torch.unique(task_labels, return_inverse=True, return_counts=True)
+    if counts.shape[0] == 1:
+        return [(None, task_labels)]
+    order = torch.argsort(inverse, stable=True)  # rows grouped by label, in batch order
+    return [(rows.to(x.device), task_labels[rows]) for rows in order.split(counts.tolist())]
