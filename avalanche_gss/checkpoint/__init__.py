@@ -1,0 +1,63 @@
+"""Exact resume of an online run: the training state as tensors, written atomically.
+
+:func:`train_resumable` trains a stream in chunks of ``every`` experiences and saves the
+state after each chunk (:func:`save_state`); started again with the same arguments after
+a crash or a ``SIGKILL``, it loads the last state (:func:`load_state`) and trains only
+the experiences after it, so the run ends with the same model, buffer and accuracy as
+an uninterrupted one (bit for bit on CPU)::
+
+    strategy = GSSIQP(model=model, optimizer=optimizer, mem_size=300, seed=0)
+    train_resumable(strategy, bench.train_stream, "run.ckpt", every=100)
+
+The state (:func:`strategy_state_dict`) holds tensors, numbers and strings only: the
+model's and the optimizer's ``state_dict``, the ``state_dict`` of every plugin that has
+one (buffer samples, scores, recent buffer, clustering state and every generator the
+selectors and the replay draw from), the Avalanche clock's counters and the global RNGs
+(torch, CUDA, NumPy, Python). It is loaded with ``torch.load(weights_only=True)``, which
+builds no arbitrary Python object: a checkpoint of unknown origin cannot run code when
+loaded. The file is a header line, the SHA-256 of the rest, then ``torch.save``'s output
+(:func:`read_state` checks the checksum before anything is unpickled). A file is written
+to a temporary name in the same folder, synced and renamed over the previous one
+(``os.replace``), so a process killed while saving leaves the previous checkpoint intact
+(and at most a ``.<name>.*.tmp`` file behind, removed by the next save once it is an hour
+old).
+
+Each file also carries the configuration it was made with (:func:`strategy_config`:
+strategy and plugin classes, buffer class, size, options and seed, replay seed, model
+parameter shapes, optimizer type and hyper-parameters, iterations per batch, the
+stream's length and any ``identity`` the caller adds) and a SHA-256 checksum of its
+whole payload. Loading refuses, with one line naming the file and the first difference,
+a file made by another configuration, and a damaged or altered one.
+
+Avalanche's ``save_checkpoint``/``maybe_load_checkpoint`` also work on this library's
+strategies; they pickle the whole strategy with ``dill``, so loading one of their files
+runs whatever code it names: load only files you trust (README, "Reliability").
+
+The pieces: :mod:`~avalanche_gss.checkpoint.state` (the state), ``config`` (the
+configuration), ``files`` (the file format) and ``resume`` (:func:`train_resumable`).
+"""
+
+from avalanche_gss.checkpoint.config import strategy_config
+from avalanche_gss.checkpoint.files import CheckpointError, load_state, read_state, save_state
+from avalanche_gss.checkpoint.resume import train_resumable
+from avalanche_gss.checkpoint.state import (
+    FORMAT_VERSION,
+    load_strategy_state_dict,
+    rng_state,
+    set_rng_state,
+    strategy_state_dict,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "load_state",
+    "read_state",
+    "load_strategy_state_dict",
+    "rng_state",
+    "save_state",
+    "set_rng_state",
+    "strategy_config",
+    "strategy_state_dict",
+    "train_resumable",
+]

@@ -1,0 +1,134 @@
+"""Checkpoint files: checksummed, written atomically, loaded ``weights_only``."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
+from avalanche_gss.checkpoint.config import first_difference, strategy_config
+from avalanche_gss.checkpoint.state import (
+    FORMAT_VERSION,
+    load_strategy_state_dict,
+    strategy_state_dict,
+)
+
+if TYPE_CHECKING:
+    from avalanche.training.templates import SupervisedTemplate
+
+__all__ = ["CheckpointError", "save_state", "read_state", "load_state"]
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into this strategy: damaged, or of another run."""
+
+
+_MAGIC = b"avalanche-gss checkpoint\n"
+"""The first line of every checkpoint file; the second is the payload's SHA-256 (hex)."""
+
+
+def _pack(payload: bytes) -> bytes:
+    return _MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def save_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
+               experiences: int, stream_length: int | None = None,
+               identity: dict[str, Any] | None = None) -> None:
+    """Write the strategy's state, position, configuration and checksum to ``path``.
+
+    The state is :func:`strategy_state_dict`'s, the configuration
+    :func:`strategy_config`'s. The file is written under a temporary name in the same
+    folder, flushed to disk and renamed over ``path``: at every moment ``path`` is either
+    the previous checkpoint or the new one.
+
+    :param strategy: the strategy, between ``train`` calls.
+    :param path: checkpoint file (its folder is created if needed).
+    :param experiences: how many experiences of the stream the strategy has learnt.
+    :param stream_length: the stream's length, if known (part of the configuration).
+    :param identity: more values identifying the run (see :func:`strategy_config`).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent, f".{path.name}.", ".tmp")
+    state = {**strategy_state_dict(strategy), "experiences": int(experiences),
+             "config": strategy_config(strategy, stream_length=stream_length,
+                                       identity=identity)}
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = _pack(buffer.getvalue())
+    atomic_write(path, lambda file: file.write(data), prefix=f".{path.name}.", suffix=".tmp",
+                 sync_dir=True)
+
+
+def read_state(source: str | os.PathLike[str] | bytes, *, name: str | None = None
+               ) -> dict[str, Any]:
+    """Read a :func:`save_state` file: check its checksum, then load it ``weights_only``.
+
+    The file is a header line, the SHA-256 of the rest, and ``torch.save``'s output: any
+    changed byte (a flip, a truncation) is refused before the payload is unpickled.
+
+    :param source: the file, or its bytes.
+    :param name: how to name it in errors (default: its path).
+    :return: the state, bit for bit what was saved.
+    :raises FileNotFoundError: no such file.
+    :raises CheckpointError: not a checkpoint of this format, or damaged or altered since
+        it was saved; the message names the file.
+    """
+    if isinstance(source, bytes):
+        label, data = name or "checkpoint", source
+    else:
+        label = name or os.fspath(source)
+        if not Path(source).exists():
+            raise FileNotFoundError(f"no such checkpoint: {label}")
+        data = Path(source).read_bytes()
+    if not data.startswith(_MAGIC):
+        raise CheckpointError(f"{label}: not a checkpoint of format {FORMAT_VERSION} written "
+                              "by save_state (no header; an older format or another file)")
+    digest, newline, payload = data[len(_MAGIC):].partition(b"\n")
+    if not newline or digest != hashlib.sha256(payload).hexdigest().encode():
+        raise CheckpointError(f"{label}: its checksum does not match its content (the file "
+                              f"is damaged, truncated or altered: {len(data)} bytes); delete "
+                              "it to start over")
+    try:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as err:  # an intact payload that torch cannot read: say why
+        message = " ".join(str(err).split())[:300]
+        raise CheckpointError(f"{label}: not a readable checkpoint ({type(err).__name__}: "
+                              f"{message or 'no message'})") from err
+    if not isinstance(state, dict) or "experiences" not in state or "config" not in state:
+        raise CheckpointError(f"{label} is not a checkpoint written by save_state")
+    if state.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"{label}: checkpoint format {state.get('format')!r}; this "
+                              f"version reads {FORMAT_VERSION}")
+    return state
+
+
+def load_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
+               stream_length: int | None = None,
+               identity: dict[str, Any] | None = None) -> int:
+    """Load a :func:`save_state` checkpoint into ``strategy`` (``weights_only=True``).
+
+    :param strategy: a freshly built strategy, configured as the one that was saved.
+    :param path: the checkpoint file.
+    :param stream_length: the stream's length, if known (compared with the file's).
+    :param identity: compared with the file's (see :func:`strategy_config`).
+    :return: the number of experiences the saved strategy had learnt.
+    :raises FileNotFoundError: no such file.
+    :raises CheckpointError: damaged or altered, of another format, or made by another
+        configuration (the message names the file and the first difference).
+    """
+    state = read_state(path)
+    saved = state["config"]
+    fresh = strategy_config(strategy, stream_length=stream_length, identity=identity)
+    if "stream_length" not in saved or stream_length is None:
+        saved.pop("stream_length", None)
+        fresh.pop("stream_length", None)
+    difference = first_difference(saved, fresh)
+    if difference is not None:
+        raise CheckpointError(f"{path} was made by another configuration: {difference}")
+    load_strategy_state_dict(strategy, state)
+    return int(state["experiences"])
