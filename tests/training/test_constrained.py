@@ -118,7 +118,7 @@ def test_constrained_update_runs_through_the_registry(tiny_split, baselines):
     result = run(RunSettings(method="GSS-IQP", update="constrained", buffer_size=40, n_iter=1),
                  tiny_split)
     assert len(result.task_accuracy) == tiny_split.n_tasks
-    # Beats Rand and Single on the same split by MARGIN points (tests/training/conftest.py).
+    # Beats Rand and Single on the same split by MARGIN points (tests/conftest.py).
     assert result.avg > baselines.floor, (result.task_accuracy, baselines.floor)
     assert 0 < result.extras["projected_steps"] <= result.extras["constrained_steps"] == 20
 

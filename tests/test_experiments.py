@@ -8,7 +8,7 @@ from avalanche_gss.experiments import METHODS, RunSettings, run
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, baselines, method):
     # The clustering methods as the paper writes them (pure doubling) collapse the buffer
-    # on 300 samples (test_iqp_clust_storage.py shows it); run the authors' variant here.
+    # on 300 samples (methods/test_gss_iqp_clust.py shows it); run the authors' variant here.
     variant = "authors" if method in ("GSS-Clust", "FSS-Clust") else "paper"
     settings = RunSettings(method=method, buffer_size=40, n_iter=1, iid_epochs=2, variant=variant)
     result = run(settings, tiny_split)
@@ -24,7 +24,7 @@ def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, baselin
         assert result.avg > baselines.single + 5.0, result.task_accuracy
     else:
         # Every other method with a memory (or an i.i.d. stream) beats Rand and Single,
-        # measured on the same split, by MARGIN points (tests/training/conftest.py).
+        # measured on the same split, by MARGIN points (tests/conftest.py).
         assert result.avg > baselines.floor, (result.task_accuracy, baselines.floor)
     if not method.startswith("iid") and method != "iCaRL":
         # The sequential learners with a softmax head know the last task best

@@ -1,0 +1,53 @@
+"""The online rehearsal plugin: its draws, its state and its argument checks."""
+
+import pytest
+import torch
+from avalanche.training.storage_policy import ReservoirSamplingBuffer
+
+from avalanche_gss.methods.reservoir import ReservoirBuffer
+from avalanche_gss.training import OnlineRehearsalPlugin
+
+
+def _filled(n=30, seed=0):
+    buf = ReservoirBuffer(n, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    buf.add(torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g))
+    return buf
+
+
+def test_replay_draws_replay_batch_size_distinct_stored_rows():
+    buf = _filled()
+    plugin = OnlineRehearsalPlugin(buf, replay_batch_size=7, seed=1)
+    stored = buf.tensors()[0]
+    for _ in range(5):
+        x, y, t = plugin._replay_batch("cpu")
+        assert x.shape == (7, 4) and y.shape == (7,) and t.shape == (7,)
+        rows = [int((stored == xi).all(dim=1).nonzero()) for xi in x]  # each a stored row
+        assert len(set(rows)) == 7  # distinct
+
+
+def test_a_buffer_smaller_than_the_replay_batch_is_replayed_whole():
+    buf = _filled(4)
+    x, _, _ = OnlineRehearsalPlugin(buf, replay_batch_size=10)._replay_batch("cpu")
+    assert len(x) == 4
+
+
+def test_state_round_trip_gives_the_same_next_draws():
+    first = OnlineRehearsalPlugin(_filled(), replay_batch_size=5, seed=3)
+    first._replay_batch("cpu")
+    state = first.state_dict()
+    expected = first._replay_batch("cpu")[0]
+    second = OnlineRehearsalPlugin(ReservoirBuffer(30), replay_batch_size=5, seed=99)
+    second.load_state_dict(state)
+    assert torch.equal(second._replay_batch("cpu")[0], expected)
+
+
+def test_a_buffer_without_state_dict_is_named():
+    plugin = OnlineRehearsalPlugin(ReservoirSamplingBuffer(10))
+    with pytest.raises(TypeError, match="ReservoirSamplingBuffer has no state_dict"):
+        plugin.state_dict()
+
+
+def test_replay_batch_size_must_be_positive():
+    with pytest.raises(ValueError, match="replay_batch_size must be >= 1, got 0"):
+        OnlineRehearsalPlugin(ReservoirBuffer(5), replay_batch_size=0)
