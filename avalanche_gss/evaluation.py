@@ -57,11 +57,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCHEDULES = ("periodic", "task_ends", "end")
-"""When a curve has points: every ``every_samples`` samples (and at the end), at the end
-of each task (iCaRL), or only at the end of training (the i.i.d. baselines)."""
-
-
 @dataclass(frozen=True)
 class EvalPoint:
     """One measurement: each task's test accuracy after ``samples`` training samples.
@@ -187,6 +182,11 @@ def _repeats(strategy: Any) -> int | None:
     if isinstance(strategy, RepeatedBatchMixin):
         return max(1, int(strategy.n_iter))
     return None
+
+
+SCHEDULES = ("periodic", "task_ends", "end")
+"""When a curve has points: every ``every_samples`` samples (and at the end), at the end
+of each task (iCaRL), or only at the end of training (the i.i.d. baselines)."""
 
 
 def schedule_of(method: str) -> str:
