@@ -15,7 +15,7 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from avalanche_gss.buffers import OnlineBuffer
-from avalanche_gss.metrics import find_buffer
+from avalanche_gss.metrics import class_task_map, count_by_task, find_buffer
 
 __all__ = ["BufferTrace"]
 
@@ -41,10 +41,7 @@ class BufferTrace(SupervisedPlugin):
             raise ValueError(f"every must be >= 1, got {every}")
         self.buffer = buffer
         self.every = every
-        n_classes = 1 + max(c for classes in task_classes for c in classes)
-        self.task_of_class = torch.full((n_classes,), -1, dtype=torch.long)
-        for task, classes in enumerate(task_classes):
-            self.task_of_class[list(classes)] = task
+        self.task_of_class = class_task_map(task_classes)
         self.n_tasks = len(task_classes)
         self.records: list[dict[str, Any]] = []
         self._seen_at_record = 0
@@ -77,9 +74,8 @@ class BufferTrace(SupervisedPlugin):
         record["task_counts"] = [0] * self.n_tasks
         if len(buf):
             _, y = buf.tensors()
-            tasks = self.task_of_class[y.cpu()]
-            record["task_counts"] = torch.bincount(tasks[tasks >= 0],
-                                                   minlength=self.n_tasks).tolist()
+            counts = count_by_task(y.tolist(), self.task_of_class)  # unknown (-1) left out
+            record["task_counts"] = [counts.get(task, 0) for task in range(self.n_tasks)]
             if buf.scores is not None and getattr(buf, "scored", False):
                 scores = buf.scores[: len(buf)].float().cpu()
                 q = torch.quantile(scores, torch.tensor([0.1, 0.5, 0.9]))

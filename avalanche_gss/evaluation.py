@@ -40,7 +40,7 @@ from avalanche_gss.experiments import (
     baseline_plan,
     run,
 )
-from avalanche_gss.models import make_model
+from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import RepeatedBatchMixin
 
 __all__ = [
@@ -56,11 +56,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-SCHEDULES = ("periodic", "task_ends", "end")
-"""When a curve has points: every ``every_samples`` samples (and at the end), at the end
-of each task (iCaRL), or only at the end of training (the i.i.d. baselines)."""
-
 
 @dataclass(frozen=True)
 class EvalPoint:
@@ -187,6 +182,11 @@ def _repeats(strategy: Any) -> int | None:
     if isinstance(strategy, RepeatedBatchMixin):
         return max(1, int(strategy.n_iter))
     return None
+
+
+SCHEDULES = ("periodic", "task_ends", "end")
+"""When a curve has points: every ``every_samples`` samples (and at the end), at the end
+of each task (iCaRL), or only at the end of training (the i.i.d. baselines)."""
 
 
 def schedule_of(method: str) -> str:
@@ -341,14 +341,10 @@ def _run_baseline_curve(s: RunSettings, split: TaskSplit, every_samples: int,
     With a :class:`PeriodicEvalPlugin` attached (``run`` takes plugins for the buffer
     methods only).
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(s.seed)
-        model = make_model(s.model, split.input_shape, split.num_classes)
-    optimizer = torch.optim.SGD(model.parameters(), lr=s.lr)
+    model, optimizer = seeded_model_and_optimizer(s, split)
     if s.method not in ("Single", "GEM", "iCaRL"):
         raise ValueError(f"no curve for method {s.method!r}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(s.seed)
+    with seeded_rng(s.seed):
         start = time.perf_counter()
         # iCaRL's nearest-mean classifier is only ready at a task's end.
         probe = PeriodicEvalPlugin(None, every_samples=None if s.method == "iCaRL"

@@ -24,7 +24,7 @@ from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
-from avalanche_gss.models import make_model
+from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import quiet_evaluator
 
 __all__ = [
@@ -317,17 +317,13 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
     :return: the per-task accuracies and training time.
     """
     s = settings
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(s.seed)
-        model = make_model(s.model, split.input_shape, split.num_classes)
-    optimizer = torch.optim.SGD(model.parameters(), lr=s.lr)
+    model, optimizer = seeded_model_and_optimizer(s, split)
     bench = online_benchmark(split, batch_size=s.batch_size)
     evaluator = _evaluator(metrics, loggers)
     test_stream = bench.test_stream
     extras: dict[str, Any] = {}
     strategy: SupervisedTemplate
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(s.seed)
+    with seeded_rng(s.seed):
         start = time.perf_counter()
         if s.method in BUFFER_METHODS:
             strategy = build_strategy(s, model, optimizer, evaluator=evaluator, plugins=plugins)

@@ -3,7 +3,8 @@
 * :class:`BufferCompositionMetric`: how many stored samples each class (and, given a side
   mapping, each task) holds, and the buffer's fill. The learner never sees task ids; the
   metric reads them from a label -> task map or a per-sample task tensor given at
-  construction.
+  construction. :func:`count_by_task` is the per-task count itself, shared with
+  :class:`~avalanche_gss.diagnostics.BufferTrace`.
 * :class:`BufferSurrogateMetric`: the paper's surrogate (Eq. 5) of the stored samples,
   ``sum_{i,j} cos(g_i, g_j)`` of their loss gradients under the current model: the
   quantity GSS-IQP minimises and GSS-Greedy approximately keeps low.
@@ -20,8 +21,8 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from avalanche.evaluation import PluginMetric
@@ -41,8 +42,36 @@ __all__ = [
     "BufferCompositionMetric",
     "BufferSurrogateMetric",
     "buffer_metrics",
+    "class_task_map",
+    "count_by_task",
     "find_buffer",
 ]
+
+_K = TypeVar("_K", bound=Hashable)
+
+
+def class_task_map(task_classes: Sequence[Iterable[int]]) -> dict[int, int]:
+    """Return the label -> task map of a class-disjoint split.
+
+    :param task_classes: per task its classes (``TaskSplit.task_classes``); a class listed
+        under several tasks maps to the last of them.
+    :return: ``{label: task}``.
+    """
+    return {int(c): task for task, classes in enumerate(task_classes) for c in classes}
+
+
+def count_by_task(keys: Iterable[_K], task_of: Mapping[_K, int]) -> dict[int, int]:
+    """Count samples per task, mapping each sample's key to its task.
+
+    The per-task buffer composition of :class:`BufferCompositionMetric` and
+    :class:`~avalanche_gss.diagnostics.BufferTrace`.
+
+    :param keys: one key per sample: its label (with :func:`class_task_map`) or any other
+        key ``task_of`` maps (e.g. a sample fingerprint).
+    :param task_of: key -> task; keys it lacks count under task ``-1`` (unknown).
+    :return: ``{task: count}``, only non-zero counts.
+    """
+    return dict(Counter(task_of.get(key, -1) for key in keys))
 
 
 def find_buffer(strategy: SupervisedTemplate) -> OnlineBuffer:
@@ -213,12 +242,10 @@ class BufferCompositionMetric(BufferMetric):
         labels = y.tolist()
         per_class = dict(Counter(int(c) for c in labels))
         if self.task_of_class is not None:
-            tasks = [self.task_of_class.get(int(c), -1) for c in labels]
-        elif self.sample_tasks is not None:
-            tasks = [self._task_of_sample.get(key, -1) for key in self._fingerprint(x, y)]
-        else:
-            return per_class, None
-        return per_class, dict(Counter(tasks))
+            return per_class, count_by_task((int(c) for c in labels), self.task_of_class)
+        if self.sample_tasks is not None:
+            return per_class, count_by_task(self._fingerprint(x, y), self._task_of_sample)
+        return per_class, None
 
     def _values(self, strategy: SupervisedTemplate, buffer: OnlineBuffer) -> dict[str, float]:
         per_class, per_task = self.counts(buffer)

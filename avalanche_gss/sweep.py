@@ -28,6 +28,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -318,14 +319,14 @@ def run_sweep(
         unit="job",
         dynamic_ncols=True,
     )
+    jobs_to_run = _Jobs(todo, results, failures, bar)
     try:
         if todo and launcher == "submitit":
-            _run_submitit(todo, fn, cache, results, failures, bar, cluster, submitit_params,
-                          threads)
+            _run_submitit(jobs_to_run, fn, cache, cluster, submitit_params, threads)
         elif todo and workers > 1:
-            _run_pool(todo, fn, cache, results, failures, bar, workers, threads)
+            _run_pool(jobs_to_run, fn, cache, workers, threads)
         else:
-            _run_here(todo, fn, cache, results, failures, bar)
+            _run_here(jobs_to_run, fn, cache)
     finally:
         bar.close()
     if failures:
@@ -351,38 +352,60 @@ def _unimportable(fn: JobFn) -> bool:
             or (spec is not None and spec.name.endswith(".__main__")))
 
 
-def _run_here(
-    todo: dict[str, dict[str, Any]],
-    fn: JobFn,
-    cache: ResultCache,
-    results: dict[str, dict[str, Any]],
-    failures: list[tuple[dict[str, Any], BaseException]],
-    bar: Any,
-) -> None:
-    """Run the jobs one after the other in this process."""
-    for key, cfg in todo.items():
+class _Jobs:
+    """The jobs a runner runs, and where it puts what each gave.
+
+    :param todo: the jobs to run, by cache key.
+    :param results: where each finished job's result goes, by cache key.
+    :param failures: where each failed job's config and exception go.
+    :param bar: the progress bar, advanced once per job.
+    """
+
+    def __init__(
+        self,
+        todo: dict[str, dict[str, Any]],
+        results: dict[str, dict[str, Any]],
+        failures: list[tuple[dict[str, Any], BaseException]],
+        bar: Any,
+    ) -> None:
+        self.todo = todo
+        self.results = results
+        self.failures = failures
+        self.bar = bar
+
+    def collect(self, key: str, result: Callable[[], dict[str, Any]], *,
+                traceback: bool = False) -> None:
+        """Store the result of job ``key``, or log and keep its failure; advance the bar.
+
+        :param key: the job's cache key.
+        :param result: returns the job's result or raises its error.
+        :param traceback: log the error with its traceback (it was raised in this
+            process), not only its repr.
+        """
+        cfg = self.todo[key]
         try:
-            results[key] = _execute(fn, cfg, str(cache.dir))
+            self.results[key] = result()
         except Exception as err:  # reported together in SweepError
-            logger.exception("job %s failed", cfg)
-            failures.append((cfg, err))
-        bar.update()
+            if traceback:
+                logger.exception("job %s failed", cfg)
+            else:
+                logger.error("job %s failed: %r", cfg, err)
+            self.failures.append((cfg, err))
+        self.bar.update()
 
 
-def _run_pool(
-    todo: dict[str, dict[str, Any]],
-    fn: JobFn,
-    cache: ResultCache,
-    results: dict[str, dict[str, Any]],
-    failures: list[tuple[dict[str, Any], BaseException]],
-    bar: Any,
-    workers: int,
-    threads: int | None = None,
-) -> None:
+def _run_here(jobs: _Jobs, fn: JobFn, cache: ResultCache) -> None:
+    """Run the jobs one after the other in this process."""
+    for key, cfg in jobs.todo.items():
+        jobs.collect(key, partial(_execute, fn, cfg, str(cache.dir)), traceback=True)
+
+
+def _run_pool(jobs: _Jobs, fn: JobFn, cache: ResultCache, workers: int,
+              threads: int | None = None) -> None:
     """Run the jobs in ``workers`` spawned processes."""
     threads = threads or worker_threads(workers)
     pool = cf.ProcessPoolExecutor(
-        max_workers=min(workers, max(1, len(todo))),
+        max_workers=min(workers, max(1, len(jobs.todo))),
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_init_worker,
         initargs=(threads, os.getpid()),
@@ -390,33 +413,18 @@ def _run_pool(
     try:
         futures = {
             pool.submit(_execute, fn, cfg, str(cache.dir), threads): key
-            for key, cfg in todo.items()
+            for key, cfg in jobs.todo.items()
         }
         for future in cf.as_completed(futures):
-            key = futures[future]
-            try:
-                results[key] = future.result()
-            except Exception as err:  # reported together in SweepError
-                logger.error("job %s failed: %r", todo[key], err)
-                failures.append((todo[key], err))
-            bar.update()
+            jobs.collect(futures[future], future.result)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
 
 
-def _run_submitit(
-    todo: dict[str, dict[str, Any]],
-    fn: JobFn,
-    cache: ResultCache,
-    results: dict[str, dict[str, Any]],
-    failures: list[tuple[dict[str, Any], BaseException]],
-    bar: Any,
-    cluster: str | None,
-    params: Mapping[str, Any] | None,
-    threads: int | None = None,
-) -> None:
+def _run_submitit(jobs: _Jobs, fn: JobFn, cache: ResultCache, cluster: str | None,
+                  params: Mapping[str, Any] | None, threads: int | None = None) -> None:
     """Send the jobs to submitit's ``AutoExecutor`` as one job array and wait for them."""
     import submitit  # optional dependency (the "cluster" extra)
 
@@ -429,15 +437,9 @@ def _run_submitit(
     with executor.batch():
         handles = [
             (key, executor.submit(_execute, fn, cfg, str(cache.dir), threads))
-            for key, cfg in todo.items()
+            for key, cfg in jobs.todo.items()
         ]
     logger.info("sweep: submitted %d jobs to submitit (%s)", len(handles), executor.cluster)
     by_job = {id(job): key for key, job in handles}
     for job in submitit.helpers.as_completed([job for _, job in handles], poll_frequency=1):
-        key = by_job[id(job)]
-        try:
-            results[key] = job.result()
-        except Exception as err:  # reported together in SweepError
-            logger.error("job %s failed: %r", todo[key], err)
-            failures.append((todo[key], err))
-        bar.update()
+        jobs.collect(by_job[id(job)], job.result)

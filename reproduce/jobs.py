@@ -12,7 +12,7 @@ from typing import Any
 
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
 from avalanche_gss.experiments import run as run_one
-from avalanche_gss.metrics import buffer_metrics
+from avalanche_gss.metrics import buffer_metrics, class_task_map
 from reproduce.common import load_checked
 from reproduce.protocols import PROTOCOLS
 
@@ -36,8 +36,7 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("tensorboard") and settings.method in BUFFER_METHODS:
         from avalanche.logging import TensorboardLogger
 
-        task_of_class = ({c: t for t, classes in enumerate(split.task_classes) for c in classes}
-                         if split.is_class_disjoint else None)
+        task_of_class = class_task_map(split.task_classes) if split.is_class_disjoint else None
         metrics = buffer_metrics(every=100, task_of_class=task_of_class)
         loggers = [TensorboardLogger(config["tensorboard"])]
     return run_one(settings, split, metrics=metrics, loggers=loggers).to_dict()

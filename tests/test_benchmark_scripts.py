@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_online_throughput_runs_on_the_auto_device(tmp_path):
     out = tmp_path / "r.json"
     res = subprocess.run(

@@ -150,6 +150,7 @@ raise SystemExit(3)
 """
 
 
+@pytest.mark.slow
 def test_sigkill_in_a_fresh_interpreter_then_resume(tmp_path):
     split, stream = tiny_stream()
     path = tmp_path / "run.ckpt"

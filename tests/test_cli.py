@@ -63,6 +63,7 @@ def outside(tmp_path):
     return work
 
 
+@pytest.mark.slow
 def test_workers_2_gives_the_table_of_workers_1(outside):
     # The job function lives in an importable module, so spawned workers can run it. Both
     # commands run at once (each into its own output and cache folder), to save time.
@@ -84,6 +85,7 @@ def test_workers_2_gives_the_table_of_workers_1(outside):
     assert [r["task_accuracy"] for r in r1] == [r["task_accuracy"] for r in r2]
 
 
+@pytest.mark.slow
 def test_a_failed_job_shows_its_own_error(outside):
     # iCaRL needs class-incremental tasks: on a permuted stream its job fails in the worker.
     data = toy_npz(outside / "blobs.npz")
@@ -150,6 +152,7 @@ def test_a_bad_npz_gets_one_line_naming_the_file(outside, content):
     assert str(bad) in last and last.startswith("python -m reproduce: error:"), last
 
 
+@pytest.mark.slow
 def test_outputs_state_the_run_as_it_was(outside):
     data = toy_npz(outside / "blobs.npz")
     res = cli("table1", "--quick", "--data", data, "--methods", "Rand", "iCaRL",
@@ -198,6 +201,7 @@ def test_outputs_state_the_run_as_it_was(outside):
         assert "blobs" in config["data_source"]
 
 
+@pytest.mark.slow
 def test_a_device_that_is_absent_gets_one_line(outside):
     import torch
 
@@ -209,6 +213,7 @@ def test_a_device_that_is_absent_gets_one_line(outside):
     assert "'cuda'" in last and "no CUDA" in last and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_data_with_too_few_classes_are_refused_before_any_run(outside):
     data = toy_npz(outside / "three.npz", n_classes=3)
     res = cli("table1", "--quick", "--data", data, "--out", "o", cwd=outside, timeout=120)
@@ -224,6 +229,7 @@ def small_table(outside, data, *extra):
                "--out", "o", *extra, cwd=outside)
 
 
+@pytest.mark.slow
 def test_a_data_file_replaced_at_the_same_path_is_not_a_cache_hit(outside):
     data = toy_npz(outside / "d.npz", seed=0)
     assert small_table(outside, data).returncode == 0
@@ -241,6 +247,7 @@ def test_a_data_file_replaced_at_the_same_path_is_not_a_cache_hit(outside):
     assert first["rows"][0]["task_accuracy"] != second["rows"][0]["task_accuracy"]
 
 
+@pytest.mark.slow
 def test_a_diverged_run_is_flagged_in_every_output(outside):
     data = toy_npz(outside / "d.npz")
     res = small_table(outside, data, "--lr", "1e6")

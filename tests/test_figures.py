@@ -48,6 +48,7 @@ def tiny_curves(monkeypatch):
                                                    "every_samples": 20})
 
 
+@pytest.mark.slow
 def test_figure4_writes_one_curve_per_method_and_resumes(tmp_path, tiny_curves):
     argv = ["figure4", "--quick", "--data", "mnist-5k", "--buffer-sizes", "20",
             "--methods", "GSS-Greedy", "GEM", "iCaRL", "Single", "iid-online",

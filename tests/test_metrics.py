@@ -17,6 +17,8 @@ from avalanche_gss.metrics import (
     BufferCompositionMetric,
     BufferSurrogateMetric,
     buffer_metrics,
+    class_task_map,
+    count_by_task,
     find_buffer,
 )
 from avalanche_gss.models import MLP
@@ -198,3 +200,28 @@ def test_arguments_and_buffer_lookup(tiny_split):
     metric = BufferCompositionMetric(every=100, sample_tasks=[0] * 25)
     with pytest.raises(ValueError, match="sample_tasks covers 25"):
         run(tiny_split, [metric])
+
+
+def test_count_by_task_maps_keys_and_counts_unknown_under_minus_one():
+    task_of = class_task_map([[0, 1], [2, 3], [4]])
+    assert task_of == {0: 0, 1: 0, 2: 1, 3: 1, 4: 2}
+    # 9 is in no task: it counts under -1; zero counts are left out
+    assert count_by_task([0, 1, 1, 4, 9, 9], task_of) == {0: 3, 2: 1, -1: 2}
+    assert count_by_task([], task_of) == {}
+    # any hashable key works (the metric maps sample fingerprints)
+    assert count_by_task([(1, b"a"), (1, b"b")], {(1, b"a"): 3}) == {3: 1, -1: 1}
+
+
+def test_buffer_trace_and_composition_metric_count_tasks_alike():
+    from avalanche_gss.diagnostics import BufferTrace
+
+    task_classes = [[0, 1], [2, 3], [5, 6]]
+    buffer = ReservoirBuffer(MEM, seed=0)
+    y = torch.tensor([0] * 5 + [1] * 3 + [3] * 4 + [4] * 2)  # label 4: in no task
+    buffer.add(torch.randn(len(y), 4), y)
+    trace = BufferTrace(buffer, task_classes).snapshot()["task_counts"]
+    _, per_task = BufferCompositionMetric(
+        buffer, task_of_class=class_task_map(task_classes)).counts(buffer)
+    assert per_task == {0: 8, 1: 4, -1: 2}
+    # The trace lists every task (zeros included) and leaves the unknown samples out
+    assert trace == [per_task.get(t, 0) for t in range(3)] == [8, 4, 0]

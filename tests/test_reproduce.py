@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from reproduce.__main__ import main
 
 
+@pytest.mark.slow
 def test_table_outputs_on_a_short_real_run(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["table1", "--quick", "--methods", "Rand", "Single", "--buffer-sizes", "300",

@@ -166,6 +166,26 @@ def test_failures_are_collected_and_only_they_rerun(tmp_path, jobs_module):
         run_sweep(jobs[:1], jobs_module.not_a_dict, cache_dir=tmp_path / "other", progress=False)
 
 
+@pytest.mark.parametrize("launcher", ["here", "pool", "submitit"])
+def test_every_launcher_collects_failures_and_logs_them(tmp_path, jobs_module, caplog,
+                                                         launcher):
+    jobs = make_jobs(tmp_path, 3)
+    jobs[1]["fail"] = True
+    options = {"here": {}, "pool": {"workers": 2},
+               "submitit": {"launcher": "submitit", "cluster": "local"}}[launcher]
+    with caplog.at_level("ERROR", logger="avalanche_gss.sweep"), \
+            pytest.raises(SweepError, match="1 job") as info:
+        run_sweep(jobs, jobs_module.record, cache_dir=tmp_path / "cache", progress=False,
+                  **options)
+    assert [cfg["i"] for cfg, _ in info.value.failures] == [1]
+    assert "asked to fail" in str(info.value.failures[0][1])
+    assert stored(tmp_path / "cache") == {0, 2}
+    failed = [r for r in caplog.records if r.getMessage().startswith("job ")]
+    assert len(failed) == 1 and "'i': 1" in failed[0].getMessage()
+    # Only a job that failed in this process is logged with its traceback
+    assert (failed[0].exc_info is not None) == (launcher == "here")
+
+
 def test_invalid_arguments(tmp_path, jobs_module):
     with pytest.raises(TypeError, match="JSON"):
         run_sweep([{"x": object()}], jobs_module.record, cache_dir=tmp_path)

@@ -44,17 +44,6 @@ if TYPE_CHECKING:
         tensor_dataset,
     )
 
-_ONLINE = (
-    "OnlineBenchmark",
-    "OnlineTrainStream",
-    "TensorExperience",
-    "class_incremental_benchmark_for",
-    "dataset_tensors",
-    "experience_tensors",
-    "online_benchmark",
-    "tensor_dataset",
-)
-
 __all__ = [
     "DATASET_NAMES",
     "ArrayDataset",
@@ -70,6 +59,7 @@ __all__ = [
     "synthetic_images",
     "permuted_tasks",
     "task_permutations",
+    # from .online, imported on first access (see __getattr__)
     "OnlineBenchmark",
     "OnlineTrainStream",
     "TensorExperience",
@@ -79,6 +69,9 @@ __all__ = [
     "online_benchmark",
     "tensor_dataset",
 ]
+
+# The names of __all__ that no import above binds at run time: those of .online.
+_ONLINE = frozenset(name for name in __all__ if name not in globals())
 
 
 def __getattr__(name: str) -> Any:

@@ -31,19 +31,11 @@ from torch import Tensor
 
 from avalanche_gss._avalanche import tensor_dataset as _tensor_dataset
 
+from . import _ONLINE
 from ._split import TaskSplit
 
-__all__ = [
-    "OnlineBenchmark",
-    "OnlineTrainStream",
-    "TensorExperience",
-    "class_incremental_benchmark_for",
-    "dataset_tensors",
-    "experience_tensors",
-    "online_benchmark",
-    "sample_fields",
-    "tensor_dataset",
-]
+# What the package re-exports from here (listed in its __all__), and sample_fields.
+__all__ = sorted([*_ONLINE, "sample_fields"])
 
 
 def tensor_dataset(x: Tensor, y: Tensor) -> AvalancheDataset:

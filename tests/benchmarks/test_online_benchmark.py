@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -149,3 +151,22 @@ def test_avalanche_strategy_trains_and_evaluates_on_the_streams(toy) -> None:
     assert strategy.clock.train_exp_counter == 10  # one per 10-sample experience
     results = strategy.eval(bm.test_stream)
     assert sum("Top1_Acc_Exp" in key for key in results) == 5
+
+
+def test_package_names_resolve_and_online_ones_load_avalanche_on_first_access():
+    code = (
+        "import sys\n"
+        "import avalanche_gss.benchmarks as b\n"
+        "assert 'avalanche' not in sys.modules, 'importing the package imported avalanche'\n"
+        "eager = {n for n in b.__all__ if n in vars(b)}\n"
+        "assert b.online_benchmark is not None and 'avalanche' in sys.modules\n"
+        "import avalanche_gss.benchmarks.online as o\n"
+        "lazy = set(b.__all__) - eager\n"
+        "assert all(getattr(b, n) is getattr(o, n) for n in lazy), lazy\n"
+        "assert o.__all__ == sorted(lazy | {'sample_fields'}), o.__all__\n"
+        "assert 'sample_fields' not in b.__all__ and not hasattr(b, 'sample_fields')\n"
+        "print(len(lazy))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+                          capture_output=True, text=True)
+    assert done.stdout.split() == ["8"]

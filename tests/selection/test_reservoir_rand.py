@@ -1,5 +1,6 @@
 """Reservoir (Vitter's Algorithm R) and the paper's Rand, as slot assignments."""
 
+import pytest
 import torch
 
 from avalanche_gss.selection.rand import rand_slots
@@ -36,6 +37,7 @@ def test_reservoir_fills_then_never_exceeds_capacity():
     assert len(kept) == 30
 
 
+@pytest.mark.slow
 def test_reservoir_is_uniform_over_the_stream():
     # Given a stream of 100 items and M = 20, every item should survive with p = 0.2.
     # When the stream is replayed 3,000 times (batches of 10, as online),
