@@ -32,7 +32,7 @@ from avalanche_gss.buffers.rows import Rows, model_device
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["OnlineBuffer", "check_batch"]
+__all__ = ["OnlineBuffer", "check_batch", "reject"]
 
 
 class _DatasetFeed:
@@ -263,10 +263,17 @@ def check_batch(owner: OnlineBuffer, x: Tensor, y: Tensor, ref: Tensor | None) -
     if bool(finite.all()):
         return None
     bad = int((~finite).sum())
-    owner.n_rejected += bad
-    warnings.warn(
-        f"{type(owner).__name__}: {bad} sample(s) with NaN or infinite inputs not stored",
-        RuntimeWarning,
-        stacklevel=4,
-    )
+    reject(owner, bad, f"{bad} sample(s) with NaN or infinite inputs not stored", stacklevel=5)
     return finite
+
+
+def reject(owner: OnlineBuffer, count: int, message: str, *, stacklevel: int) -> None:
+    """Count ``count`` refused samples in ``owner.n_rejected`` and say why (``RuntimeWarning``).
+
+    :param owner: the buffer that refused them.
+    :param count: how many.
+    :param message: what happened, after the buffer's class name.
+    :param stacklevel: the caller's ``stacklevel`` plus one.
+    """
+    owner.n_rejected += count
+    warnings.warn(f"{type(owner).__name__}: {message}", RuntimeWarning, stacklevel=stacklevel)

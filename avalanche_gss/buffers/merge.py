@@ -7,13 +7,12 @@ implements :meth:`RecentMergeBuffer._select`.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Self
 
 import torch
 from torch import Tensor, nn
 
-from avalanche_gss.buffers.base import OnlineBuffer
+from avalanche_gss.buffers.base import OnlineBuffer, reject
 from avalanche_gss.buffers.rows import Rows
 
 __all__ = ["RecentMergeBuffer", "usable"]
@@ -181,22 +180,12 @@ def usable(owner: OnlineBuffer, valid: Tensor, n_stored: int, what: str = "gradi
     """
     if bool(valid.all()):
         return torch.arange(len(valid))
-    name = type(owner).__name__
     if not bool(valid[:n_stored].all()):
         dropped = len(valid) - n_stored
-        owner.n_rejected += dropped
-        warnings.warn(
-            f"{name}: stored samples have a non-finite {what}; the buffer is left "
-            f"unchanged and {dropped} waiting sample(s) are dropped",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        reject(owner, dropped, f"stored samples have a non-finite {what}; the buffer is left "
+               f"unchanged and {dropped} waiting sample(s) are dropped", stacklevel=4)
         return None
     dropped = int((~valid).sum())
-    owner.n_rejected += dropped
-    warnings.warn(
-        f"{name}: {dropped} waiting sample(s) with a non-finite {what} not stored",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    reject(owner, dropped, f"{dropped} waiting sample(s) with a non-finite {what} not stored",
+           stacklevel=4)
     return valid.nonzero().flatten()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from avalanche_gss.buffers import GradientScored, OnlineBuffer, Rows, Variant
+from avalanche_gss.buffers.base import reject
 from avalanche_gss.buffers.presets import resolve
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.greedy import CandidateDraw, Gate, greedy_slots, memory_scores
@@ -98,12 +98,8 @@ class GSSGreedyBuffer(GradientScored, OnlineBuffer):
         finite = torch.isfinite(new_scores)  # (B,) a NaN/inf gradient gives a NaN score
         if not bool(finite.all()):
             bad = int((~finite).sum())
-            self.n_rejected += bad
-            warnings.warn(
-                f"GSSGreedyBuffer: {bad} sample(s) with a non-finite gradient score not stored",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+            reject(self, bad, f"{bad} sample(s) with a non-finite gradient score not stored",
+                   stacklevel=5)
         slots = torch.full((len(rows),), -1, dtype=torch.long)
         slots[finite] = greedy_slots(
             stored, new_scores[finite], self.max_size, generator=self.generator,
