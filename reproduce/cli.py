@@ -16,6 +16,8 @@ import zipfile
 from collections.abc import Sequence
 from typing import NoReturn
 
+from avalanche_gss import methods  # the registry's names only: no torch, no Avalanche
+
 EXPERIMENTS: dict[str, str] = {
     "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
     "table2": "permuted MNIST, M = 300 (paper Table 2)",
@@ -30,9 +32,11 @@ EXPERIMENTS: dict[str, str] = {
 }
 """Every experiment, with the line ``--help`` shows for it."""
 
-METHOD_NAMES = ("Rand", "Reservoir", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust",
-                "Single", "iid-online", "iid-offline", "GEM", "iCaRL")
-"""``avalanche_gss.experiments.METHODS``."""
+BASELINE_NAMES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
+"""``avalanche_gss.experiments.BASELINES``."""
+
+METHOD_NAMES = (*methods.NAMES, *BASELINE_NAMES)
+"""``avalanche_gss.experiments.METHODS``: the registry's buffer methods, then the baselines."""
 
 VARIANT_NAMES = ("paper", "authors")
 """``avalanche_gss.experiments.VARIANTS``."""

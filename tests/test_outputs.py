@@ -96,12 +96,13 @@ def test_device_auto_and_bad_devices():
 
 def test_the_cli_names_match_the_library():
     from avalanche_gss.benchmarks import DATASET_NAMES
-    from avalanche_gss.experiments import METHODS, VARIANTS
+    from avalanche_gss.experiments import BASELINES, METHODS, VARIANTS
     from reproduce import cli
     from reproduce.figures import FIGURES
     from reproduce.protocols import PROTOCOLS
 
     assert cli.METHOD_NAMES == METHODS
+    assert cli.BASELINE_NAMES == BASELINES
     assert cli.VARIANT_NAMES == VARIANTS
     assert cli.DATASET_NAMES == DATASET_NAMES
     assert set(cli.EXPERIMENTS) == {*PROTOCOLS, *FIGURES, "composition"}

@@ -26,7 +26,7 @@ def _loss(logits, y):
 def test_registry_holds_the_papers_buffer_methods_in_table_order():
     assert tuple(methods.REGISTRY) == ("Rand", "Reservoir", "GSS-Greedy", "GSS-IQP",
                                        "GSS-Clust", "FSS-Clust")
-    assert experiments.BUFFER_METHODS == tuple(methods.REGISTRY)
+    assert experiments.BUFFER_METHODS == tuple(methods.REGISTRY) == methods.NAMES
     assert experiments.VARIANT_METHODS == ("GSS-Greedy", "GSS-Clust", "FSS-Clust")
     assert experiments.CONSTRAINED_METHODS == ("GSS-IQP",)
     for name, method in methods.REGISTRY.items():
@@ -182,3 +182,10 @@ def test_a_policy_that_breaks_the_storage_invariants_is_refused():
 
     with pytest.raises(RuntimeError, match="hole"):
         Holes(5).add(torch.randn(2, 3), torch.tensor([0, 1]))
+
+
+def test_a_registry_line_that_disagrees_with_its_file_is_refused(monkeypatch):
+    monkeypatch.setattr(methods, "MODULES", {"rand": ("Random",)})
+    with pytest.raises(ImportError, match="methods.rand defines \\['Rand'\\], the registry "
+                                          "says \\['Random'\\]"):
+        methods._load()
