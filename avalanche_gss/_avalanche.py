@@ -6,12 +6,19 @@
   benchmarks use.
 * :func:`has_transforms`: whether reading a dataset can give anything but the stored
   tensors. Avalanche keeps transform groups in its private flat-data tree
-  (``_flat_data``, ``_transform_groups``, ``_frozen_transform_groups``); no public
-  attribute tells whether a dataset transforms its samples.
+  (``_flat_data``, ``_transform_groups``, ``_frozen_transform_groups``, ``_datasets``);
+  no public attribute tells whether a dataset transforms its samples.
 * :func:`criterion_of`: the loss module a strategy was built with. Avalanche 0.6 keeps it
   in ``strategy._criterion``; its public ``criterion()`` computes the loss of the current
   mini-batch instead, and a replay step on other samples, or a check of what kind of loss
   it is, needs the module itself.
+* :func:`is_active`: whether an ``EvaluationPlugin`` records anything. Avalanche 0.6 keeps
+  it in ``_active`` (False when built with no metric and no logger) and has no accessor.
+
+One more use cannot live here, since it is an override rather than a call:
+:class:`~avalanche_gss.training.hooks.FastHooks` replaces the templates' per-event trigger
+methods (``_before_forward`` and 12 others), the only place where Avalanche dispatches an
+event to the plugins, so that plugins with nothing to do on an event are not called.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from avalanche.benchmarks.utils import (
 )
 from torch import Tensor
 
-__all__ = ["tensor_dataset", "has_transforms", "criterion_of"]
+__all__ = ["tensor_dataset", "has_transforms", "criterion_of", "is_active"]
 
 
 def tensor_dataset(x: Tensor, y: Tensor, task_labels: Tensor | int = 0) -> AvalancheDataset:
@@ -70,3 +77,11 @@ def criterion_of(strategy: Any) -> Any:
     :param strategy: an Avalanche ``SupervisedTemplate``.
     """
     return strategy._criterion
+
+
+def is_active(evaluator: Any) -> bool:
+    """Whether an ``EvaluationPlugin`` records anything (``True`` when unknown).
+
+    :param evaluator: an Avalanche ``EvaluationPlugin``.
+    """
+    return bool(getattr(evaluator, "_active", True))

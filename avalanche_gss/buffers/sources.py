@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from avalanche.benchmarks.utils import AvalancheDataset, concat_datasets
+from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor
 
 from avalanche_gss._avalanche import tensor_dataset
@@ -184,8 +185,8 @@ class SourcesMixin:
 
     @buffer.setter
     def buffer(self, new_buffer: AvalancheDataset) -> None:
-        if len(new_buffer) == 0:
-            self._buffer = new_buffer
+        if len(new_buffer) == 0:  # Avalanche's base class empties it this way
+            ExemplarsBuffer.buffer.fset(self, new_buffer)  # type: ignore[attr-defined]
             return
         raise AttributeError(f"{type(self).__name__} is filled through add()/post_adapt()")
 

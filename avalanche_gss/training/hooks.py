@@ -15,6 +15,8 @@ from avalanche.core import BasePlugin, BaseSGDPlugin, SupervisedPlugin
 from avalanche.evaluation.metric_definitions import PluginMetric
 from avalanche.training.plugins import EvaluationPlugin
 
+from avalanche_gss._avalanche import is_active
+
 __all__ = ["FastHooks", "acts_on"]
 
 _EVENTS = (
@@ -35,7 +37,7 @@ def acts_on(plugin: Any, event: str) -> bool:
     :param event: a callback name, e.g. ``"before_forward"``.
     """
     if isinstance(plugin, EvaluationPlugin):
-        if not getattr(plugin, "_active", True):
+        if not is_active(plugin):
             return False
         parts = [*plugin.metrics, *plugin.loggers]
         return any(getattr(type(p), event, None) not in _NO_OPS[event] for p in parts)
