@@ -5,7 +5,8 @@ Each function draws one figure from plain numbers (or a
 
 - :func:`plot_surrogate_vs_solid_angle`: Figure 2, solid angle against surrogate, log scale;
 - :func:`plot_curves`: Figure 4, test accuracy along the stream, one line per method;
-- :func:`plot_panels`: Figure 5, final accuracy against ``n`` and against the batch size.
+- :func:`plot_panels`: Figure 5, final accuracy against ``n`` and against the batch size;
+  also accuracy against training time, one panel per stream (``which-buffer``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Series:
     :param err: optional spread of ``y`` (std over seeds): a band for lines, error bars
         for markers.
     :param style: one of :data:`STYLES`.
+    :param notes: optional text beside each point (e.g. its buffer size).
     """
 
     label: str
@@ -45,10 +47,13 @@ class Series:
     y: Sequence[float]
     err: Sequence[float] | None = None
     style: str = "line"
+    notes: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if len(self.x) != len(self.y) or (self.err is not None and len(self.err) != len(self.y)):
             raise ValueError(f"series {self.label!r}: x, y and err must have the same length")
+        if self.notes is not None and len(self.notes) != len(self.y):
+            raise ValueError(f"series {self.label!r}: one note per point")
         if self.style not in STYLES:
             raise ValueError(f"unknown style {self.style!r}; choose from {', '.join(STYLES)}")
 
@@ -62,6 +67,8 @@ class Panel:
     :param ylabel: y axis label.
     :param series: what to draw.
     :param logx: logarithmic x axis (values spanning decades, e.g. ``n`` from 1 to 50).
+    :param data_ticks: x ticks at the series' x values (settings such as ``n``); ``False``:
+        matplotlib's own ticks (measured values such as seconds).
     """
 
     title: str
@@ -69,6 +76,7 @@ class Panel:
     ylabel: str
     series: Sequence[Series] = field(default_factory=tuple)
     logx: bool = False
+    data_ticks: bool = True
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> str:
@@ -102,6 +110,9 @@ def _draw(ax: Axes, series: Sequence[Series], x_span: tuple[float, float] | None
         else:  # reference
             ax.plot(s.x, s.y, color="black", label=s.label, marker="*", markersize=11,
                     linestyle="none")
+        for x, y, note in zip(s.x, s.y, s.notes or (), strict=False):
+            ax.annotate(note, (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6,
+                        color=color)
 
 
 def plot_surrogate_vs_solid_angle(
@@ -199,7 +210,7 @@ def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title:
         if panel.logx:
             ax.set_xscale("log")
         values = sorted({float(x) for s in panel.series for x in s.x})
-        if values:
+        if values and panel.data_ticks:
             ax.set_xticks(values)
             ax.set_xticklabels([f"{v:g}" for v in values])
             ax.minorticks_off()

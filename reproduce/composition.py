@@ -4,20 +4,88 @@ Not a table of the paper: the diagnosis behind our Table 1/4 findings (why a pol
 trails or leads). For each method (and variant) it records, every 400 samples, the
 stored samples per task, the stored-score quantiles (GSS-Greedy) and the share of
 offered samples the buffer took in, then writes ``composition.json`` and ``.md``.
+
+The helpers below (:func:`task_end_trace`, :func:`trace_records`, :func:`task_shares`,
+:func:`at_task_ends`) are the same diagnosis for other experiments' runs
+(``which-buffer`` traces its runs with them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
+from avalanche_gss.benchmarks import TaskSplit
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.experiments import VARIANT_METHODS, RunSettings, run
 from avalanche_gss.reporting import provenance, provenance_line, write_text
 from reproduce.common import command, resolve_data
 from reproduce.protocols import DATA_LABELS, PROTOCOLS
+
+
+def task_end_trace(split: TaskSplit) -> BufferTrace:
+    """A :class:`BufferTrace` whose records fall on every task end of ``split``.
+
+    It records every ``gcd`` of the task sizes (e.g. every 800 samples on 5 tasks of 800,
+    every 80 on Table 4's 800/80 sequences), so each task end is a record.
+
+    :param split: a class-disjoint split (the trace reads a sample's task from its label).
+    """
+    return BufferTrace(None, split.task_classes, every=math.gcd(*split.train_sizes))
+
+
+def trace_records(trace: BufferTrace) -> list[dict[str, Any]]:
+    """The trace's records after a run, ending with the buffer at the end of the stream.
+
+    :param trace: a trace that watched a finished run.
+    """
+    buf = trace.buffer
+    if buf is not None and (not trace.records or trace.records[-1]["samples"] != buf.n_seen):
+        trace.records.append(trace.snapshot())
+    return trace.records
+
+
+def task_shares(record: dict[str, Any]) -> list[float]:
+    """Each task's share of the stored samples in one trace record (zeros when empty).
+
+    :param record: a :meth:`BufferTrace.snapshot` record.
+    """
+    counts = record["task_counts"]
+    total = sum(counts)
+    return [c / total if total else 0.0 for c in counts]
+
+
+def at_task_ends(records: Sequence[dict[str, Any]], train_sizes: Sequence[int]
+                 ) -> list[dict[str, Any] | None]:
+    """For each task, the first record at or after its end (``None`` if there is none).
+
+    Each returned record gains ``admitted_in_task``: the share of that task's samples the
+    buffer took in (from the records' ``admitted_share`` since the previous task end).
+
+    :param records: a trace's records, in stream order.
+    :param train_sizes: the split's task sizes.
+    """
+    ends = [sum(train_sizes[: k + 1]) for k in range(len(train_sizes))]
+    picked: list[dict[str, Any] | None] = []
+    i = 0
+    for end in ends:
+        admitted = offered = 0.0
+        found = None
+        while i < len(records) and found is None:
+            rec = records[i]
+            seen = rec["samples"] - (records[i - 1]["samples"] if i else 0)
+            admitted += rec["admitted_share"] * seen
+            offered += seen
+            if rec["samples"] >= end:
+                found = rec
+            i += 1
+        picked.append(None if found is None else
+                      {**found, "admitted_in_task": admitted / offered if offered else 0.0})
+    return picked
 
 
 def composition(args: argparse.Namespace) -> int:

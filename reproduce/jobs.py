@@ -10,11 +10,28 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from avalanche_gss.benchmarks import ArrayDataset, TaskSplit, blurry_tasks
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
 from avalanche_gss.experiments import run as run_one
 from avalanche_gss.metrics import buffer_metrics, class_task_map
 from reproduce.common import load_checked
+from reproduce.composition import task_end_trace, trace_records
 from reproduce.protocols import PROTOCOLS
+
+
+def build_split(data: ArrayDataset, config: dict[str, Any], seed: int) -> TaskSplit:
+    """The stream a job's config names, for one seed.
+
+    :param data: the dataset.
+    :param config: a job's ``experiment`` or ``protocol`` (whose stream builder),
+        ``variant`` (its row keys) and optional ``blur`` (see :func:`run_job`).
+    :param seed: the run's seed.
+    """
+    protocol = PROTOCOLS[config["protocol"] if "protocol" in config else config["experiment"]]
+    split = protocol.stream(data, seed, config["variant"])
+    if config.get("blur") is not None:
+        split = blurry_tasks(split, keep=config["blur"], seed=seed)
+    return split
 
 
 def run_job(config: dict[str, Any]) -> dict[str, Any]:
@@ -22,7 +39,10 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
 
     :param config: ``experiment``, ``data``, ``root``, ``download``, ``variant`` (the
         stream's row keys), ``settings`` (a :class:`RunSettings` as a dict) and, optionally,
-        ``tensorboard`` (the run's log folder).
+        ``tensorboard`` (the run's log folder), ``protocol`` (whose stream to build, when
+        it is not the experiment's own), ``blur`` (each task keeps that share of its
+        samples, :func:`~avalanche_gss.benchmarks.blurry_tasks`) and ``trace`` (record
+        the buffer's composition at every task end, into ``extras["trace"]``).
     :return: the :class:`~avalanche_gss.experiments.RunResult` as a dict.
     """
     if not logging.getLogger().handlers:  # a worker process: log its runs as the CLI does
@@ -30,7 +50,12 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
                             datefmt="%H:%M:%S")
     data = load_checked(config)
     settings = RunSettings(**config["settings"])
-    split = PROTOCOLS[config["experiment"]].stream(data, settings.seed, config["variant"])
+    split = build_split(data, config, settings.seed)
+    plugins: list[Any] = []
+    trace = None
+    if config.get("trace"):
+        trace = task_end_trace(split)
+        plugins.append(trace)
     metrics: list[Any] = []
     loggers: list[Any] = []
     if config.get("tensorboard") and settings.method in BUFFER_METHODS:
@@ -39,4 +64,8 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
         task_of_class = class_task_map(split.task_classes) if split.is_class_disjoint else None
         metrics = buffer_metrics(every=100, task_of_class=task_of_class)
         loggers = [TensorboardLogger(config["tensorboard"])]
-    return run_one(settings, split, metrics=metrics, loggers=loggers).to_dict()
+    result = run_one(settings, split, plugins=plugins, metrics=metrics, loggers=loggers)
+    if trace is not None:
+        result.extras["trace"] = trace_records(trace)
+        result.extras["train_sizes"] = list(split.train_sizes)
+    return result.to_dict()

@@ -162,15 +162,17 @@ def disjoint_stream(samples_per_task: int, *, blur: float | None = None
 def imbalanced_stream(major: int, minor: int) -> Callable[..., TaskSplit]:
     """Table 4: sequence k gives task k ``major`` samples and the others ``minor``.
 
-    When the data hold fewer than ``major`` samples per task, both counts shrink by the
-    same factor, keeping the paper's 10:1 imbalance.
+    A ``samples_per_task`` in the variant (``--quick`` runs) replaces ``major``, and
+    ``minor`` shrinks with it. When the data hold fewer than ``major`` samples per task,
+    both counts shrink by the same factor, keeping the paper's 10:1 imbalance.
     """
 
     def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
         deviations: list[str] = []
         available = _class_counts(data, 5, 2)
-        big, small = major, minor
-        if major > available:
+        wanted = int(variant.get("samples_per_task", major))
+        big, small = wanted, max(1, round(minor * wanted / major))
+        if big > available:
             big, small = available, max(1, round(minor * available / major))
             deviations.append(f"imbalanced counts {big}/{small} instead of the paper's "
                               f"{major}/{minor} (same ratio; the data have {available} per task)")
@@ -195,6 +197,9 @@ def permuted_stream(samples_per_task: int, n_tasks: int = 10) -> Callable[..., T
 
     return build
 
+
+BLURRY_KEEP = 0.9
+"""Share of its own samples each task keeps in the blurry streams (paper appendix: 90%)."""
 
 _SELECTION = ("Rand", "Reservoir", "GSS-IQP", "GSS-Clust", "FSS-Clust", "GSS-Greedy")
 
@@ -240,7 +245,7 @@ PROTOCOLS: dict[str, Protocol] = {
     "blurry": Protocol(
         name="blurry",
         title="blurry disjoint {data} (90% kept per task), M = {m}", paper_ref="appendix",
-        stream=disjoint_stream(1000, blur=0.9),
+        stream=disjoint_stream(1000, blur=BLURRY_KEEP),
         methods=_SELECTION,
         buffer_sizes=(500,),
         dataset="cifar10", lr=0.01, model="resnet18", standin=True,
