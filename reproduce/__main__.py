@@ -2,7 +2,7 @@
 
 The command line is parsed before torch or Avalanche is imported (``reproduce.cli``), so
 ``--help`` and a bad value answer at once; the experiments live in ``reproduce.tables``,
-``reproduce.figures`` and ``reproduce.composition``.
+``reproduce.figures``, ``reproduce.composition`` and ``reproduce.which_buffer``.
 """
 
 from __future__ import annotations

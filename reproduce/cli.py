@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from avalanche_gss import methods  # the registry's names only: no torch, no Avalanche
+from reproduce.policies import POLICIES, STREAM_GROUPS, STREAMS  # data only
 
 EXPERIMENTS: dict[str, str] = {
     "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
@@ -29,6 +30,7 @@ EXPERIMENTS: dict[str, str] = {
     "figure4": "test accuracy along disjoint MNIST vs GEM, iCaRL, i.i.d. (paper Figure 4a)",
     "figure5": "GSS-Greedy vs n and vs batch size (paper Figure 5)",
     "composition": "what each buffer holds along disjoint MNIST (our diagnosis, not the paper)",
+    "which-buffer": "which buffer policy for which stream: accuracy beside train time (ours)",
 }
 """Every experiment, with the line ``--help`` shows for it."""
 
@@ -148,6 +150,15 @@ def make_parser() -> argparse.ArgumentParser:
                         metavar="METHOD",
                         help=f"methods to run: {', '.join(METHOD_NAMES)} (default: the "
                              "experiment's)")
+    parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=None,
+                        metavar="POLICY",
+                        help=f"which-buffer: policies to compare: {', '.join(POLICIES)} "
+                             "(default: all)")
+    stream_names = [*STREAMS, *STREAM_GROUPS]
+    parser.add_argument("--streams", nargs="+", choices=stream_names, default=None,
+                        metavar="STREAM",
+                        help=f"which-buffer: streams to run them on: {', '.join(stream_names)} "
+                             "(imbalanced: sequences 1-5; default: all)")
     parser.add_argument("--seeds", nargs="+", type=_seed, default=None, metavar="SEED",
                         help="seeds (default: the experiment's, 0 1 2)")
     parser.add_argument("--buffer-sizes", nargs="+", type=_positive_int, default=None,
@@ -187,7 +198,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def _refuse_repeats(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Repeated seeds, sizes, methods or variants would count one run twice: refuse them."""
-    for key in ("seeds", "buffer_sizes", "methods", "variants"):
+    for key in ("seeds", "buffer_sizes", "methods", "variants", "policies", "streams"):
         values = getattr(args, key)
         if values is None:
             continue
@@ -206,6 +217,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     _refuse_repeats(parser, args)
+    if args.experiment == "which-buffer":
+        if args.methods is not None:
+            parser.error("argument --methods: which-buffer compares policies; choose them "
+                         f"with --policies ({', '.join(POLICIES)})")
+        streams = [s for name in args.streams or () for s in STREAM_GROUPS.get(name, (name,))]
+        repeated = sorted({s for s in streams if streams.count(s) > 1})
+        if repeated:
+            parser.error(f"argument --streams: {', '.join(repeated)} given more than once "
+                         "(imbalanced stands for imbalanced-1 .. imbalanced-5); give each once")
+    else:
+        for key in ("policies", "streams"):
+            if getattr(args, key) is not None:
+                parser.error(f"argument --{key}: applies to which-buffer only, not to "
+                             f"{args.experiment}")
     if args.data is not None and args.data.lower().endswith(".npz") and (
             args.root is not None or args.download):
         parser.error("argument --root/--download: they apply to mnist and cifar10, not to "

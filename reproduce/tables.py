@@ -239,6 +239,10 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
     from reproduce.figures import FIGURES
 
     try:
+        if args.experiment == "which-buffer":
+            from reproduce.which_buffer import which_buffer
+
+            return which_buffer(args, argv)
         if args.experiment in FIGURES:
             return FIGURES[args.experiment](args, argv)
         return table(args, argv)

@@ -105,7 +105,7 @@ def test_the_cli_names_match_the_library():
     assert cli.BASELINE_NAMES == BASELINES
     assert cli.VARIANT_NAMES == VARIANTS
     assert cli.DATASET_NAMES == DATASET_NAMES
-    assert set(cli.EXPERIMENTS) == {*PROTOCOLS, *FIGURES, "composition"}
+    assert set(cli.EXPERIMENTS) == {*PROTOCOLS, *FIGURES, "composition", "which-buffer"}
 
 
 # Files another change is rewording (their docstrings still cite a notes file); remove them

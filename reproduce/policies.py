@@ -1,0 +1,93 @@
+"""The buffer policies and the streams that ``python -m reproduce which-buffer`` compares.
+
+Data only, and the standard library only: the command line reads the labels for
+``--help`` and ``--policies`` / ``--streams`` without importing torch.
+
+**Adding a policy** is one entry in :data:`POLICIES`: its row label, mapped to the
+:class:`~avalanche_gss.experiments.RunSettings` keywords that make it (``method`` names a
+buffer method of the registry, ``avalanche_gss.methods``; every other key is a
+``RunSettings`` field). Nothing else changes: the label becomes a ``--policies`` choice, a
+row of the table, a series of the figure and a row of the composition report. A policy
+whose method is not in the registry, or that sets a keyword this version's
+``RunSettings`` lacks, is refused before any run, in one line naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+POLICIES: dict[str, dict[str, Any]] = {
+    "Reservoir": {"method": "Reservoir"},
+    "Rand": {"method": "Rand"},
+    "GSS-Greedy": {"method": "GSS-Greedy", "variant": "authors"},
+    "GSS-IQP": {"method": "GSS-IQP"},
+    "GSS-Clust": {"method": "GSS-Clust", "variant": "authors"},
+    "FSS-Clust": {"method": "FSS-Clust", "variant": "authors"},
+    "CBRS": {"method": "CBRS"},
+    "GDumb": {"method": "GDumb"},
+    "ER-MIR": {"method": "Reservoir", "retrieval": "mir"},
+    "GSS+MIR": {"method": "GSS-Greedy", "variant": "authors", "retrieval": "mir"},
+}
+"""Each policy's row label and the ``RunSettings`` keywords that make it, in row order.
+
+GSS-Greedy, GSS-Clust and FSS-Clust run as the authors' code does them (the variant
+that gave the paper's numbers). ``CBRS``, ``GDumb`` and the ``retrieval`` keyword of
+``ER-MIR`` and ``GSS+MIR`` need their registry entries and ``RunSettings`` field; until
+a version has them, asking for these policies (as the default, all of them, does) ends
+in one line that names what is missing.
+"""
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One stream of the comparison, built by a protocol of ``reproduce.protocols``.
+
+    :param family: the figure panel it belongs to (``"imbalanced"`` for sequences 1-5).
+    :param protocol: the protocol whose stream builder, learning rate and iterations per
+        batch the runs use (``"table1"``...).
+    :param variant: the protocol's row keys for this stream (Table 4's ``sequence``).
+    :param blurred: blur the task boundaries with
+        :func:`~avalanche_gss.benchmarks.blurry_tasks` (each task keeps the share
+        ``reproduce.protocols.BLURRY_KEEP`` of its samples, the paper appendix's).
+    """
+
+    family: str
+    protocol: str
+    variant: dict[str, Any] = field(default_factory=dict)
+    blurred: bool = False
+
+
+STREAMS: dict[str, StreamSpec] = {
+    "disjoint": StreamSpec("disjoint", "table1"),
+    "permuted": StreamSpec("permuted", "table2"),
+    **{f"imbalanced-{k}": StreamSpec("imbalanced", "table4", {"sequence": k})
+       for k in range(1, 6)},
+    "blurry": StreamSpec("blurry", "table1", blurred=True),
+}
+"""The streams, all on the digits: disjoint balanced (Table 1's), permuted (Table 2's),
+imbalanced sequences 1-5 (Table 4's) and blurry disjoint (Table 1's stream, boundaries
+blurred as in the paper's appendix, on MNIST here)."""
+
+STREAM_GROUPS: dict[str, tuple[str, ...]] = {
+    "imbalanced": tuple(name for name, s in STREAMS.items() if s.family == "imbalanced"),
+}
+"""``--streams`` names that stand for several streams."""
+
+BUFFER_SIZES = (100, 300, 500)
+"""Default buffer sizes ``M``."""
+
+SEEDS = (0, 1, 2)
+"""Default seeds."""
+
+QUICK: dict[str, Any] = {
+    "seeds": (0,), "buffer_sizes": (300,), "samples_per_task": 500,
+    "streams": ("disjoint", "permuted", "imbalanced-1", "blurry"),
+}
+"""What ``--quick`` runs: one seed, one buffer size, one stream per family, and 500
+samples per task on the disjoint, permuted and blurry streams (the imbalanced ones keep
+their counts)."""
+
+COMPOSITION_STREAMS = ("disjoint", "imbalanced")
+"""Streams (names or families) whose runs trace the buffer's composition; the composition
+report shows the disjoint stream and the first imbalanced sequence run."""

@@ -1,0 +1,257 @@
+"""``python -m reproduce which-buffer``: its plan, its outputs, its refusals."""
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reproduce import policies
+from reproduce.__main__ import main
+from reproduce.cli import parse_args
+from reproduce.composition import at_task_ends, task_shares
+from reproduce.jobs import build_split
+from reproduce.policies import POLICIES, STREAMS
+from reproduce.protocols import BLURRY_KEEP, PROTOCOLS
+from reproduce.which_buffer import choices, plan, ranking, stream_config, traced_streams
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PRESENT = ("Reservoir", "Rand", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust")
+
+
+def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
+    args = parse_args(["which-buffer", "--policies", "Reservoir", "GSS-Greedy", "GSS-IQP",
+                       "--buffer-sizes", "100", "300", "--seeds", "0", "1"])
+    runs, chosen = plan(args)
+    assert chosen["streams"] == tuple(STREAMS)  # every stream by default
+    assert len(STREAMS) == 8  # disjoint, permuted, imbalanced 1-5, blurry
+    keys = [(r["policy"], r["stream"], r["settings"].buffer_size, r["settings"].seed)
+            for r in runs]
+    assert len(keys) == len(set(keys)) == 3 * 8 * 2 * 2
+    assert {k[0] for k in keys} == {"Reservoir", "GSS-Greedy", "GSS-IQP"}
+    assert {k[2] for k in keys} == {100, 300} and {k[3] for k in keys} == {0, 1}
+    for r in runs:
+        spec = STREAMS[r["stream"]]
+        s = r["settings"]
+        # Each stream's protocol gives the learning rate and iterations per batch.
+        assert (s.lr, s.n_iter) == (PROTOCOLS[spec.protocol].lr, PROTOCOLS[spec.protocol].n_iter)
+        assert s.method == POLICIES[r["policy"]]["method"]
+        assert r["stream_config"]["protocol"] == spec.protocol
+    greedy = next(r["settings"] for r in runs if r["policy"] == "GSS-Greedy")
+    assert greedy.variant == "authors"
+    configs = {r["stream"]: r["stream_config"] for r in runs}
+    assert configs["blurry"]["blur"] == BLURRY_KEEP and "blur" not in configs["disjoint"]
+    assert configs["imbalanced-4"]["variant"] == {"sequence": 4}
+    # Runs on the disjoint and imbalanced streams trace the buffer's composition; the
+    # report shows the disjoint stream and the first imbalanced sequence.
+    assert {s for s, c in configs.items() if c.get("trace")} == {
+        "disjoint", *(f"imbalanced-{k}" for k in range(1, 6))}
+    assert traced_streams(chosen["streams"]) == ("disjoint", "imbalanced-1")
+    # The blurry stream is Table 1's stream with blurred boundaries, on the digits.
+    split = build_split(mnist, configs["blurry"], 0)
+    assert split.protocol["blurry"]["keep"] == BLURRY_KEEP
+    assert split.protocol["stream"] == "disjoint" and split.n_tasks == 5
+    foreign = [int((~sum(y == c for c in classes).bool()).sum())
+               for (_, y), classes in zip(split.train, split.task_classes, strict=True)]
+    assert foreign == split.protocol["blurry"]["foreign_per_task"] and min(foreign) > 0
+
+
+def test_defaults_quick_and_stream_groups():
+    assert choices(parse_args(["which-buffer"]))["policies"] == tuple(POLICIES)
+    quick = choices(parse_args(["which-buffer", "--quick"]))
+    assert quick["seeds"] == (0,) and len(quick["buffer_sizes"]) == 1
+    assert {STREAMS[s].family for s in quick["streams"]} == {
+        "disjoint", "permuted", "imbalanced", "blurry"}
+    grouped = choices(parse_args(["which-buffer", "--streams", "blurry", "imbalanced"]))
+    assert grouped["streams"] == ("blurry", *(f"imbalanced-{k}" for k in range(1, 6)))
+    assert traced_streams(grouped["streams"]) == ("imbalanced-1",)
+    assert traced_streams(("permuted", "imbalanced-3", "disjoint")) == ("disjoint",
+                                                                       "imbalanced-3")
+
+
+def test_a_tiny_run_writes_every_output_and_resumes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(policies.QUICK, "samples_per_task", 100)  # 5 x 100 digits
+    out = tmp_path / "out"
+    argv = ["which-buffer", "--quick", "--seeds", "0", "--policies", "Reservoir", "Rand",
+            "--streams", "disjoint", "imbalanced-1", "--buffer-sizes", "30", "--n-iter", "1",
+            "--out", str(out)]
+    assert main(argv) == 0
+    for name in ("which_buffer.md", "which_buffer.csv", "which_buffer.json",
+                 "which_buffer.png", "which_buffer_composition.md",
+                 "which_buffer_composition.json"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "which_buffer.png").read_bytes()[:8] == PNG_MAGIC
+    report = json.loads((out / "which_buffer.json").read_text())
+    assert report["experiment"] == "which-buffer"
+    assert report["data_source"] and len(report["data_sha256"]) == 64
+    assert report["command"].startswith("python -m reproduce which-buffer --quick")
+    for key in ("avalanche_gss", "torch", "avalanche", "python", "device", "threads"):
+        assert key in report["provenance"]
+    assert report["protocol"]["seeds"] == [0] and report["protocol"]["buffer_sizes"] == [30]
+    assert report["protocol"]["policy_settings"] == {p: POLICIES[p] for p in ("Reservoir",
+                                                                              "Rand")}
+    streams = {s["name"]: s for s in report["protocol"]["streams"]}
+    assert streams["disjoint"]["stream"]["train_sizes"] == [100] * 5
+    assert streams["imbalanced-1"]["stream"]["train_sizes"] == [100, 10, 10, 10, 10]
+    rows = {(r["policy"], r["stream"]): r for r in report["rows"]}
+    assert set(rows) == {(p, s) for p in ("Reservoir", "Rand")
+                         for s in ("disjoint", "imbalanced-1")}
+    for row in rows.values():
+        assert row["seeds"] == [0] and len(row["train_seconds"]) == 1
+        assert row["train_seconds"][0] > 0 and row["train_seconds_mean"] > 0
+        assert "trace" not in json.dumps(row.get("extras", []))  # traces: composition file
+    assert [t["policy"] for t in report["ranking"]] and set(report["best"]) == {
+        "disjoint M=30", "imbalanced-1 M=30"}
+    md = (out / "which_buffer.md").read_text()
+    assert f"Data: {report['data_source']}" in md
+    assert re.search(r"^\| Reservoir \| (\*\*)?\d+\.\d(\*\*)? \(\d+\.\d s\) \|", md, re.M), md
+    assert "**" in md and "## Ranking" in md and "one seed" in md
+    with open(out / "which_buffer.csv") as f:
+        lines = list(csv.DictReader(f))
+    assert len(lines) == 4 and all(float(r["train_seconds"]) > 0 for r in lines)
+    assert {r["policy"] for r in lines} == {"Reservoir", "Rand"}
+    comp = json.loads((out / "which_buffer_composition.json").read_text())
+    assert comp["data_source"] == report["data_source"]
+    assert comp["streams"] == ["disjoint", "imbalanced-1"] and len(comp["rows"]) == 4
+    for row in comp["rows"]:
+        assert len(row["task_end_shares"]) == 5
+        for k, shares in enumerate(row["task_end_shares"]):
+            assert sum(shares) == pytest.approx(1.0)
+            assert all(s == 0 for s in shares[k + 1:])  # no sample of a task not yet seen
+    assert "after T5" in (out / "which_buffer_composition.md").read_text()
+    assert "| Reservoir |" in capsys.readouterr().out
+    # Again: every run comes from the cache (the same measured seconds), nothing reruns.
+    assert len(list((out / "cache" / "which-buffer").glob("*.json"))) == 4
+    assert main(argv) == 0
+    again = json.loads((out / "which_buffer.json").read_text())
+    assert [r["train_seconds"] for r in again["rows"]] == [r["train_seconds"]
+                                                          for r in report["rows"]]
+
+
+def test_an_unknown_policy_label_gets_one_line_naming_it_and_the_choices(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["which-buffer", "--policies", "Reservoir", "Nope"])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "--policies" in lines[0] and "'Nope'" in lines[0]
+    for label in POLICIES:
+        assert f"'{label}'" in lines[0]
+
+
+def test_a_policy_this_version_cannot_run_is_refused_before_any_run(tmp_path, monkeypatch):
+    monkeypatch.setitem(POLICIES, "Later", {"method": "NoSuchMethod"})
+    monkeypatch.setitem(POLICIES, "Newer", {"method": "Reservoir", "no_such_option": 1})
+    monkeypatch.setitem(POLICIES, "Sized", {"method": "Reservoir", "buffer_size": 10})
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main(["which-buffer", "--quick", "--policies", "Reservoir", "Later", "Newer", "Sized",
+              "--out", str(out)])
+    message = str(exc.value)
+    assert "\n" not in message and message.startswith("python -m reproduce: error: --policies")
+    assert "Later (no buffer method 'NoSuchMethod' in the registry)" in message
+    assert "Newer (RunSettings has no no_such_option)" in message
+    assert "Sized (it sets buffer_size" in message
+    assert "Reservoir (" not in message  # the policies that can run are not blamed
+    assert not out.exists()
+
+
+def test_a_new_policy_is_one_entry_of_the_table(monkeypatch):
+    monkeypatch.setitem(POLICIES, "GSS-Greedy (paper)", {"method": "GSS-Greedy",
+                                                         "variant": "paper", "n": 5})
+    runs, _ = plan(parse_args(["which-buffer", "--policies", "GSS-Greedy (paper)",
+                               "--streams", "disjoint", "--seeds", "0"]))
+    assert {(r["settings"].variant, r["settings"].n) for r in runs} == {("paper", 5)}
+
+
+def test_the_policies_that_exist_now_run(monkeypatch):
+    from reproduce.which_buffer import policy_problem
+
+    assert {p for p in PRESENT if policy_problem(p) is None} == set(PRESENT)
+
+
+def test_ranking_best_and_cost():
+    def row(policy, stream, acc, secs):
+        return {"policy": policy, "stream": stream, "buffer_size": 300, "avg_mean": acc,
+                "train_seconds_mean": secs}
+
+    rows = [row("A", "s", 80.0, 1.0), row("B", "s", 80.02, 2.0), row("C", "s", 70.0, 4.0),
+            row("A", "t", 60.0, 1.0), row("B", "t", 50.0, 3.0), row("C", "t", 65.0, 2.0)]
+    table, best = ranking(rows, ["A", "B", "C"], [("s", 300), ("t", 300)])
+    assert best == {"s M=300": ["A", "B"], "t M=300": ["C"]}  # 80.0 and 80.02 tie at 0.1
+    by = {t["policy"]: t for t in table}
+    assert by["A"]["mean_rank"] == pytest.approx((1.5 + 2) / 2)
+    assert by["C"]["mean_rank"] == pytest.approx((3 + 1) / 2)
+    assert [t["policy"] for t in table] == ["A", "C", "B"]
+    assert by["A"]["wins"] == 1 and by["C"]["wins"] == 1 and by["B"]["wins"] == 1
+    assert by["B"]["time_vs_fastest"] == pytest.approx((2.0 + 3.0) / 2)
+    assert by["A"]["time_vs_fastest"] == pytest.approx(1.0)
+
+
+def test_task_end_records_and_shares():
+    records = [
+        {"samples": 40, "admitted_share": 1.0, "task_counts": [4, 0]},
+        {"samples": 80, "admitted_share": 0.5, "task_counts": [4, 0]},
+        {"samples": 100, "admitted_share": 0.5, "task_counts": [2, 2]},
+    ]
+    first, second = at_task_ends(records, [80, 20])
+    assert first["samples"] == 80 and first["admitted_in_task"] == pytest.approx(0.75)
+    assert second["samples"] == 100 and second["admitted_in_task"] == pytest.approx(0.5)
+    assert task_shares(second) == [0.5, 0.5] and task_shares({"task_counts": [0, 0]}) == [0, 0]
+    assert at_task_ends(records[:1], [80, 20]) == [None, None]
+
+
+def test_quick_streams_are_quick_sized():
+    chosen = choices(parse_args(["which-buffer", "--quick"]))
+    for name in chosen["streams"]:
+        assert stream_config(name, chosen)["variant"]["samples_per_task"] == \
+            policies.QUICK["samples_per_task"]
+
+
+# ------------------------------------------------------------------ as a user runs it
+#
+# These run the command in a subprocess, from a folder outside the repository, on this
+# checkout (PYTHONPATH names it): they hold before and after it is merged, whichever
+# copy of the package is installed.
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "reproduce", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_which_buffer_and_its_options(tmp_path):
+    res = _cli("--help", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"^  which-buffer\s+which buffer policy", res.stdout, re.M)
+    text = " ".join(res.stdout.split())
+    assert "--policies POLICY" in text and "--streams STREAM" in text
+    for label in PRESENT:
+        assert label in text
+    probe = ("import sys; from reproduce.cli import parse_args; parse_args(['which-buffer']); "
+             "print(sorted(m for m in ('torch', 'avalanche', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("args, names", [
+    (["which-buffer", "--policies", "Nope"], ["--policies", "'Nope'", "'Reservoir'"]),
+    (["which-buffer", "--streams", "rotated"], ["--streams", "'rotated'", "'blurry'"]),
+    (["which-buffer", "--streams", "imbalanced", "imbalanced-2"], ["imbalanced-2", "once"]),
+    (["which-buffer", "--methods", "Rand"], ["--methods", "--policies"]),
+    (["table1", "--policies", "Rand"], ["--policies", "which-buffer only"]),
+])
+def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
+    res = _cli(*args, cwd=tmp_path)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m reproduce: error:"), res.stderr
+    for name in names:
+        assert name in lines[0], (name, lines[0])
