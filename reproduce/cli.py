@@ -221,6 +221,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if args.methods is not None:
             parser.error("argument --methods: which-buffer compares policies; choose them "
                          f"with --policies ({', '.join(POLICIES)})")
+        if args.variants != list(VARIANT_NAMES):
+            parser.error("argument --variants: which-buffer's policies carry their variant "
+                         "(e.g. GSS-Greedy: variant=authors); declare another policy in "
+                         "reproduce/policies.py")
         streams = [s for name in args.streams or () for s in STREAM_GROUPS.get(name, (name,))]
         repeated = sorted({s for s in streams if streams.count(s) > 1})
         if repeated:

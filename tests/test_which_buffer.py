@@ -247,6 +247,7 @@ def test_help_lists_which_buffer_and_its_options(tmp_path):
     (["which-buffer", "--streams", "imbalanced", "imbalanced-2"], ["imbalanced-2", "once"]),
     (["which-buffer", "--methods", "Rand"], ["--methods", "--policies"]),
     (["table1", "--policies", "Rand"], ["--policies", "which-buffer only"]),
+    (["which-buffer", "--variants", "paper"], ["--variants", "policies"]),
 ])
 def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
     res = _cli(*args, cwd=tmp_path)
