@@ -23,7 +23,9 @@ from avalanche_gss.checkpoint import (
     strategy_state_dict,
     train_resumable,
 )
+from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.clust import FSSClust, GSSClust
+from avalanche_gss.methods.gdumb import GDumb
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPConstrained
 from avalanche_gss.methods.rand import Rand
@@ -39,6 +41,8 @@ BUILDERS = {
     "GSS-Clust": lambda **kw: GSSClust(mem_size=30, recent_size=20, growth=1.01, **kw),
     "FSS-Clust": lambda **kw: FSSClust(mem_size=30, recent_size=20, **kw),
     "GSS-IQP-constrained": lambda **kw: GSSIQPConstrained(mem_size=30, recent_size=20, **kw),
+    "CBRS": lambda **kw: CBRS(mem_size=30, **kw),
+    "GDumb": lambda **kw: GDumb(mem_size=30, **kw),
 }
 
 

@@ -12,7 +12,9 @@ from torch.nn import functional as F
 
 from avalanche_gss.benchmarks import TensorExperience, online_benchmark
 from avalanche_gss.gradients import per_sample_grad_loop, sample_gram
+from avalanche_gss.methods.cbrs import CBRS, CBRSBuffer
 from avalanche_gss.methods.clust import FSSClust, FSSClustBuffer, GSSClust, GSSClustBuffer
+from avalanche_gss.methods.gdumb import GDumb, GDumbBuffer
 from avalanche_gss.methods.gss_greedy import GSSGreedy, GSSGreedyBuffer
 from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPBuffer, GSSIQPConstrained
 from avalanche_gss.methods.rand import Rand, RandBuffer
@@ -27,6 +29,8 @@ STRATEGIES = {
     "GSS-Clust": lambda **kw: GSSClust(recent_size=20, growth=1.01, **kw),
     "FSS-Clust": lambda **kw: FSSClust(recent_size=20, **kw),
     "GSS-IQP-constrained": lambda **kw: GSSIQPConstrained(recent_size=20, **kw),
+    "CBRS": CBRS,
+    "GDumb": GDumb,
 }
 GRADIENT_BUFFERS = {
     "GSS-Greedy": lambda m, **kw: GSSGreedyBuffer(m, **kw),
@@ -236,7 +240,8 @@ def test_batches_and_buffer_smaller_than_the_replay_batch(tiny_split):
 
 
 # ---------------------------------------------------------------- bad input
-@pytest.mark.parametrize("cls", [ReservoirBuffer, RandBuffer, GSSGreedyBuffer, GSSIQPBuffer])
+@pytest.mark.parametrize("cls", [ReservoirBuffer, RandBuffer, GSSGreedyBuffer, GSSIQPBuffer,
+                                 CBRSBuffer, GDumbBuffer])
 def test_inputs_of_another_shape_raise_and_leave_the_buffer(stream, cls):
     x, y = stream
     model = mlp()

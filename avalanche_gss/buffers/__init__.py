@@ -4,6 +4,8 @@
   resizing and the Avalanche interface; a policy implements one decision, ``_assign``.
 * :class:`RecentMergeBuffer` (:mod:`~avalanche_gss.buffers.merge`): Algorithm 1's update
   through a recent buffer; a policy implements ``_select``.
+* :class:`ClassBalancedBuffer` (:mod:`~avalanche_gss.buffers.classes`): per-class seen
+  counts in the state, shrinking by the largest class, for the class-balancing policies.
 * :class:`GradientScored` (:mod:`~avalanche_gss.buffers.scored`): the gradient Gram of a
   batch, for the policies that compare loss gradients.
 
@@ -11,6 +13,7 @@ The methods themselves (one file each) are in :mod:`avalanche_gss.methods`.
 """
 
 from avalanche_gss.buffers.base import OnlineBuffer
+from avalanche_gss.buffers.classes import ClassBalancedBuffer
 from avalanche_gss.buffers.merge import RecentMergeBuffer
 from avalanche_gss.buffers.presets import VARIANTS, Variant
 from avalanche_gss.buffers.rows import Rows, task_labels_for
@@ -20,6 +23,7 @@ from avalanche_gss.buffers.sources import BufferView
 __all__ = [
     "OnlineBuffer",
     "RecentMergeBuffer",
+    "ClassBalancedBuffer",
     "GradientScored",
     "BufferView",
     "Rows",

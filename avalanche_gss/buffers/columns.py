@@ -93,18 +93,27 @@ class ColumnsMixin(SourcesMixin):
             column[dest] = column[source]
         self._data.reset(self.max_size)
 
+    def _kept_on_shrink(self, new_size: int) -> Tensor:
+        """The slots :meth:`resize` keeps when ``new_size < size``, in increasing order.
+
+        A uniform random subset; a policy with its own notion of which samples to give up
+        first overrides this.
+        """
+        return torch.randperm(self.size, generator=self.generator)[:new_size].sort().values
+
     def resize(self, strategy: Any, new_size: int) -> None:
         """Change ``max_size``, mid-run if need be.
 
-        Shrinking keeps a uniform random subset of the samples; growing keeps every sample,
-        and the next incoming samples fill the free slots before the policy decides again.
+        Shrinking keeps a uniform random subset of the samples (:meth:`_kept_on_shrink`);
+        growing keeps every sample, and the next incoming samples fill the free slots before
+        the policy decides again.
         """
         if int(new_size) < 1:
             raise ValueError(f"buffer size must be >= 1, got {new_size}")
         new_size = int(new_size)
         keep = torch.arange(self.size)
         if self.size > new_size:
-            keep = torch.randperm(self.size, generator=self.generator)[:new_size].sort().values
+            keep = self._kept_on_shrink(new_size)
         n = len(keep)
         for name in _DEVICE_COLUMNS:
             old = getattr(self, name)

@@ -26,6 +26,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "gss_greedy": ("GSS-Greedy",),
     "gss_iqp": ("GSS-IQP",),
     "clust": ("GSS-Clust", "FSS-Clust"),
+    "cbrs": ("CBRS",),
+    "gdumb": ("GDumb",),
 }
 """The registry: each method file of this package and the paper names it defines."""
 

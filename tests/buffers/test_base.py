@@ -4,12 +4,14 @@ import pytest
 import torch
 
 from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.methods.cbrs import CBRSBuffer
+from avalanche_gss.methods.gdumb import GDumbBuffer
 from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
 from avalanche_gss.methods.rand import RandBuffer
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
 
-POLICIES = [ReservoirBuffer, RandBuffer, GSSGreedyBuffer]
+POLICIES = [ReservoirBuffer, RandBuffer, GSSGreedyBuffer, CBRSBuffer, GDumbBuffer]
 
 
 def _batches(n_batches, batch=10, seed=0):

@@ -9,6 +9,8 @@ import torch
 from torch.nn import functional as F
 
 import avalanche_gss.methods.gss_greedy as gss_greedy
+from avalanche_gss.methods.cbrs import CBRSBuffer
+from avalanche_gss.methods.gdumb import GDumbBuffer
 from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
 from avalanche_gss.methods.rand import RandBuffer
 from avalanche_gss.methods.reservoir import ReservoirBuffer
@@ -91,11 +93,11 @@ def test_authors_greedy_passes_its_own_candidate_draw(monkeypatch):
         assert calls[-1]["candidate_draw"] == draw
 
 
-@pytest.mark.parametrize("policy", [ReservoirBuffer, RandBuffer])
+@pytest.mark.parametrize("policy", [ReservoirBuffer, RandBuffer, CBRSBuffer, GDumbBuffer])
 def test_buffer_draws_come_from_its_own_seeded_generator(policy):
     # Two buffers with the same seed make the same decisions whatever the global RNG.
     x = torch.arange(60.0)[:, None]
-    y = torch.arange(60)
+    y = torch.arange(60) % 4
     runs = []
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)

@@ -26,7 +26,9 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
 from avalanche_gss import (
+    CBRSBuffer,
     FSSClustBuffer,
+    GDumbBuffer,
     GSSClustBuffer,
     GSSGreedy,
     GSSGreedyBuffer,
@@ -65,10 +67,14 @@ def _buffers(m: int = 12):
         GSSIQPBuffer(m, recent_size=10, seed=1),
         GSSClustBuffer(m, recent_size=10, growth=1.01, seed=1),
         FSSClustBuffer(m, recent_size=10, variant="paper", seed=1),
+        CBRSBuffer(m, seed=1),
+        GDumbBuffer(m, seed=1),
     ]
 
 
-BUFFER_IDS = ["reservoir", "rand", "greedy", "greedy-authors", "iqp", "gss-clust", "fss-clust"]
+BUFFER_IDS = ["reservoir", "rand", "greedy", "greedy-authors", "iqp", "gss-clust", "fss-clust",
+              "cbrs", "gdumb"]
+ALL = range(len(BUFFER_IDS))
 
 
 def _naive(model, plugins, **kw):
@@ -78,7 +84,7 @@ def _naive(model, plugins, **kw):
 
 
 # --------------------------------------------------------------------- task labels
-@pytest.mark.parametrize("index", range(7), ids=BUFFER_IDS)
+@pytest.mark.parametrize("index", ALL, ids=BUFFER_IDS)
 def test_stored_samples_keep_their_own_task_label(index):
     buf = _buffers()[index]
     bench = _nc(task_labels=True)
@@ -94,12 +100,12 @@ def test_stored_samples_keep_their_own_task_label(index):
     _, labels, tasks = zip(*[data[i] for i in range(len(data))], strict=True)
     assert [task_of_class[int(c)] for c in labels] == [int(t) for t in tasks]
     assert buf.task_labels.tolist() == [int(t) for t in tasks]
-    if isinstance(buf, ReservoirBuffer):  # Rand keeps mostly the last task's samples
+    if isinstance(buf, (ReservoirBuffer, CBRSBuffer, GDumbBuffer)):  # Rand: the last task's
         assert len(set(tasks)) > 1  # samples of several tasks were stored
 
 
 # --------------------------------------------------------------------- multi-head
-@pytest.mark.parametrize("index", [2, 3, 4, 5, 6], ids=BUFFER_IDS[2:])
+@pytest.mark.parametrize("index", [2, 3, 4, 5, 6], ids=BUFFER_IDS[2:7])
 def test_scored_buffers_work_with_a_multi_head_model(index):
     buf = _buffers()[index]
     bench = _nc(task_labels=True)
@@ -142,7 +148,7 @@ def _sizes_plugin(sizes: list[int]) -> SupervisedPlugin:
     return Sizes()
 
 
-@pytest.mark.parametrize("index", range(7), ids=BUFFER_IDS)
+@pytest.mark.parametrize("index", ALL, ids=BUFFER_IDS)
 def test_replay_plugin_with_stock_naive_on_class_incremental_online_stream(index):
     buf = _buffers()[index]
     bench = class_incremental_benchmark({"train": _data(), "test": _data(seed=1)},
@@ -159,7 +165,7 @@ def test_replay_plugin_with_stock_naive_on_class_incremental_online_stream(index
     assert len(buf.buffer[0]) == len(experiences[0].dataset[0])  # the stream's own fields
 
 
-@pytest.mark.parametrize("index", range(7), ids=BUFFER_IDS)
+@pytest.mark.parametrize("index", ALL, ids=BUFFER_IDS)
 def test_replay_plugin_in_the_online_template_on_a_multi_task_online_stream(index):
     """Avalanche 0.6's Naive calls a multi-head model without task labels on online
     experiences; the online template passes them, so the multi-head case runs there."""
@@ -179,7 +185,7 @@ def test_replay_plugin_in_the_online_template_on_a_multi_task_online_stream(inde
     assert len(buf.buffer[0]) == 3 and len(set(buf.task_labels.tolist())) >= 1
 
 
-@pytest.mark.parametrize("index", range(7), ids=BUFFER_IDS)
+@pytest.mark.parametrize("index", ALL, ids=BUFFER_IDS)
 def test_replay_plugin_with_stock_online_naive(index):
     from avalanche.benchmarks.scenarios.online import OnlineCLScenario
     from avalanche.training import OnlineNaive
@@ -451,7 +457,7 @@ def test_reservoir_grows_mid_run(seed):
     assert len(buf) == 15 and buf.max_size == 15
 
 
-@pytest.mark.parametrize("index", range(7), ids=BUFFER_IDS)
+@pytest.mark.parametrize("index", ALL, ids=BUFFER_IDS)
 def test_every_buffer_is_a_storage_policy_in_full(index):
     """Invariants every buffer keeps, through updates, grow and shrink."""
     buf = _buffers(8)[index]
@@ -532,7 +538,7 @@ def test_source_datasets_are_forgotten_once_no_sample_refers_to_them():
     assert len(buf.buffer) == 5
 
 
-@pytest.mark.parametrize("index", range(7), ids=BUFFER_IDS)
+@pytest.mark.parametrize("index", ALL, ids=BUFFER_IDS)
 def test_buffer_dataset_follows_every_update(index):
     """Read after each update (the incremental path), through grow, shrink and merges."""
     buf = _buffers(8)[index]

@@ -1,0 +1,99 @@
+"""The class-balancing rules as pure functions: CBRS, GDumb's sampler and their shared parts."""
+
+import pytest
+import torch
+
+from avalanche_gss.selection.cbrs import cbrs_slots
+from avalanche_gss.selection.classes import largest_instance, shrink_largest
+from avalanche_gss.selection.gdumb import gdumb_slots
+
+_NONE = torch.zeros(0, dtype=torch.long)
+_NO_FULL = torch.zeros(0, dtype=torch.bool)
+
+
+def _cbrs(stored, new, capacity, g=None):
+    return cbrs_slots(torch.tensor(stored, dtype=torch.long), torch.tensor(new, dtype=torch.long),
+                      capacity, _NONE, _NO_FULL, generator=g)
+
+
+def _gdumb(stored, new, capacity, g=None):
+    return gdumb_slots(torch.tensor(stored, dtype=torch.long),
+                       torch.tensor(new, dtype=torch.long), capacity, _NONE, generator=g)
+
+
+def test_largest_instance_draws_in_slot_order_over_every_tied_class():
+    labels, counts = [0, 1, 2, 1, 0], [2, 2, 1]
+    picks = [largest_instance(labels, counts, u) for u in (0.0, 0.3, 0.6, 0.9, 0.999999)]
+    assert picks == [0, 1, 3, 4, 4]  # candidates: slots 0, 1, 3, 4 (classes 0 and 1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_shrink_largest_cuts_the_largest_classes_down_to_each_other(seed):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.tensor([0] * 6 + [1] * 3 + [2])[torch.randperm(10, generator=g)]
+    for n_keep, expected in ((10, [6, 3, 1]), (7, [3, 3, 1]), (5, [2, 2, 1]), (3, [1, 1, 1])):
+        keep = shrink_largest(labels, n_keep, generator=g)
+        assert keep.tolist() == sorted(set(keep.tolist())) and len(keep) == n_keep
+        assert torch.bincount(labels[keep], minlength=3).tolist() == expected
+    assert shrink_largest(labels, 12).tolist() == list(range(10))
+    with pytest.raises(ValueError, match="n_keep"):
+        shrink_largest(labels, -1)
+
+
+@pytest.mark.parametrize("rule", [_cbrs, _gdumb])
+def test_bad_capacities_are_refused_and_an_empty_batch_changes_nothing(rule):
+    with pytest.raises(ValueError, match="capacity"):
+        rule([], [0], 0)
+    with pytest.raises(ValueError, match="exceed the capacity"):
+        rule([0, 1, 2], [0], 2)
+    decision = rule([0, 1], [], 3)
+    assert decision.slots.tolist() == [] and decision.seen.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(("rule", "per_sample"), [(_cbrs, 2), (_gdumb, 1)])
+def test_each_batch_draws_a_fixed_number_of_uniforms(rule, per_sample):
+    # Whatever the decisions (stored, refused, filling), the generator advances alike.
+    for stored, new in (([], [0, 1, 2]), ([0, 0, 0, 1], [0, 0, 2])):
+        g, ref = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+        rule(stored, new, 4, g)
+        torch.rand(len(new) * per_sample, generator=ref, dtype=torch.float64)
+        assert torch.equal(g.get_state(), ref.get_state())
+
+
+def test_a_later_sample_of_the_batch_may_take_the_slot_of_an_earlier_one():
+    # GDumb, M = 3: classes 0, 0 fill slots 0-1; class 1 fills slot 2 (full); the next
+    # class-1 sample is below its share (1 < 3/2): it takes a random instance of
+    # class 0, the largest, possibly the one stored in this very batch
+    outcomes = set()
+    for seed in range(40):
+        slots = _gdumb([], [0, 0, 1, 1], 3, torch.Generator().manual_seed(seed)).slots.tolist()
+        kept = [s for s in slots if s >= 0]
+        assert len(kept) == len(set(kept)) == 3  # distinct and the memory full
+        outcomes.add(tuple(slots))
+    assert outcomes == {(-1, 1, 2, 0), (0, -1, 2, 1)}
+
+
+def test_cbrs_when_one_slot_holds_everything():
+    # M = 1: the slot's class is full; a new class takes it and becomes full in turn;
+    # the first class, full with nothing stored, is then never stored again
+    g = torch.Generator().manual_seed(0)
+    decision = _cbrs([], [0, 1, 0, 0], 1, g)
+    assert decision.slots.tolist() == [-1, 0, -1, -1]
+    assert decision.full.tolist() == [True, True] and decision.seen.tolist() == [3, 1]
+
+
+@pytest.mark.parametrize("module", ["classes", "cbrs", "gdumb"])
+def test_the_rules_are_pure_tensor_code(module):
+    # Imports of the module's source: torch, typing and the selection package only
+    import ast
+    from pathlib import Path
+
+    import avalanche_gss.selection as selection
+
+    tree = ast.parse((Path(selection.__file__).parent / f"{module}.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    allowed = ("torch", "typing", "__future__", "avalanche_gss.selection.")
+    assert all(name.startswith(allowed) for name in imported), imported
