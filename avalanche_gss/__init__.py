@@ -34,6 +34,8 @@ _EXPORTS = {
     "FSSClust": "avalanche_gss.methods.clust",
     "CBRS": "avalanche_gss.methods.cbrs",
     "GDumb": "avalanche_gss.methods.gdumb",
+    "CBGSSBuffer": "avalanche_gss.methods.cb_gss",
+    "CBGSS": "avalanche_gss.methods.cb_gss",
     "GSSIQPConstrained": "avalanche_gss.methods.gss_iqp",
     "quiet_evaluator": "avalanche_gss.training",
     "REGISTRY": "avalanche_gss.methods",

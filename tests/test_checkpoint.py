@@ -23,6 +23,7 @@ from avalanche_gss.checkpoint import (
     strategy_state_dict,
     train_resumable,
 )
+from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.clust import FSSClust, GSSClust
 from avalanche_gss.methods.gdumb import GDumb
@@ -43,6 +44,7 @@ BUILDERS = {
     "GSS-IQP-constrained": lambda **kw: GSSIQPConstrained(mem_size=30, recent_size=20, **kw),
     "CBRS": lambda **kw: CBRS(mem_size=30, **kw),
     "GDumb": lambda **kw: GDumb(mem_size=30, **kw),
+    "CB-GSS": lambda **kw: CBGSS(mem_size=30, n=5, **kw),
 }
 
 

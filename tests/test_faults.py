@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from avalanche_gss.benchmarks import TensorExperience, online_benchmark
 from avalanche_gss.gradients import per_sample_grad_loop, sample_gram
+from avalanche_gss.methods.cb_gss import CBGSS, CBGSSBuffer
 from avalanche_gss.methods.cbrs import CBRS, CBRSBuffer
 from avalanche_gss.methods.clust import FSSClust, FSSClustBuffer, GSSClust, GSSClustBuffer
 from avalanche_gss.methods.gdumb import GDumb, GDumbBuffer
@@ -31,11 +32,13 @@ STRATEGIES = {
     "GSS-IQP-constrained": lambda **kw: GSSIQPConstrained(recent_size=20, **kw),
     "CBRS": CBRS,
     "GDumb": GDumb,
+    "CB-GSS": CBGSS,
 }
 GRADIENT_BUFFERS = {
     "GSS-Greedy": lambda m, **kw: GSSGreedyBuffer(m, **kw),
     "GSS-IQP": lambda m, **kw: GSSIQPBuffer(m, recent_size=20, **kw),
     "GSS-Clust": lambda m, **kw: GSSClustBuffer(m, recent_size=20, growth=1.01, **kw),
+    "CB-GSS": lambda m, **kw: CBGSSBuffer(m, **kw),
 }
 
 
@@ -241,7 +244,7 @@ def test_batches_and_buffer_smaller_than_the_replay_batch(tiny_split):
 
 # ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize("cls", [ReservoirBuffer, RandBuffer, GSSGreedyBuffer, GSSIQPBuffer,
-                                 CBRSBuffer, GDumbBuffer])
+                                 CBRSBuffer, GDumbBuffer, CBGSSBuffer])
 def test_inputs_of_another_shape_raise_and_leave_the_buffer(stream, cls):
     x, y = stream
     model = mlp()

@@ -28,6 +28,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "clust": ("GSS-Clust", "FSS-Clust"),
     "cbrs": ("CBRS",),
     "gdumb": ("GDumb",),
+    "cb_gss": ("CB-GSS",),
 }
 """The registry: each method file of this package and the paper names it defines."""
 

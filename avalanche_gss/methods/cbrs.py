@@ -52,7 +52,7 @@ class CBRSBuffer(ClassBalancedBuffer):
         super().__init__(max_size, seed=seed)
         self.full_classes = torch.zeros(0, dtype=torch.bool)  # indexed by label
 
-    def _assign(self, rows: Rows, model: nn.Module | None) -> tuple[Tensor, None]:
+    def _assign(self, rows: Rows, model: nn.Module | None) -> tuple[Tensor, Tensor | None]:
         decision = cbrs_slots(self.stored_labels(), rows.y, self.max_size, self.class_seen,
                               self.full_classes, generator=self.generator)
         self.class_seen, self.full_classes = decision.seen, decision.full

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from avalanche_gss.selection.classes import class_counts, grow, largest_instance
+from avalanche_gss.selection.classes import class_counts, grow, largest_instance, weighted_index
 
 __all__ = ["CBRSDecision", "cbrs_slots"]
 
@@ -31,7 +31,7 @@ class CBRSDecision(NamedTuple):
 
 def cbrs_slots(
     stored: Tensor, new: Tensor, capacity: int, seen: Tensor, full: Tensor, *,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | None = None, weights: tuple[Tensor, Tensor] | None = None,
 ) -> CBRSDecision:
     """Place a batch, one sample at a time, by Algorithm 1 of the CBRS paper.
 
@@ -68,6 +68,11 @@ def cbrs_slots(
     :param full: ``(K',)`` bool: the classes full before the batch (padded with False).
     :param generator: source of randomness (CPU ``torch.Generator``); each batch draws
         ``2 B`` uniforms, whatever the decisions.
+    :param weights: ``(stored_weights (S,), new_weights (B,))``: draw the instance to
+        overwrite among the candidates with probability proportional to its weight
+        (with the same uniform) instead of uniformly; a sample that takes a slot brings
+        its weight with it. ``None``: the paper's uniform draw. Candidates whose weights
+        are all zero are drawn uniformly.
     :return: the slots and the bookkeeping after the batch (:class:`CBRSDecision`).
     """
     if capacity < 1:
@@ -83,6 +88,12 @@ def cbrs_slots(
     draws = torch.rand(len(batch), 2, generator=generator, dtype=torch.float64).tolist()
     slots = [-1] * len(batch)
     owner: dict[int, int] = {}  # slot -> the sample of this batch that holds it
+    stored_w = new_w = None
+    if weights is not None:
+        stored_w = [float(w) for w in weights[0].detach().cpu().double().tolist()]
+        new_w = [float(w) for w in weights[1].detach().cpu().double().tolist()]
+        if len(stored_w) != len(labels) or len(new_w) != len(batch):
+            raise ValueError("weights must have one entry per stored and per new sample")
 
     def mark_largest() -> None:
         top = max(counts)
@@ -95,6 +106,8 @@ def cbrs_slots(
         if len(labels) < capacity:  # memory not filled: store
             slot = len(labels)
             labels.append(c)
+            if stored_w is not None and new_w is not None:
+                stored_w.append(new_w[i])
             counts[c] += 1
             if len(labels) == capacity:
                 mark_largest()
@@ -102,14 +115,16 @@ def cbrs_slots(
             mark_largest()  # the classes largest now are full
             accept, pick = draws[i]
             if not is_full[c]:
-                slot = largest_instance(labels, counts, pick)
+                slot = largest_instance(labels, counts, pick, stored_w)
             elif counts[c] > 0 and accept * n_seen[c] <= counts[c]:  # u <= m_c / n_c
                 own = [j for j, label in enumerate(labels) if label == c]
-                slot = own[min(int(pick * len(own)), len(own) - 1)]
+                slot = own[weighted_index(pick, len(own), stored_w and [stored_w[j] for j in own])]
             else:
                 continue
             counts[labels[slot]] -= 1
             labels[slot] = c
+            if stored_w is not None and new_w is not None:
+                stored_w[slot] = new_w[i]
             counts[c] += 1
             mark_largest()
         if slot in owner:

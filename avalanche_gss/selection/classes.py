@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["class_counts", "grow", "largest_instance", "shrink_largest"]
+__all__ = ["class_counts", "grow", "largest_instance", "shrink_largest", "weighted_index"]
 
 
 def grow(counts: Tensor, n_classes: int) -> Tensor:
@@ -42,17 +42,43 @@ def class_counts(labels: list[int], n_classes: int) -> list[int]:
     return counts
 
 
-def largest_instance(labels: list[int], counts: list[int], u: float) -> int:
+def weighted_index(u: float, n: int, weights: list[float] | None = None) -> int:
+    """Turn a uniform draw into an index below ``n``, uniformly or by ``weights``.
+
+    :param u: a uniform draw in ``[0, 1)``.
+    :param n: how many candidates (at least one).
+    :param weights: ``n`` non-negative weights; ``None``, or all zero: uniform.
+    :return: ``floor(u * n)`` without weights; with them, the first index whose
+        cumulative weight exceeds ``u`` times the total (inverse CDF).
+    """
+    total = sum(weights) if weights else 0.0
+    if not weights or not total > 0:
+        return min(int(u * n), n - 1)
+    target, cumulative = u * total, 0.0
+    for k, w in enumerate(weights):
+        cumulative += w
+        if target < cumulative:
+            return k
+    return max(k for k, w in enumerate(weights) if w > 0)  # rounding at the top end
+
+
+def largest_instance(labels: list[int], counts: list[int], u: float,
+                     weights: list[float] | None = None) -> int:
     """The position in ``labels`` of a random stored instance of (one of) the largest classes.
 
     :param labels: stored labels (at least one).
     :param counts: their per-class counts (:func:`class_counts`).
     :param u: a uniform draw in ``[0, 1)``; the candidates are taken in slot order.
-    :return: the chosen position: candidate number ``floor(u * n_candidates)``.
+    :param weights: one weight per stored label: draw the instance proportionally to
+        its weight (:func:`weighted_index`); ``None``: uniformly.
+    :return: the chosen position: candidate number ``floor(u * n_candidates)`` without
+        weights.
     """
     top = max(counts)
     candidates = [i for i, label in enumerate(labels) if counts[label] == top]
-    return candidates[min(int(u * len(candidates)), len(candidates) - 1)]
+    chosen = weighted_index(u, len(candidates),
+                            None if weights is None else [weights[i] for i in candidates])
+    return candidates[chosen]
 
 
 def shrink_largest(

@@ -25,7 +25,7 @@ def _loss(logits, y):
 
 def test_registry_holds_the_papers_buffer_methods_in_table_order():
     assert tuple(methods.REGISTRY) == ("Rand", "Reservoir", "GSS-Greedy", "GSS-IQP",
-                                       "GSS-Clust", "FSS-Clust", "CBRS", "GDumb")
+                                       "GSS-Clust", "FSS-Clust", "CBRS", "GDumb", "CB-GSS")
     assert experiments.BUFFER_METHODS == tuple(methods.REGISTRY) == methods.NAMES
     assert experiments.VARIANT_METHODS == ("GSS-Greedy", "GSS-Clust", "FSS-Clust")
     assert experiments.CONSTRAINED_METHODS == ("GSS-IQP",)
@@ -56,6 +56,7 @@ OPTIONS = {
     "FSS-Clust": {"variant": "paper", "recent_size": 7, "features": "logits",
                   "squared": True, "growth": 3.0},
     "CBRS": {},
+    "CB-GSS": {"n": 7, "victim": "random", "loss_fn": _loss, "params": _PARAMS},
     "GDumb": {},
 }
 

@@ -26,6 +26,7 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
 from avalanche_gss import (
+    CBGSSBuffer,
     CBRSBuffer,
     FSSClustBuffer,
     GDumbBuffer,
@@ -69,11 +70,12 @@ def _buffers(m: int = 12):
         FSSClustBuffer(m, recent_size=10, variant="paper", seed=1),
         CBRSBuffer(m, seed=1),
         GDumbBuffer(m, seed=1),
+        CBGSSBuffer(m, seed=1),
     ]
 
 
 BUFFER_IDS = ["reservoir", "rand", "greedy", "greedy-authors", "iqp", "gss-clust", "fss-clust",
-              "cbrs", "gdumb"]
+              "cbrs", "gdumb", "cb-gss"]
 ALL = range(len(BUFFER_IDS))
 
 
@@ -105,7 +107,7 @@ def test_stored_samples_keep_their_own_task_label(index):
 
 
 # --------------------------------------------------------------------- multi-head
-@pytest.mark.parametrize("index", [2, 3, 4, 5, 6], ids=BUFFER_IDS[2:7])
+@pytest.mark.parametrize("index", [2, 3, 4, 5, 6, 9], ids=[*BUFFER_IDS[2:7], BUFFER_IDS[9]])
 def test_scored_buffers_work_with_a_multi_head_model(index):
     buf = _buffers()[index]
     bench = _nc(task_labels=True)

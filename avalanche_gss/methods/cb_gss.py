@@ -1,0 +1,135 @@
+"""``CB-GSS``: class-balanced gradient-based sample selection (this library's policy).
+
+What the tables of this library show: on balanced streams a uniform sample of the stream
+(Reservoir) is as good as any GSS method, and on imbalanced streams GSS's gate wins only
+because it lets under-represented tasks in; the buffer composition diagnosis shows that
+how much of each task is kept decides the accuracy. CB-GSS therefore takes the quantity
+of each class from class-balancing reservoir sampling (CBRS) and uses GSS only where a
+choice among samples of one class remains: which stored sample gives up its slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from avalanche_gss.buffers import GradientScored, Rows
+from avalanche_gss.buffers.base import reject
+from avalanche_gss.methods.cbrs import CBRSBuffer
+from avalanche_gss.methods.spec import Method
+from avalanche_gss.selection.cbrs import cbrs_slots
+from avalanche_gss.selection.greedy import memory_scores
+from avalanche_gss.training.rehearsal import BufferStrategy
+
+__all__ = ["Victim", "CBGSSBuffer", "CBGSS", "METHODS"]
+
+Victim = Literal["score", "random"]
+
+
+class CBGSSBuffer(GradientScored, CBRSBuffer):
+    """``CB-GSS``: CBRS's class quotas, GSS-Greedy's redundancy score for the victim.
+
+    How many samples of each class stay is CBRS's rule
+    (:class:`~avalanche_gss.methods.cbrs.CBRSBuffer`): every sample of a class that is
+    not (and never was) the largest is kept, and a full class holds a reservoir of its
+    stream. Which stored sample of the chosen class is overwritten is drawn with
+    probability proportional to its GSS score ``C_i = max_j cos(g_i, G_j) + 1``
+    (Algorithm 2, lines 5-7, against ``n`` gradients drawn from the buffer when the
+    sample arrived; :func:`~avalanche_gss.selection.greedy.memory_scores`), so samples
+    whose gradient the buffer already covers leave first, as in GSS-Greedy's
+    replacement, while the class proportions stay balanced. ``victim="random"`` is CBRS
+    itself (the ablation of the score). The class decisions draw the same uniforms as
+    CBRS with the same seed (the comparisons have a generator of their own), so the class
+    counts along a stream are CBRS's exactly; only which instance of a class leaves
+    differs.
+
+    It reads class labels (``y``), as CBRS does, but no task label and no task boundary.
+    Samples whose gradient is not finite are not stored (counted in :attr:`n_rejected`).
+
+    :param max_size: number of slots ``M``.
+    :param n: buffer gradients each new sample is compared with (GSS-Greedy's ``n``).
+    :param victim: ``"score"`` (draw the overwritten sample by score) or ``"random"``
+        (uniformly: CBRS).
+    :param loss_fn: per-sample loss ``(logits, y) -> (B,)``; cross-entropy by default.
+    :param params: the parameters whose gradients are compared; all trainable by default.
+    :param seed: seed of the buffer's generator.
+    """
+
+    scored = True
+    method = "CB-GSS"
+
+    def __init__(self, max_size: int, *, n: int = 10, victim: Victim = "score",
+                 loss_fn: Any = None, params: list[nn.Parameter] | None = None,
+                 seed: int = 0) -> None:
+        super().__init__(max_size, seed=seed)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if victim not in ("score", "random"):
+            raise ValueError(f"victim must be 'score' or 'random', got {victim!r}")
+        self.n = n
+        self.victim: Victim = victim
+        self.loss_fn = loss_fn
+        self.params = params
+        # The buffer samples each new one is compared with are drawn from a generator of
+        # their own, so that the class decisions draw exactly CBRS's uniforms.
+        self.compare_generator = torch.Generator().manual_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`CBRSBuffer.state_dict` plus the comparison draws' generator."""
+        return {**super().state_dict(), "compare_generator": self.compare_generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        super().load_state_dict(state)
+        self.compare_generator.set_state(state["compare_generator"])
+
+    def _assign(self, rows: Rows, model: nn.Module | None) -> tuple[Tensor, Tensor | None]:
+        slots = torch.full((len(rows),), -1, dtype=torch.long)
+        scores: Tensor | None = None
+        keep = torch.ones(len(rows), dtype=torch.bool)
+        if self.victim == "score":
+            scores = self._score(rows, model)
+            keep = torch.isfinite(scores)
+            if not bool(keep.all()):
+                bad = int((~keep).sum())
+                reject(self, bad, f"{bad} sample(s) with a non-finite gradient score not "
+                       "stored", stacklevel=5)
+        stored = self.scores[: self.size].cpu() if self.scores is not None else torch.zeros(0)
+        labels = rows.y[keep.to(rows.y.device)]
+        decision = cbrs_slots(
+            self.stored_labels(), labels, self.max_size, self.class_seen, self.full_classes,
+            generator=self.generator,
+            weights=None if scores is None else (stored, scores[keep]),
+        )
+        self.class_seen, self.full_classes = decision.seen, decision.full
+        slots[keep] = decision.slots
+        return slots, scores
+
+    def _score(self, rows: Rows, model: nn.Module | None) -> Tensor:
+        """GSS-Greedy's score of each new sample against ``n`` random stored gradients."""
+        self._check_model(model)
+        k = min(self.size, self.n)
+        if k == 0:
+            return torch.ones(len(rows))  # empty buffer: cosine 0, nothing known
+        bx, by, bt = self.rows(self.sample_slots(k, self.compare_generator))
+        gram = self._gram(model, torch.cat([rows.x.to(bx.device), bx]),
+                          torch.cat([rows.y.to(by.device), by]),
+                          torch.cat([rows.t.to(bt.device), bt]))
+        return memory_scores(gram, len(rows))[0]
+
+
+class CBGSS(BufferStrategy):
+    """Online rehearsal with the ``CB-GSS`` buffer.
+
+    :param mem_size: buffer size ``M``.
+    :param seed: seed of the buffer and of the replay draws.
+    :param kwargs: :class:`CBGSSBuffer`'s options (``n``, ``victim``, ...) and
+        :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    """
+
+    buffer_class = CBGSSBuffer
+
+
+METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS, options={"n": "n"}),)
