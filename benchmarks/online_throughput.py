@@ -27,6 +27,11 @@ Case ``gss-greedy-mlp-disjoint``:
   10 new + 32 replayed samples, selection inside every step): not the same schedule,
   timed that way because it is the only way it runs.
 
+Cases ``cbrs-mlp-disjoint`` and ``cb-gss-mlp-disjoint``: ``library`` is
+:class:`~avalanche_gss.methods.cbrs.CBRS` / :class:`~avalanche_gss.methods.cb_gss.CBGSS`
+(CBRS's quotas, GSS-Greedy's score of each new sample against 10 buffer gradients), and
+``floor`` the bare reservoir loop.
+
 Each record also carries the final average test accuracy (mean over tasks), so that the
 library and the bare loop can be compared on what they learn, not only on time. Repeats
 use seeds 0, 1, 2, ... ``--device auto`` (the default) trains on CUDA when it is present.
@@ -54,6 +59,8 @@ from torch import nn
 
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.experiments import resolve_device
+from avalanche_gss.methods.cb_gss import CBGSS
+from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP
@@ -167,6 +174,16 @@ def run_library_greedy_authors(split: Any, seed: int, m: int, n_iter: int, devic
     return run_library(split, seed, m, n_iter, device, partial(GSSGreedy, variant="authors"))
 
 
+def run_library_cb_gss(split: Any, seed: int, m: int, n_iter: int, device: str
+                       ) -> tuple[float, float]:
+    return run_library(split, seed, m, n_iter, device, CBGSS)
+
+
+def run_library_cbrs(split: Any, seed: int, m: int, n_iter: int, device: str
+                     ) -> tuple[float, float]:
+    return run_library(split, seed, m, n_iter, device, CBRS)
+
+
 def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int, device: str
                       ) -> tuple[float, float]:
     from avalanche.training import GSS_greedy
@@ -199,6 +216,8 @@ CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
     "gss-greedy-authors-mlp-disjoint": {
         "library": run_library_greedy_authors, "floor": run_floor,
     },
+    "cbrs-mlp-disjoint": {"library": run_library_cbrs, "floor": run_floor},
+    "cb-gss-mlp-disjoint": {"library": run_library_cb_gss, "floor": run_floor},
 }
 
 

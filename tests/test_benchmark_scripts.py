@@ -20,10 +20,12 @@ def test_online_throughput_runs_on_the_auto_device(tmp_path):
     res = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "online_throughput.py"), "--repeats", "1",
          "--samples-per-task", "20", "--impls", "library", "floor", "--cases",
-         "reservoir-mlp-disjoint", "--json", str(out)],
+         "reservoir-mlp-disjoint", "cb-gss-mlp-disjoint", "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     records = json.loads(out.read_text())["records"]
     expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert [r["impl"] for r in records] == ["library", "floor"]
+    assert [(r["case"], r["impl"]) for r in records] == [
+        ("reservoir-mlp-disjoint", "library"), ("reservoir-mlp-disjoint", "floor"),
+        ("cb-gss-mlp-disjoint", "library"), ("cb-gss-mlp-disjoint", "floor")]
     assert {r["device"] for r in records} == {expected}
