@@ -28,6 +28,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     "GDumb": {"method": "GDumb"},
     "ER-MIR": {"method": "Reservoir", "retrieval": "mir"},
     "GSS+MIR": {"method": "GSS-Greedy", "variant": "authors", "retrieval": "mir"},
+    "CB-GSS": {"method": "CB-GSS"},
 }
 """Each policy's row label and the ``RunSettings`` keywords that make it, in row order.
 
