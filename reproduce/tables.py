@@ -24,6 +24,7 @@ from avalanche_gss.experiments import (
     RunResult,
     resolve_device,
     run_label,
+    settings_dict,
 )
 from avalanche_gss.models import make_model
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
@@ -91,7 +92,7 @@ def _job_configs(args: argparse.Namespace, runs: list[dict[str, Any]], chosen: d
         config = {"version": RESULTS_VERSION, "code": avalanche_gss.__version__,
                   "experiment": args.experiment, "data": data_name, "root": args.root,
                   "download": args.download, **identity, "threads": args.threads,
-                  "variant": r["variant"], "settings": dataclasses.asdict(base)}
+                  "variant": r["variant"], "settings": settings_dict(base)}
         if args.tensorboard:  # a logged run is its own job: its side effect differs
             tag = "-".join([run_label(base), *(f"{k}{v}" for k, v in r["variant"].items())])
             config["tensorboard"] = os.path.join(args.tensorboard, args.experiment, tag)
