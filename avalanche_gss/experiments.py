@@ -94,7 +94,7 @@ METHODS = _methods()
 
 @dataclass
 class RunSettings:
-    """Everything that defines one run (hashable into a cache key by ``asdict``).
+    """Everything that defines one run (hashable into a cache key by :func:`settings_dict`).
 
     :param method: one of :data:`METHODS`.
     :param buffer_size: replay buffer size ``M`` (GEM: split evenly over the tasks;
