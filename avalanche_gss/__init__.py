@@ -26,6 +26,8 @@ _EXPORTS = {
     "OnlineRehearsalPlugin": "avalanche_gss.training",
     "OnlineTemplate": "avalanche_gss.training",
     "OnlineRehearsal": "avalanche_gss.training",
+    "MIRRetrieval": "avalanche_gss.training",
+    "RandomRetrieval": "avalanche_gss.training",
     "Reservoir": "avalanche_gss.methods.reservoir",
     "Rand": "avalanche_gss.methods.rand",
     "GSSGreedy": "avalanche_gss.methods.gss_greedy",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -25,12 +25,14 @@ from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
-from avalanche_gss.training import quiet_evaluator
+from avalanche_gss.training import MIRRetrieval, quiet_evaluator
+from avalanche_gss.training.retrieval import RETRIEVALS
 
 __all__ = [
     "BUFFER_METHODS",
     "BASELINES",
     "METHODS",
+    "RETRIEVALS",
     "TASK_AWARE",
     "VARIANTS",
     "VARIANT_METHODS",
@@ -41,6 +43,7 @@ __all__ = [
     "resolve_device",
     "run",
     "run_label",
+    "settings_dict",
 ]
 
 logger = logging.getLogger(__name__)
@@ -91,7 +94,7 @@ METHODS = _methods()
 
 @dataclass
 class RunSettings:
-    """Everything that defines one run (hashable into a cache key by ``asdict``).
+    """Everything that defines one run (hashable into a cache key by :func:`settings_dict`).
 
     :param method: one of :data:`METHODS`.
     :param buffer_size: replay buffer size ``M`` (GEM: split evenly over the tasks;
@@ -125,6 +128,12 @@ class RunSettings:
         GSS-IQP only).
     :param constraint_margin: the constrained update's GEM ``memory_strength`` (0: the
         plain projection; see ``ConstrainedUpdatePlugin``).
+    :param retrieval: which buffer samples each replay step learns: ``"random"`` (uniform
+        draws, the paper's) or ``"mir"`` (Maximally Interfered Retrieval, Aljundi, Caccia
+        et al., NeurIPS 2019; see ``MIRRetrieval``). Buffer methods with
+        ``update="rehearsal"`` only.
+    :param mir_candidates: MIR's ``C``, buffer samples scored per replay step (the MIR
+        authors' 50 on MNIST and CIFAR-10); at least ``replay_batch_size``.
     """
 
     method: str
@@ -148,6 +157,8 @@ class RunSettings:
     fss_squared: bool | None = None
     update: str = "rehearsal"
     constraint_margin: float = 0.0
+    retrieval: str = "random"
+    mir_candidates: int = 50
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -171,6 +182,19 @@ class RunSettings:
                 f"update='constrained' is implemented for {', '.join(CONSTRAINED_METHODS)}, "
                 f"not {self.method!r}"
             )
+        if self.retrieval not in RETRIEVALS:
+            raise ValueError(f"unknown retrieval {self.retrieval!r}; choose from "
+                             f"{', '.join(RETRIEVALS)}")
+        if self.mir_candidates < 1 or (self.retrieval == "mir"
+                                       and self.mir_candidates < self.replay_batch_size):
+            raise ValueError(f"mir_candidates must be >= replay_batch_size "
+                             f"({self.replay_batch_size}), got {self.mir_candidates}")
+        if self.retrieval != "random" and (self.method not in BUFFER_METHODS
+                                           or self.update != "rehearsal"):
+            what = (f"update={self.update!r}" if self.method in BUFFER_METHODS
+                    else repr(self.method))
+            raise ValueError(f"retrieval={self.retrieval!r} chooses the replay batches of the "
+                             f"buffer methods' rehearsal, not of {what}")
 
 
 @dataclass
@@ -195,11 +219,31 @@ class RunResult:
         return {**asdict(self), "settings": asdict(self.settings)}
 
 
+LATER_FIELDS = ("retrieval", "mir_candidates")
+"""Run settings added after results were first cached: left out of a cache key at their
+defaults (:func:`settings_dict`), so that the results cached before they existed stay
+valid."""
+
+
+def settings_dict(settings: RunSettings) -> dict[str, Any]:
+    """The run's settings as a dict for a cache key.
+
+    ``asdict``, less any of :data:`LATER_FIELDS` at its default; ``RunSettings(**d)``
+    gives the run back.
+
+    :param settings: the run's settings.
+    """
+    values = asdict(settings)
+    defaults = {f.name: f.default for f in fields(RunSettings)}
+    return {k: v for k, v in values.items() if not (k in LATER_FIELDS and v == defaults[k])}
+
+
 def run_label(settings: RunSettings) -> str:
     """Name a run in logs and TensorBoard (e.g. ``"GSS-Clust-authors-M300-seed0"``).
 
-    The method, its variant and update where it has them, the buffer size where it has
-    a buffer, and the seed.
+    The method, its variant and update where it has them, its retrieval when it is not
+    ``"random"`` (``"Reservoir-mir-M300-seed0"``), the buffer size where it has a buffer,
+    and the seed.
 
     :param settings: the run's settings.
     """
@@ -208,6 +252,8 @@ def run_label(settings: RunSettings) -> str:
         parts.append(settings.variant)
     if settings.method in CONSTRAINED_METHODS:
         parts.append(settings.update)
+    if settings.retrieval != "random":
+        parts.append(settings.retrieval)
     if settings.method in BUFFER_METHODS or settings.method in TASK_AWARE:
         parts.append(f"M{settings.buffer_size}")
     parts.append(f"seed{settings.seed}")
@@ -249,7 +295,9 @@ def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.opt
         assert method.constrained is not None  # RunSettings checked it
         strategy: SupervisedTemplate = method.constrained(margin=s.constraint_margin, **common)
         return strategy
-    strategy = method.strategy(replay_batch_size=s.replay_batch_size, **common)
+    retrieval = MIRRetrieval(s.mir_candidates) if s.retrieval == "mir" else s.retrieval
+    strategy = method.strategy(replay_batch_size=s.replay_batch_size, retrieval=retrieval,
+                               **common)
     return strategy
 
 

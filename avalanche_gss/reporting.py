@@ -173,7 +173,7 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
               paper_avg: dict[str, tuple[float, float | None]] | None = None) -> str:
     """A method × column table; each cell "ours (paper: x)"."""
     def label(row: dict[str, Any]) -> str:
-        tags = [str(row[k]) for k in ("variant", "update") if k in row]
+        tags = [str(row[k]) for k in ("variant", "update", "retrieval") if k in row]
         return row["method"] + (f" ({', '.join(tags)})" if tags else "")
 
     methods = list(dict.fromkeys(label(r) for r in report["rows"]))
@@ -192,7 +192,12 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
            "does it (GSS-Greedy: batch-level gate, mini-batch buffer gradients, min-max draw; "
            "GSS-Clust: threshold growth 1.01 instead of doubling; FSS-Clust: logits and "
            "squared distances instead of the penultimate layer)."
-           if any("variant" in r for r in report["rows"]) else ""),
+           if any("variant" in r for r in report["rows"]) else "")
+        + (" (mir): replay batches chosen by Maximally Interfered Retrieval (Aljundi, "
+           "Caccia et al., NeurIPS 2019) among "
+           f"{report['protocol'].get('mir_candidates', 50)} random buffer samples, instead of "
+           "drawn uniformly; a paper number beside it is the method's with uniform draws."
+           if any(r.get("retrieval") == "mir" for r in report["rows"]) else ""),
         "",
         "| method | " + " | ".join(label for label, _ in columns)
         + (" | Avg |" if paper_avg is not None else " |"),
@@ -267,7 +272,7 @@ def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[s
     n_tasks = max((len(a) for r in report["rows"] for a in r["task_accuracy"]), default=0)
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
-    extra = [k for k in ("sequence", "variant", "n", "batch_size", "update")
+    extra = [k for k in ("sequence", "variant", "n", "batch_size", "update", "retrieval")
              if any(k in r for r in report["rows"])]
     steps = any("skipped_steps" in r for r in report["rows"])
     prov = report.get("provenance") or {}

@@ -43,6 +43,15 @@ METHOD_NAMES = (*methods.NAMES, *BASELINE_NAMES)
 VARIANT_NAMES = ("paper", "authors")
 """``avalanche_gss.experiments.VARIANTS``."""
 
+RETRIEVAL_NAMES = ("random", "mir")
+"""``avalanche_gss.experiments.RETRIEVALS``."""
+
+TABLES = ("table1", "table2", "table3", "table4", "blurry", "constrained")
+"""The experiments that are tables of runs (``--retrieval`` applies to them)."""
+
+REPLAY_BATCH = 10
+"""Buffer samples per replay step in every experiment (``RunSettings.replay_batch_size``)."""
+
 DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
 """``avalanche_gss.benchmarks.DATASET_NAMES``."""
 
@@ -174,6 +183,15 @@ def make_parser() -> argparse.ArgumentParser:
                         help="paper and/or authors: GSS-Greedy, GSS-Clust and FSS-Clust as "
                              "the paper writes them (paper) and as the authors' code does "
                              "them (authors); each is its own row")
+    parser.add_argument("--retrieval", nargs="+", choices=RETRIEVAL_NAMES,
+                        default=["random"], metavar="RETRIEVAL",
+                        help="table experiments: which buffer samples each replay step of "
+                             "the buffer methods learns: random (uniform draws, the "
+                             "paper's) and/or mir (Maximally Interfered Retrieval, Aljundi, "
+                             "Caccia et al. 2019); each is its own row")
+    parser.add_argument("--mir-candidates", type=_positive_int, default=None, metavar="C",
+                        help="buffer samples MIR scores per replay step (default: 50, the "
+                             "MIR authors' on MNIST and CIFAR-10)")
     parser.add_argument("--out", default="results", help="output folder")
     parser.add_argument("--quick", action="store_true", help="a short version of the run")
     parser.add_argument("--device", type=_device, default="auto", help=DEVICE_HELP)
@@ -198,7 +216,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def _refuse_repeats(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Repeated seeds, sizes, methods or variants would count one run twice: refuse them."""
-    for key in ("seeds", "buffer_sizes", "methods", "variants", "policies", "streams"):
+    for key in ("seeds", "buffer_sizes", "methods", "variants", "retrieval", "policies",
+                "streams"):
         values = getattr(args, key)
         if values is None:
             continue
@@ -235,6 +254,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if getattr(args, key) is not None:
                 parser.error(f"argument --{key}: applies to which-buffer only, not to "
                              f"{args.experiment}")
+    if args.experiment not in TABLES and args.retrieval != ["random"]:
+        parser.error(f"argument --retrieval: applies to the table experiments "
+                     f"({', '.join(TABLES)}), not to {args.experiment}")
+    if args.mir_candidates is not None:
+        if "mir" not in args.retrieval:
+            parser.error("argument --mir-candidates: applies to --retrieval mir")
+        if args.mir_candidates < REPLAY_BATCH:
+            parser.error(f"argument --mir-candidates: {args.mir_candidates} is fewer than the "
+                         f"{REPLAY_BATCH} samples of a replay batch; give {REPLAY_BATCH} or more")
     if args.data is not None and args.data.lower().endswith(".npz") and (
             args.root is not None or args.download):
         parser.error("argument --root/--download: they apply to mnist and cifar10, not to "

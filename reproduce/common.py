@@ -114,7 +114,7 @@ def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
     return RunSettings(method=method, **values)
 
 
-PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_size")
+PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_size", "retrieval")
 """Settings that tell one run of an experiment from another (not the protocol's)."""
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import io
 import json
 import logging
@@ -39,6 +38,7 @@ from avalanche_gss.experiments import (
     VARIANTS,
     RunResult,
     RunSettings,
+    settings_dict,
 )
 from avalanche_gss.experiments import run as run_one
 from avalanche_gss.plotting import Panel, Series, plot_curves, plot_panels
@@ -322,7 +322,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                     s = settings_for(args, _DISJOINT, method, buffer_size=m, seed=seed, **flavour)
                     runs.append(keys)
                     configs.append({**_base_config(args, data_name, spt, data), "kind": "curve",
-                                    "every_samples": every, "settings": dataclasses.asdict(s)})
+                                    "every_samples": every, "settings": settings_dict(s)})
     log.info("figure4: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
     results = _sweep(args, configs)
@@ -437,7 +437,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                         runs.append({**variant, **point})
                         configs.append({**_base_config(args, data_name, spt, data),
                                         "kind": "final",
-                                        "settings": dataclasses.asdict(s)})
+                                        "settings": settings_dict(s)})
     log.info("figure5: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
     results = _sweep(args, configs)

@@ -19,11 +19,14 @@ import torch
 
 import avalanche_gss
 from avalanche_gss.experiments import (
+    BUFFER_METHODS,
     TASK_AWARE,
     VARIANT_METHODS,
     RunResult,
+    RunSettings,
     resolve_device,
     run_label,
+    settings_dict,
 )
 from avalanche_gss.models import make_model
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
@@ -66,14 +69,29 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[dict[str, A
                 flavours: list[dict[str, Any]] = list(protocol.flavours.get(method, ({},)))
                 if method in VARIANT_METHODS:
                     flavours = [{**f, "variant": v} for f in flavours for v in args.variants]
+                if method in BUFFER_METHODS:
+                    flavours = [r for f in flavours for r in _retrievals(args, f)]
                 for flavour in flavours:
                     row = {**variant, **flavour}
+                    extra = ({"mir_candidates": args.mir_candidates}
+                             if flavour.get("retrieval") == "mir" and args.mir_candidates
+                             else {})
                     for m in chosen["buffer_sizes"]:
                         runs.append({"variant": {**variant, **stream_extra}, "row": row,
                                      "settings": settings_for(args, protocol, method,
                                                               buffer_size=m, seed=seed,
-                                                              **flavour)})
+                                                              **flavour, **extra)})
     return runs, chosen
+
+
+def _retrievals(args: argparse.Namespace, flavour: dict[str, Any]) -> list[dict[str, Any]]:
+    """A buffer method's rehearsal rows, one per ``--retrieval`` (``random``: no row key).
+
+    A constrained update has no replay batch: its row stays as it is.
+    """
+    if flavour.get("update", "rehearsal") != "rehearsal":
+        return [flavour]
+    return [flavour if r == "random" else {**flavour, "retrieval": r} for r in args.retrieval]
 
 
 def _bufferless(method: str) -> bool:
@@ -91,7 +109,7 @@ def _job_configs(args: argparse.Namespace, runs: list[dict[str, Any]], chosen: d
         config = {"version": RESULTS_VERSION, "code": avalanche_gss.__version__,
                   "experiment": args.experiment, "data": data_name, "root": args.root,
                   "download": args.download, **identity, "threads": args.threads,
-                  "variant": r["variant"], "settings": dataclasses.asdict(base)}
+                  "variant": r["variant"], "settings": settings_dict(base)}
         if args.tensorboard:  # a logged run is its own job: its side effect differs
             tag = "-".join([run_label(base), *(f"{k}{v}" for k, v in r["variant"].items())])
             config["tensorboard"] = os.path.join(args.tensorboard, args.experiment, tag)
@@ -124,8 +142,6 @@ def check_model(data: Any, runs: Sequence[dict[str, Any]]) -> None:
 
 
 def _label(config: dict[str, Any]) -> str:
-    from avalanche_gss.experiments import RunSettings
-
     try:
         return run_label(RunSettings(**config["settings"]))
     except (KeyError, TypeError, ValueError):
@@ -185,6 +201,9 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
             "method_variants": list(args.variants),
+            "retrieval": list(args.retrieval),
+            **({"mir_candidates": args.mir_candidates or RunSettings.mir_candidates}
+               if "mir" in args.retrieval else {}),
             "stream": {k: v for k, v in sample_split.protocol.items() if k != "deviations"},
             "deviations": sample_split.protocol.get("deviations", []),
             "lr": base["lr"], "n_iter": base["n_iter"], "model": base["model"],

@@ -1,8 +1,11 @@
 """One run per method through the registry, on tiny real data."""
 
+from dataclasses import asdict
+
 import pytest
 
-from avalanche_gss.experiments import METHODS, RunSettings, run
+from avalanche_gss.experiments import LATER_FIELDS, METHODS, RunSettings, run, settings_dict
+from avalanche_gss.sweep import config_key
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -44,3 +47,35 @@ def test_same_seed_same_result(tiny_split):
 def test_bad_settings_raise(bad):
     with pytest.raises(ValueError):
         RunSettings(**bad)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"method": "Rand", "retrieval": "gss"}, "unknown retrieval 'gss'; choose from random, mir"),
+    ({"method": "GEM", "retrieval": "mir"}, "retrieval='mir' chooses .* not of 'GEM'"),
+    ({"method": "GSS-IQP", "update": "constrained", "retrieval": "mir"},
+     "retrieval='mir' chooses .* not of update='constrained'"),
+    ({"method": "Rand", "retrieval": "mir", "mir_candidates": 5},
+     r"mir_candidates must be >= replay_batch_size \(10\), got 5"),
+    ({"method": "Rand", "mir_candidates": 0}, "mir_candidates must be >= .* got 0"),
+])
+def test_bad_retrieval_settings_get_one_line_naming_the_value(bad, message):
+    with pytest.raises(ValueError, match=message) as err:
+        RunSettings(**bad)
+    assert "\n" not in str(err.value)
+
+
+def test_random_retrieval_with_a_large_replay_batch_needs_no_candidates():
+    assert RunSettings(method="Rand", replay_batch_size=60).mir_candidates == 50
+
+
+def test_cache_keys_of_runs_without_a_retrieval_are_those_before_it_existed():
+    plain = RunSettings(method="GSS-Greedy", buffer_size=400, seed=2)
+    before = {k: v for k, v in asdict(plain).items() if k not in LATER_FIELDS}
+    assert settings_dict(plain) == before  # the fields added later are not in the key
+    assert config_key({"settings": settings_dict(plain)}) == config_key({"settings": before})
+    assert RunSettings(**settings_dict(plain)) == plain
+    mir = RunSettings(method="GSS-Greedy", retrieval="mir", mir_candidates=100)
+    assert settings_dict(mir)["retrieval"] == "mir"
+    assert settings_dict(mir)["mir_candidates"] == 100
+    assert RunSettings(**settings_dict(mir)) == mir
+    assert config_key({"settings": settings_dict(mir)}) != config_key({"settings": before})

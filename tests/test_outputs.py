@@ -59,6 +59,9 @@ def test_reports_are_written_atomically_and_readable_by_others(tmp_path):
     ({"method": "GSS-IQP", "update": "constrained"}, "GSS-IQP-constrained-M300-seed0"),
     ({"method": "Single", "seed": 2}, "Single-seed2"),
     ({"method": "GEM", "buffer_size": 100}, "GEM-M100-seed0"),
+    ({"method": "Reservoir", "retrieval": "mir"}, "Reservoir-mir-M300-seed0"),
+    ({"method": "GSS-Greedy", "retrieval": "mir"}, "GSS-Greedy-authors-mir-M300-seed0"),
+    ({"method": "GSS-IQP", "retrieval": "mir"}, "GSS-IQP-rehearsal-mir-M300-seed0"),
 ])
 def test_run_names_carry_the_variant_only_where_there_is_one(settings, label):
     assert run_label(RunSettings(**settings)) == label
@@ -96,7 +99,7 @@ def test_device_auto_and_bad_devices():
 
 def test_the_cli_names_match_the_library():
     from avalanche_gss.benchmarks import DATASET_NAMES
-    from avalanche_gss.experiments import BASELINES, METHODS, VARIANTS
+    from avalanche_gss.experiments import BASELINES, METHODS, RETRIEVALS, VARIANTS
     from reproduce import cli
     from reproduce.figures import FIGURES
     from reproduce.protocols import PROTOCOLS
@@ -105,6 +108,9 @@ def test_the_cli_names_match_the_library():
     assert cli.BASELINE_NAMES == BASELINES
     assert cli.VARIANT_NAMES == VARIANTS
     assert cli.DATASET_NAMES == DATASET_NAMES
+    assert cli.RETRIEVAL_NAMES == RETRIEVALS
+    assert set(cli.TABLES) == set(PROTOCOLS)
+    assert cli.REPLAY_BATCH == RunSettings.replay_batch_size
     assert set(cli.EXPERIMENTS) == {*PROTOCOLS, *FIGURES, "composition", "which-buffer"}
 
 
@@ -150,3 +156,55 @@ def test_titles_name_the_data_and_the_buffer_sizes_run():
     assert title.startswith("imbalanced disjoint MNIST, M = 200,") and own
     title, own = PROTOCOLS["table1"].heading(named("blobs"), (20,))
     assert "disjoint blobs" in title and "MNIST" in title and not own  # "numbers are for MNIST"
+
+
+def test_retrieval_rows_and_their_labels(tmp_path):
+    from reproduce.cli import parse_args
+    from reproduce.protocols import PROTOCOLS
+    from reproduce.tables import plan
+
+    args = parse_args(["table1", "--quick", "--methods", "Reservoir", "GSS-IQP", "Single",
+                       "--retrieval", "random", "mir", "--mir-candidates", "20"])
+    runs, _ = plan(args, PROTOCOLS["table1"])
+    got = sorted((r["settings"].method, r["settings"].retrieval, r["settings"].mir_candidates,
+                  tuple(sorted(r["row"].items()))) for r in runs)
+    assert got == [("GSS-IQP", "mir", 20, (("retrieval", "mir"),)),
+                   ("GSS-IQP", "random", 50, ()),
+                   ("Reservoir", "mir", 20, (("retrieval", "mir"),)),
+                   ("Reservoir", "random", 50, ()),
+                   ("Single", "random", 50, ())]
+    # The constrained update has no replay batch: it keeps its one row.
+    args = parse_args(["constrained", "--retrieval", "mir"])
+    rows = [(r["settings"].update, r["settings"].retrieval) for r in
+            plan(args, PROTOCOLS["constrained"])[0]]
+    assert set(rows) == {("rehearsal", "mir"), ("constrained", "random")}
+    rows = rows_from_runs([({"retrieval": "mir"}, result("Reservoir", retrieval="mir")),
+                           ({}, result("Reservoir"))])
+    report = {**report_of(rows), "protocol": {"mir_candidates": 20}}
+    paths = write_outputs(report, str(tmp_path), columns=[("M=300", 300)],
+                          row_key="buffer_size", paper={})
+    md = Path(paths["md"]).read_text()
+    assert "| Reservoir (mir) | 50.0 |" in md and "| Reservoir | 50.0 |" in md
+    assert "Maximally Interfered Retrieval" in md and "among 20 random buffer samples" in md
+    assert Path(paths["csv"]).read_text().splitlines()[0].startswith(
+        "method,buffer_size,retrieval,seed")
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["figure4", "--retrieval", "mir"], ["--retrieval", "table experiments", "figure4"]),
+    (["table1", "--mir-candidates", "60"], ["--mir-candidates", "--retrieval mir"]),
+    (["table1", "--retrieval", "mir", "--mir-candidates", "5"],
+     ["--mir-candidates", "5", "10"]),
+    (["table1", "--retrieval", "mir", "mir"], ["--retrieval", "mir", "once"]),
+    (["table1", "--retrieval", "gss"], ["--retrieval", "'gss'"]),
+])
+def test_bad_retrieval_options_get_one_line_naming_them(argv, names, capsys):
+    from reproduce.cli import parse_args
+
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(argv)
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m reproduce: error:"), lines
+    for name in names:
+        assert name in lines[0], (name, lines[0])

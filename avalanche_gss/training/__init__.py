@@ -4,6 +4,9 @@
   ``SupervisedTemplate`` on a stream of small experiences, ``n_iter`` steps per batch.
 * :class:`OnlineRehearsal`, :class:`OnlineRehearsalPlugin`
   (:mod:`~avalanche_gss.training.rehearsal`): the paper's replay step after each step.
+* :class:`RandomRetrieval`, :class:`MIRRetrieval`
+  (:mod:`~avalanche_gss.training.retrieval`): which buffer samples a replay step learns
+  (uniform draws, or Maximally Interfered Retrieval), with any buffer.
 * :class:`ConstrainedUpdatePlugin` (:mod:`~avalanche_gss.training.constrained`): appendix
   C's projected step.
 
@@ -17,6 +20,12 @@ from avalanche_gss.training.rehearsal import (
     OnlineRehearsal,
     OnlineRehearsalPlugin,
     buffer_options,
+)
+from avalanche_gss.training.retrieval import (
+    MIRRetrieval,
+    RandomRetrieval,
+    Retrieval,
+    make_retrieval,
 )
 from avalanche_gss.training.template import (
     OnlineTemplate,
@@ -34,6 +43,10 @@ __all__ = [
     "OnlineRehearsalPlugin",
     "BufferStrategy",
     "buffer_options",
+    "Retrieval",
+    "RandomRetrieval",
+    "MIRRetrieval",
+    "make_retrieval",
     "ConstrainedUpdatePlugin",
     "gem_dual",
     "finite_loss",

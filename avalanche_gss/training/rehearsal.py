@@ -9,6 +9,7 @@ stay is the storage policy's business. :class:`OnlineRehearsal` is
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,9 +20,9 @@ from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor
 
 from avalanche_gss._avalanche import criterion_of
-from avalanche_gss.benchmarks.online import dataset_tensors
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.training.finite import finite_loss
+from avalanche_gss.training.retrieval import Retrieval, draw, make_retrieval
 from avalanche_gss.training.template import OnlineTemplate
 
 if TYPE_CHECKING:
@@ -41,6 +42,11 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
     (or :class:`~avalanche_gss.training.template.OnlineTemplate`'s ``n_iter``) this is the
     paper's schedule: ``n_iter`` times (step on the batch, step on the buffer).
 
+    Which buffer samples a replay step learns is the ``retrieval``'s choice
+    (:mod:`~avalanche_gss.training.retrieval`): uniform draws (the paper's, the default)
+    or MIR (:class:`~avalanche_gss.training.retrieval.MIRRetrieval`), with any buffer.
+    Every draw comes from this plugin's generator, so :meth:`state_dict` resumes it.
+
     A replay step whose loss is not finite is skipped (:func:`finite_loss`), and counted in
     :attr:`skipped_steps`. A buffer smaller than ``replay_batch_size`` is replayed whole.
 
@@ -48,61 +54,86 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         (fast tensor path) or any Avalanche ``ExemplarsBuffer``.
     :param replay_batch_size: buffer samples per replay step (the authors' 10).
     :param seed: seed of the replay draws.
+    :param retrieval: a :class:`~avalanche_gss.training.retrieval.Retrieval`, ``"random"``
+        (or ``None``: uniform draws, the paper's) or ``"mir"`` (MIR with 50 candidates).
+    :param joint: learn the replay batch in the incoming batch's step (one SGD step on the
+        sum of the two mean losses, as the MIR paper's experience replay does) instead of
+        a separate step after it (the GSS paper's rehearsal, the default). A replay loss
+        that is not finite is then left out of the step, and counted.
     """
 
     supports_distributed = False
 
     def __init__(
-        self, storage_policy: ExemplarsBuffer, replay_batch_size: int = 10, *, seed: int = 0
+        self, storage_policy: ExemplarsBuffer, replay_batch_size: int = 10, *, seed: int = 0,
+        retrieval: Retrieval | str | None = None, joint: bool = False,
     ) -> None:
         super().__init__()
         if replay_batch_size < 1:
             raise ValueError(f"replay_batch_size must be >= 1, got {replay_batch_size}")
         self.storage_policy = storage_policy
         self.replay_batch_size = replay_batch_size
+        self.retrieval = make_retrieval(retrieval)
+        self.retrieval.check(replay_batch_size)
+        self.joint = joint
         self.generator = torch.Generator().manual_seed(seed)
         self.skipped_steps = 0  # replay steps skipped for a non-finite loss
 
     def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor] | None:
-        """Draw ``replay_batch_size`` distinct buffer samples: ``(x, y, t)`` on ``device``.
+        """Draw ``replay_batch_size`` distinct buffer samples uniformly: ``(x, y, t)``.
 
-        A buffer whose stored tensors are what its dataset yields (no transform) is read
-        from the tensors; otherwise the drawn samples are read through
-        ``storage_policy.buffer``, so that a random augmentation is drawn anew.
+        The default retrieval's draw (:func:`~avalanche_gss.training.retrieval.draw`), on
+        ``device``.
         """
-        policy = self.storage_policy
-        if isinstance(policy, OnlineBuffer):
-            if len(policy) == 0:
-                return None
-            slots = policy.sample_slots(self.replay_batch_size, self.generator)
-            if policy.replays_tensors:
-                x, y, t = policy.rows(slots)
-                return x.to(device), y.to(device), t.to(device)
-            return _read_items(policy.buffer, slots, device)
-        data = policy.buffer
-        if len(data) == 0:
-            return None
-        idx = torch.randperm(len(data), generator=self.generator)[: self.replay_batch_size]
-        return _read_items(data, idx, device)
+        return draw(self.storage_policy, self.replay_batch_size, self.generator, device)
 
-    def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
-        """One SGD step on a replay batch (skipped while the buffer is empty)."""
-        batch = self._replay_batch(strategy.device)
+    def before_update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Let the retrieval see the batch's gradient; with ``joint``, add the replay loss's."""
+        self.retrieval.before_update(strategy, self.storage_policy, self.replay_batch_size,
+                                     self.generator)
+        if not self.joint:
+            return
+        batch = self.retrieval.retrieve(strategy, self.storage_policy, self.replay_batch_size,
+                                        self.generator)
         if batch is None:
             return
-        x, y, t = batch
+        loss = self._replay_loss(strategy, batch)
+        if bool(torch.isfinite(loss).all()):
+            loss.backward()
+            return
+        self.skipped_steps += 1
+        warnings.warn(f"{type(self).__name__}: non-finite replay loss "
+                      f"({float(loss.detach().sum())}); this step learns the incoming batch "
+                      "alone", RuntimeWarning, stacklevel=2)
+
+    def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """One SGD step on a replay batch (none while the buffer is empty, or with ``joint``)."""
+        if self.joint:
+            return
+        batch = self.retrieval.retrieve(strategy, self.storage_policy, self.replay_batch_size,
+                                        self.generator)
+        if batch is None:
+            return
         strategy.optimizer.zero_grad()
-        loss = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
+        loss = self._replay_loss(strategy, batch)
         loss.backward()
         if finite_loss(loss, self):
             strategy.optimizer.step()
+
+    @staticmethod
+    def _replay_loss(strategy: SupervisedTemplate, batch: tuple[Tensor, Tensor, Tensor]
+                     ) -> Tensor:
+        """The strategy's loss on a replay batch (``avalanche_forward``: task labels)."""
+        x, y, t = batch
+        loss: Tensor = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
+        return loss
 
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """The storage policy sees the experience once, after it was learnt."""
         self.storage_policy.post_adapt(strategy, strategy.experience)
 
     def state_dict(self) -> dict[str, Any]:
-        """The replay generator, the counter and the buffer's :meth:`state_dict`.
+        """The replay generator (every retrieval's draws), the counter and the buffer's state.
 
         Tensors and plain values only (loadable with ``torch.load(weights_only=True)``).
         :raises TypeError: the storage policy has no ``state_dict`` (an Avalanche buffer).
@@ -117,18 +148,11 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output."""
+        """Restore :meth:`state_dict`'s output (a batch chosen and not yet replayed is dropped)."""
         self.generator.set_state(state["generator"])
         self.skipped_steps = int(state["skipped_steps"])
         self.storage_policy.load_state_dict(state["storage_policy"])
-
-
-def _read_items(
-    data: Any, idx: Tensor, device: torch.device | str
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Read ``data[i]`` for ``i`` in ``idx``: ``(x, y, t)`` on ``device``."""
-    x, y, t = dataset_tensors(data, idx.tolist())
-    return x.to(device), y.to(device), t.to(device)
+        self.retrieval.reset()
 
 
 class OnlineRehearsal(OnlineTemplate):
@@ -138,6 +162,11 @@ class OnlineRehearsal(OnlineTemplate):
         or Avalanche ``ExemplarsBuffer``).
     :param replay_batch_size: buffer samples per replay step (10).
     :param seed: seed of the replay draws.
+    :param retrieval: which buffer samples a replay step learns: ``"random"`` (the
+        default), ``"mir"`` or a :class:`~avalanche_gss.training.retrieval.Retrieval` (see
+        :class:`OnlineRehearsalPlugin`).
+    :param joint: replay in the incoming batch's step instead of a separate one (see
+        :class:`OnlineRehearsalPlugin`).
     :param plugins: extra plugins (the caller's list is copied, never modified).
     :param kwargs: :class:`~avalanche_gss.training.template.OnlineTemplate`'s arguments
         (``model``, ``optimizer``, ``n_iter``, ...).
@@ -145,9 +174,11 @@ class OnlineRehearsal(OnlineTemplate):
 
     def __init__(
         self, *, storage_policy: ExemplarsBuffer, replay_batch_size: int = 10, seed: int = 0,
+        retrieval: Retrieval | str | None = None, joint: bool = False,
         plugins: Sequence[BasePlugin] | None = None, **kwargs: Any,
     ) -> None:
-        self.rehearsal = OnlineRehearsalPlugin(storage_policy, replay_batch_size, seed=seed)
+        self.rehearsal = OnlineRehearsalPlugin(storage_policy, replay_batch_size, seed=seed,
+                                               retrieval=retrieval, joint=joint)
         super().__init__(plugins=[self.rehearsal, *(plugins or [])], **kwargs)
 
     @property
