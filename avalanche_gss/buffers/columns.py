@@ -207,8 +207,11 @@ class ReadsMixin(ColumnsMixin):
         self.size = int(state["size"])
         self.n_seen = int(state["n_seen"])
         self.n_rejected = int(state.get("n_rejected", 0))
-        self.x, self.y, self.scores = state["x"], state["y"], state["scores"]
+        # copies: a state taken from a live buffer must not share its storage
+        self.x, self.y, self.scores = (None if state[k] is None else state[k].clone()
+                                       for k in ("x", "y", "scores"))
         t = state.get("t")
+        t = None if t is None else t.clone()
         if t is None and self.y is not None:
             t = torch.zeros_like(self.y)
         self.t = t

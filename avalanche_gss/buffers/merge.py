@@ -150,7 +150,8 @@ class RecentMergeBuffer(OnlineBuffer):
             self.recent = None
             return
         rt = state.get("recent_t")
-        self.recent = Rows.of_tensors(rx, ry, torch.zeros_like(ry) if rt is None else rt)
+        self.recent = Rows.of_tensors(rx.clone(), ry.clone(),
+                                      torch.zeros_like(ry) if rt is None else rt.clone())
 
     def to(self, device: torch.device | str) -> Self:
         """Move the stored and the waiting tensors to ``device`` in place.

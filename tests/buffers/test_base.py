@@ -144,3 +144,17 @@ def test_greedy_stores_scores_and_gates_when_full():
             assert buf.scores[s] < 1
             changed += 1
     assert changed > 0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_loaded_state_does_not_share_storage_with_its_source(policy):
+    model = MLP()
+    first = policy(20, seed=0)
+    for x, y in _batches(4):
+        first.add(x, y, model)
+    second = policy(20, seed=0)
+    second.load_state_dict(first.state_dict())
+    before = second.tensors()[0].clone()
+    for x, y in _batches(4, seed=1):
+        first.add(x, y, model)  # the source keeps changing
+    assert torch.equal(second.tensors()[0], before)
