@@ -37,7 +37,7 @@ pairwise-separation invariant but void the radius bound (no triangle inequality)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,16 +45,12 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "DistanceFn",
     "DoublingClustering",
     "DoublingState",
     "doubling_update",
     "feature_distance",
     "gradient_distance",
 ]
-
-DistanceFn = Callable[[Tensor, Tensor], Tensor]
-"""Maps index tensors ``(rows (A,), cols (B,))`` of the union to distances ``(A, B)``."""
 
 
 def gradient_distance(cosine_gram: Tensor) -> Tensor:
@@ -105,10 +101,10 @@ class DoublingState:
 
 
 def _merge(
-    dist: DistanceFn, centres: Tensor, d: float, growth: float, gen: torch.Generator
+    matrix: Tensor, centres: Tensor, d: float, growth: float, gen: torch.Generator
 ) -> tuple[Tensor, float]:
     """One merge round: raise ``d``, keep a greedy set of centres pairwise ``> d``."""
-    pair = dist(centres, centres).to(torch.float64, copy=True)  # (C, C)
+    pair = matrix[centres[:, None], centres[None, :]].to(torch.float64)  # (C, C), a copy
     pair.diagonal().fill_(math.inf)
     closest = float(pair.min())
     if not closest > 0:
@@ -126,14 +122,13 @@ def _merge(
 
 
 def doubling_update(
-    distances: Tensor | DistanceFn,
+    distances: Tensor,
     n_centres: int,
     capacity: int,
     state: DoublingState,
     *,
     growth: float = 2.0,
     generator: torch.Generator | None = None,
-    size: int | None = None,
 ) -> tuple[Tensor, DoublingState]:
     """Offer new points to the clustering; return which of the union to store.
 
@@ -141,29 +136,20 @@ def doubling_update(
     processed one by one, in order (update stage), with merge rounds whenever more than
     ``capacity`` centres exist (see the module docstring).
 
-    :param distances: ``(K, K)`` distance matrix of the union, or a :data:`DistanceFn`
-        over union indices (then ``size`` gives ``K``).
+    :param distances: ``(K, K)`` distance matrix of the union.
     :param n_centres: number of current centres, the first rows of the union.
     :param capacity: ``M``, the most centres (buffer slots) kept.
     :param state: the state returned by the previous call (``DoublingState()`` at first).
     :param growth: factor by which a merge round raises the threshold: 2 is the doubling
         algorithm; the authors' GSS-Clust used 1.01 on ``1 - cos``.
     :param generator: order of the greedy re-selection (default: seeded with 0).
-    :param size: ``K`` when ``distances`` is a callable.
     :return: ``(keep, state)``: ascending union indices of the stored centres (at most
         ``capacity``), and the new state.
     """
-    dist: DistanceFn
-    if isinstance(distances, Tensor):
-        if distances.dim() != 2 or distances.shape[0] != distances.shape[1]:
-            raise ValueError(f"distances must be (K, K), got shape {tuple(distances.shape)}")
-        matrix = distances.detach().cpu()
-        k = matrix.shape[0]
-        dist = lambda rows, cols: matrix[rows[:, None], cols[None, :]]  # noqa: E731
-    else:
-        if size is None:
-            raise ValueError("size (the union's K) is required with a distance callable")
-        dist, k = distances, size
+    if distances.dim() != 2 or distances.shape[0] != distances.shape[1]:
+        raise ValueError(f"distances must be (K, K), got shape {tuple(distances.shape)}")
+    matrix = distances.detach().cpu()
+    k = matrix.shape[0]
     if capacity < 1:
         raise ValueError(f"capacity must be >= 1, got {capacity}")
     if not growth > 1:
@@ -175,13 +161,13 @@ def doubling_update(
     centres = torch.arange(n_centres)
     for p in range(n_centres, k):
         if centres.numel():
-            nearest = float(dist(torch.tensor([p]), centres).min())
+            nearest = float(matrix[p, centres].min())
             if nearest <= d:  # absorbed: p is covered by a centre
                 radius = max(radius, nearest)
                 continue
         centres = torch.cat([centres, torch.tensor([p])])
         while centres.numel() > capacity:
-            centres, d = _merge(dist, centres, d, growth, gen)
+            centres, d = _merge(matrix, centres, d, growth, gen)
             radius += d  # a merged centre is within d of its keeper
     return centres, DoublingState(d, radius, state.n_seen + k - n_centres)
 
@@ -204,14 +190,11 @@ class DoublingClustering:
         self.state = DoublingState()
         self.generator = torch.Generator().manual_seed(seed)
 
-    def update(
-        self, distances: Tensor | DistanceFn, n_centres: int, *, size: int | None = None
-    ) -> Tensor:
+    def update(self, distances: Tensor, n_centres: int) -> Tensor:
         """Run :func:`doubling_update` and keep the new state; return the kept indices.
 
         :param distances: distances over the union ``[centres, new points]``.
         :param n_centres: number of current centres (first rows of the union).
-        :param size: ``K`` when ``distances`` is a callable.
         """
         keep, self.state = doubling_update(
             distances,
@@ -220,7 +203,6 @@ class DoublingClustering:
             self.state,
             growth=self.growth,
             generator=self.generator,
-            size=size,
         )
         return keep
 

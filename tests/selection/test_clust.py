@@ -113,21 +113,6 @@ def test_deterministic_given_seed_and_resumable_from_state_dict():
     assert resumed.state == full.state
 
 
-def test_callable_distance_matches_matrix():
-    pts = torch.randn(40, 2, generator=torch.Generator().manual_seed(4))
-    dist = feature_distance(pts)
-    by_matrix = doubling_update(dist, 0, 6, DoublingState(), generator=torch.Generator())
-    by_callable = doubling_update(
-        lambda rows, cols: dist[rows][:, cols],
-        0,
-        6,
-        DoublingState(),
-        size=40,
-        generator=torch.Generator(),
-    )
-    assert torch.equal(by_matrix[0], by_callable[0]) and by_matrix[1] == by_callable[1]
-
-
 def test_duplicates_are_absorbed_while_filling():
     # With d = 0 (buffer not yet full) an exact duplicate is covered at distance 0.
     pts = line(0, 0, 1)
@@ -143,8 +128,6 @@ def test_invalid_inputs_raise():
         doubling_update(dist, 0, 3, DoublingState(), growth=1.0)
     with pytest.raises(ValueError, match="n_centres"):
         doubling_update(dist, 4, 3, DoublingState())
-    with pytest.raises(ValueError, match="size"):
-        doubling_update(lambda rows, cols: dist, 0, 3, DoublingState())
     with pytest.raises(ValueError, match=r"\(K, K\)"):
         doubling_update(torch.zeros(5, 4), 0, 3, DoublingState())
     with pytest.raises(ValueError, match="growth"):

@@ -8,6 +8,7 @@ import torch
 from avalanche_gss.selection.clust import (
     DoublingClustering,
     DoublingState,
+    doubling_update,
     feature_distance,
     gradient_distance,
 )
@@ -101,3 +102,67 @@ def test_which_member_of_a_merged_pair_survives_is_drawn_anew_at_each_merge():
         clustering.state = DoublingState()
         a_kept += int(0 in clustering.update(dist, 0).tolist())
     assert abs(a_kept - 200) < 4.5 * 10, a_kept
+
+
+def test_centres_at_distance_zero_are_refused_with_the_stated_message():
+    # Given two current centres at distance 0 (distances that are not a metric) and a full
+    # buffer, When a new point forces a merge round, Then it raises rather than guessing.
+    dist = _line_distances([0.0, 0.0, 5.0])
+    message = "^" + re.escape("two centres are at distance <= 0 (or NaN); fix the distances") + "$"
+    with pytest.raises(ValueError, match=message):
+        doubling_update(dist, 2, 2, DoublingState())
+
+
+def test_float32_distances_are_compared_with_the_threshold_in_float64():
+    # Given float32 distances 1 (points 0-1), v = 1 + 2^-23 (0-2) and 5 (1-2), and a merge
+    # raising the threshold to d = v - 2^-30 (between 1 and v, closer to v than float32
+    # resolves), When the merge round keeps centres pairwise > d, Then in every order of
+    # the greedy pass the kept centres are pairwise > d and each dropped one is within d
+    # of a kept one: 0 and 1 merge, 2 always stays (v > d).
+    v = 1.0 + 2.0**-23
+    dist = torch.tensor([[0.0, 1.0, v], [1.0, 0.0, 5.0], [v, 5.0, 0.0]], dtype=torch.float32)
+    assert float(dist[0, 2]) == v
+    d = v - 2.0**-30
+    for seed in range(12):
+        gen = torch.Generator().manual_seed(seed)
+        keep, state = doubling_update(dist, 0, 2, DoublingState(threshold=d / 2), generator=gen)
+        assert state.threshold == d
+        kept = keep.tolist()
+        assert 2 in kept and len(kept) == 2, (seed, kept)
+        for i in set(range(3)) - set(kept):
+            assert min(float(dist[i, j]) for j in kept) <= d
+
+
+def test_doubling_update_defaults_to_doubling_and_a_generator_seeded_with_0():
+    # Points A = 0, B = 0.1, C = 10 with capacity 2: which of A, B survives the merge is the
+    # first of them in the generator's permutation; seeds 0 and 1 keep different ones.
+    dist = _line_distances([0.0, 0.1, 10.0])
+
+    def keep(**kwargs):
+        return doubling_update(dist, 0, 2, DoublingState(), **kwargs)[0].tolist()
+
+    by_seed = [keep(generator=torch.Generator().manual_seed(s)) for s in (0, 1)]
+    assert by_seed[0] != by_seed[1]
+    # The default draws from its own generator seeded with 0, never from the global RNG,
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    assert keep() == by_seed[0]
+    assert torch.equal(torch.get_rng_state(), before)
+    # and raises the threshold by growth 2 per merge round: after the first merge (d = 0.1),
+    # a point at 30 forces rounds 0.2, 0.4, ..., up to the first 0.1 * 2^j >= 9.9 (12.8).
+    kept, state = doubling_update(dist, 0, 2, DoublingState())
+    line = [0.0, 0.1, 10.0]
+    union = _line_distances([line[i] for i in kept.tolist()] + [30.0])
+    _, default = doubling_update(union, 2, 2, state)
+    _, doubling = doubling_update(union, 2, 2, state, growth=2.0)
+    assert default.threshold == doubling.threshold == pytest.approx(12.8)
+
+
+def test_a_single_slot_keeps_one_centre():
+    # Capacity 1 is valid: every merge keeps one centre, and every point seen lies within
+    # the tracked radius of it.
+    points = [0.0, 3.0, -2.0, 7.0, 7.5]
+    keep, state = doubling_update(_line_distances(points), 0, 1, DoublingState())
+    assert len(keep) == 1
+    centre = points[int(keep[0])]
+    assert max(abs(p - centre) for p in points) <= state.radius
