@@ -42,3 +42,27 @@ def test_readme_example_runs(index, monkeypatch, capsys):
     exec(compile(code, str(README), "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out
     assert "Top1_Acc_Stream/eval_phase/test_stream" in out
+
+
+def test_the_layout_section_names_every_module():
+    # Every top-level module and package of avalanche_gss, and every file of the method
+    # packages (buffers/, methods/, training/), appears in README's Layout section.
+    import re
+
+    text = README.read_text()
+    layout = text[text.index("## Layout"):text.index("## Reliability")]
+    package = README.parent / "avalanche_gss"
+    missing = []
+    top = sorted(package.glob("*.py"))
+    inner = [p for d in ("buffers", "methods", "training")
+             for p in sorted((package / d).glob("*.py"))]
+    for path in top + inner:
+        name = path.stem
+        if name == "__init__":
+            continue
+        if not re.search(rf"\b{re.escape(name)}(\.py)?\b", layout):
+            missing.append(str(path.relative_to(package)))
+    for folder in sorted(p for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        if f"{folder.name}/" not in layout:
+            missing.append(folder.name + "/")
+    assert not missing, missing
