@@ -16,25 +16,22 @@ version into the configs, or use a fresh ``cache_dir``.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
 import json
 import logging
 import multiprocessing
 import os
 import pickle
-import platform
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 from tqdm import tqdm
 
-from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
+from avalanche_gss.cache import ResultCache, canonical_json, config_key
 
 __all__ = ["ResultCache", "SweepError", "available_cpus", "config_key", "run_sweep",
            "worker_threads"]
@@ -43,120 +40,6 @@ logger = logging.getLogger(__name__)
 
 JobFn = Callable[[dict[str, Any]], dict[str, Any]]
 Launcher = Literal["local", "submitit"]
-
-
-def _canonical(config: Mapping[str, Any]) -> str:
-    """Return the config as canonical JSON (sorted keys, no spaces); raise if not JSON data."""
-    if not isinstance(config, Mapping):
-        raise TypeError(f"a job config must be a mapping, got {type(config).__name__}")
-    try:
-        return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"job config is not JSON-serialisable: {err}") from err
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """Return the cache key of a job: SHA-256 (32 hex digits) of its canonical JSON.
-
-    Key order does not matter; every value does (``1`` and ``1.0`` differ).
-
-    :param config: the job's JSON-serialisable config.
-    """
-    return hashlib.sha256(_canonical(config).encode()).hexdigest()[:32]
-
-
-def _checksum(config: Any, result: Any) -> str:
-    """SHA-256 of the canonical JSON of a cache entry's config and result."""
-    text = json.dumps({"config": config, "result": result}, sort_keys=True,
-                      separators=(",", ":"), allow_nan=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class ResultCache:
-    """One JSON file per finished job, ``<cache_dir>/<config_key>.json``.
-
-    Each file holds ``{"key", "config", "result", "checksum", "seconds", "finished",
-    "host"}``; ``checksum`` is the SHA-256 of the config and the result, so an entry
-    altered on disk (a flipped digit) is not believed: :meth:`get` warns, naming the
-    file, and the job runs again. Files are written atomically (temporary file in the
-    same folder, ``fsync``, ``os.replace``); leftovers of killed writes are named
-    ``.tmp-*``, never read, and removed when an hour old.
-
-    :param cache_dir: the folder (created if missing).
-    """
-
-    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
-        self.dir = Path(cache_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(self.dir, ".tmp-", ".json")
-
-    def path(self, config: Mapping[str, Any]) -> Path:
-        """Return where the job's result lives.
-
-        :param config: the job's config.
-        """
-        return self.dir / f"{config_key(config)}.json"
-
-    def get(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Return the job's stored result, or ``None`` if it has none (or an unreadable one).
-
-        :param config: the job's config.
-        """
-        path = self.path(config)
-        try:
-            record = json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
-            warnings.warn(f"ignoring unreadable result {path} (it will be recomputed): {err}",
-                          stacklevel=2)
-            return None
-        if not isinstance(record, dict) or not {"config", "result"} <= set(record):
-            warnings.warn(f"ignoring {path} (it will be recomputed): not a result entry "
-                          "(needs config, result and checksum)", stacklevel=2)
-            return None
-        if record["config"] != json.loads(_canonical(config)):
-            warnings.warn(f"ignoring {path} (it will be recomputed): it holds another config",
-                          stacklevel=2)
-            return None
-        if record.get("checksum") != _checksum(record["config"], record["result"]):
-            warnings.warn(f"ignoring {path} (it will be recomputed): its checksum does not "
-                          "match its content (the file was altered)", stacklevel=2)
-            return None
-        if not isinstance(record["result"], dict):
-            warnings.warn(f"ignoring {path} (it will be recomputed): its result is not a dict",
-                          stacklevel=2)
-            return None
-        return record["result"]
-
-    def put(self, config: Mapping[str, Any], result: Mapping[str, Any], seconds: float) -> Path:
-        """Store a finished job's result atomically; return its path.
-
-        :param config: the job's config.
-        :param result: what the job returned (JSON-serialisable).
-        :param seconds: the job's wall time.
-        """
-        canonical = json.loads(_canonical(config))
-        try:
-            stored = json.loads(json.dumps(result, allow_nan=True))
-        except TypeError as err:
-            raise TypeError(f"the result of job {dict(config)} is not JSON-serialisable") from err
-        record = {
-            "key": config_key(config),
-            "config": canonical,
-            "result": stored,
-            "checksum": _checksum(canonical, stored),
-            "seconds": seconds,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "host": platform.node(),
-        }
-        try:
-            text = json.dumps(record, indent=1, allow_nan=True)
-        except TypeError as err:
-            raise TypeError(f"the result of job {dict(config)} is not JSON-serialisable") from err
-        path = self.path(config)
-        atomic_write(path, lambda f: f.write(text.encode()), prefix=".tmp-", suffix=".json")
-        return path
 
 
 class SweepError(RuntimeError):
@@ -293,7 +176,7 @@ def run_sweep(
                         "spawned worker processes cannot import; define it in an importable "
                         "module")
     cache = ResultCache(cache_dir)
-    configs = [json.loads(_canonical(job)) for job in jobs]
+    configs = [json.loads(canonical_json(job)) for job in jobs]
     keys = [config_key(cfg) for cfg in configs]
     unique = dict(zip(keys, configs, strict=True))
     results: dict[str, dict[str, Any]] = {}

@@ -25,11 +25,11 @@ from .datasets import (
     default_data_root,
     load_dataset,
     load_mnist_5k,
-    load_npz,
     synthetic_images,
 )
 from .disjoint import disjoint_tasks
 from .imbalanced import imbalanced_counts, imbalanced_tasks
+from .npz import load_npz
 from .permuted import permuted_tasks, task_permutations
 
 if TYPE_CHECKING:

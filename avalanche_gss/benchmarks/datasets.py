@@ -11,9 +11,7 @@ import hashlib
 import logging
 import os
 import warnings
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,7 +23,6 @@ __all__ = [
     "default_data_root",
     "load_dataset",
     "load_mnist_5k",
-    "load_npz",
     "mnist_5k_path",
     "synthetic_images",
 ]
@@ -35,8 +32,6 @@ logger = logging.getLogger(__name__)
 DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
 """Names :func:`load_dataset` accepts besides a path to an ``.npz`` file."""
 
-_NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
-_MAX_LABEL = 2**31 - 1
 _MNIST_5K_TRAIN_PER_CLASS = 400
 _MNIST_5K_TEST_PER_CLASS = 100
 
@@ -121,6 +116,8 @@ def load_dataset(
     """
     text = os.fspath(name_or_path)
     if text.lower().endswith(".npz"):
+        from .npz import load_npz  # it imports ArrayDataset from here
+
         return load_npz(text)
     key = text.lower().replace("_", "-")
     if key in ("cifar-10",):
@@ -243,142 +240,6 @@ def load_mnist_5k(*, name: str = "mnist-5k") -> ArrayDataset:
         y_test=torch.as_tensor(labels[te]),
         num_classes=10,
     )
-
-
-def load_npz(path: str | os.PathLike[str]) -> ArrayDataset:
-    """Load ``x_train, y_train, x_test, y_test`` from an ``.npz`` file, validating them.
-
-    Accepted inputs: integer images ``[N, H, W]`` or ``[N, C, H, W]`` with values 0-255
-    (scaled by 1/255), float images of those ranks already in ``[0, 1]``, or float
-    features ``[N, D]`` (kept as they are, must be finite). Labels: 1-D integers >= 0; the
-    train and test sets must hold the same classes, and ``num_classes`` = max label + 1
-    may not exceed the number of training samples. Values are checked after the cast to
-    float32 (a float64 of 1e300 would become infinite).
-
-    :param path: the ``.npz`` file.
-    :return: the dataset, named after the file's stem.
-    :raises ValueError: on a file that is not a readable ``.npz`` of plain arrays, a
-        missing key, wrong rank, non-integer, negative or too large labels, mismatched
-        lengths or shapes, train/test class sets that differ, values out of range; each
-        message names the file and the field.
-    """
-    path = os.path.abspath(os.fspath(path))
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such .npz file: {path}")
-    if not zipfile.is_zipfile(path):
-        size = os.path.getsize(path)
-        what = "empty" if size == 0 else "not a zip archive"
-        raise ValueError(f"{path}: not an .npz file ({what}, {size} bytes); save one with "
-                         "numpy.savez")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            missing = [k for k in _NPZ_KEYS if k not in npz.files]
-            if missing:
-                raise ValueError(
-                    f"{path}: missing key(s) {', '.join(missing)}; an .npz dataset needs "
-                    f"{', '.join(_NPZ_KEYS)} (found: {', '.join(npz.files) or 'none'})"
-                )
-            arrays = {}
-            for k in _NPZ_KEYS:
-                try:
-                    arrays[k] = npz[k]
-                except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
-                    raise ValueError(f"{path}: field {k} cannot be read "
-                                     f"({type(err).__name__}: {err}); the file is damaged or "
-                                     "holds objects (only plain arrays are accepted)") from err
-    except (OSError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(f"{path}: not a readable .npz file ({type(err).__name__}: {err})"
-                         ) from err
-    x_train = _npz_inputs(arrays["x_train"], "x_train", path)
-    x_test = _npz_inputs(arrays["x_test"], "x_test", path)
-    if x_train.shape[1:] != x_test.shape[1:]:
-        raise ValueError(
-            f"{path}: x_train samples have shape {tuple(x_train.shape[1:])} but x_test "
-            f"samples {tuple(x_test.shape[1:])}"
-        )
-    y_train = _npz_labels(arrays["y_train"], "y_train", len(x_train), path)
-    y_test = _npz_labels(arrays["y_test"], "y_test", len(x_test), path)
-    train_classes = set(y_train.unique().tolist())
-    test_classes = set(y_test.unique().tolist())
-    top = max(train_classes)
-    if top + 1 > len(y_train):
-        raise ValueError(
-            f"{path}: y_train's largest label is {top}, so the model would need {top + 1} "
-            f"outputs, more than the {len(y_train)} training samples can hold classes; "
-            "number the classes 0..K-1")
-    if train_classes != test_classes:
-        raise ValueError(
-            f"{path}: train and test hold different classes (only in train: "
-            f"{sorted(train_classes - test_classes)}, only in test: "
-            f"{sorted(test_classes - train_classes)}); every class needs train and test samples"
-        )
-    return ArrayDataset(
-        name=Path(path).stem,
-        source=f"npz file {path}: {len(y_train):,} train / {len(y_test):,} test samples",
-        x_train=x_train,
-        y_train=y_train,
-        x_test=x_test,
-        y_test=y_test,
-        num_classes=int(max(train_classes)) + 1,
-    )
-
-
-def _npz_inputs(x: np.ndarray, key: str, path: str) -> Tensor:
-    """Validate and convert one ``x_*`` array (see :func:`load_npz`)."""
-    if np.issubdtype(x.dtype, np.integer):
-        if x.ndim not in (3, 4):
-            raise ValueError(
-                f"{path}: {key} is an integer array of rank {x.ndim} {x.shape}; integer "
-                "images must be [N, H, W] or [N, C, H, W] (pass float [N, D] for features)"
-            )
-        if x.size and (x.min() < 0 or x.max() > 255):
-            raise ValueError(f"{path}: {key} integer pixels must lie in 0..255")
-        x = x if x.ndim == 4 else x[:, None]
-        return _uint8_images(x.astype(np.uint8))
-    if np.issubdtype(x.dtype, np.floating):
-        if x.ndim not in (2, 3, 4):
-            raise ValueError(
-                f"{path}: {key} has rank {x.ndim} {x.shape}; expected features [N, D] "
-                "or images [N, H, W] / [N, C, H, W]"
-            )
-        if not np.isfinite(x).all():
-            raise ValueError(f"{path}: {key} holds NaN or infinite values")
-        with np.errstate(over="ignore"):
-            x32 = np.ascontiguousarray(x, dtype=np.float32)  # what the model will see
-        if not np.isfinite(x32).all():
-            raise ValueError(f"{path}: {key} holds values beyond float32's range "
-                             f"(|x| up to {np.abs(x).max():g}; float32 ends at 3.4e38): they "
-                             "would become infinite; scale the features")
-        if x.ndim > 2 and x.size and (x32.min() < 0.0 or x32.max() > 1.0):
-            raise ValueError(
-                f"{path}: {key} float images must lie in [0, 1] (found {x.min():g}.."
-                f"{x.max():g}); store uint8 pixels or scale them"
-            )
-        x32 = x32 if x32.ndim != 3 else x32[:, None]
-        return torch.as_tensor(x32)
-    raise ValueError(f"{path}: {key} has dtype {x.dtype}; expected uint8 images or float data")
-
-
-def _npz_labels(y: np.ndarray, key: str, n: int, path: str) -> Tensor:
-    """Validate and convert one ``y_*`` array (see :func:`load_npz`)."""
-    if not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(
-            f"{path}: {key} has dtype {y.dtype}; labels must be integers "
-            "(e.g. y.astype(np.int64) if they are whole numbers)"
-        )
-    if y.ndim != 1:
-        raise ValueError(f"{path}: {key} must be 1-D, got shape {y.shape}")
-    if y.shape[0] != n:
-        key_x = key.replace("y_", "x_")
-        raise ValueError(f"{path}: {key} has {y.shape[0]} labels but {key_x} has {n} samples")
-    if n == 0:
-        raise ValueError(f"{path}: {key} is empty")
-    if y.min() < 0:
-        raise ValueError(f"{path}: {key} holds negative labels (min {y.min()}); use 0..K-1")
-    if int(y.max()) > _MAX_LABEL:  # compared before the cast: uint64 above 2**63 wraps
-        raise ValueError(f"{path}: {key} holds label {int(y.max())}; labels must be class "
-                         f"numbers 0..K-1 (at most {_MAX_LABEL})")
-    return torch.as_tensor(y.astype(np.int64))
 
 
 def synthetic_images(
