@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from avalanche_gss.selection.cbrs import cbrs_slots
-from avalanche_gss.selection.classes import largest_instance, shrink_largest
+from avalanche_gss.selection.classes import largest_instance, shrink_largest, weighted_index
 from avalanche_gss.selection.gdumb import gdumb_slots
 
 _NONE = torch.zeros(0, dtype=torch.long)
@@ -97,3 +97,49 @@ def test_the_rules_are_pure_tensor_code(module):
                  if isinstance(node, ast.ImportFrom) and node.module}
     allowed = ("torch", "typing", "__future__", "avalanche_gss.selection.")
     assert all(name.startswith(allowed) for name in imported), imported
+
+
+# ------------------------------------------------------------------ weighted draws
+
+
+def test_weighted_index_without_weights_is_floor_u_n():
+    for n in (1, 3, 7):
+        for u in (0.0, 0.2, 0.5, 0.99, 1 - 2**-53):
+            assert weighted_index(u, n) == min(int(u * n), n - 1)
+    assert weighted_index(1 - 2**-53, 4) == 3  # never past the last index
+
+
+def test_weighted_index_is_the_inverse_cdf_of_the_weights():
+    # weights [1, 0, 3]: index 0 on [0, 1/4), index 2 on [1/4, 1); index 1 never
+    assert [weighted_index(u, 3, [1.0, 0.0, 3.0]) for u in (0.0, 0.24, 0.25, 0.6, 0.99)] == [
+        0, 0, 2, 2, 2]
+    # equal weights: the middle of three for u in [1/3, 2/3)
+    assert weighted_index(0.5, 3, [1.0, 1.0, 1.0]) == 1
+    # weights summing to less than one are still a distribution
+    assert weighted_index(0.9, 2, [0.5, 0.0]) == 0
+
+
+def test_all_zero_weights_fall_back_to_a_uniform_draw():
+    assert weighted_index(0.6, 3, [0.0, 0.0, 0.0]) == 1
+    assert weighted_index(0.6, 3, []) == 1
+
+
+def test_shrink_largest_edges():
+    labels = torch.tensor([0, 0, 0, 1, 2])
+    with pytest.raises(ValueError, match="n_keep must be >= 0, got -1"):
+        shrink_largest(labels, -1)
+    assert shrink_largest(labels, 0).tolist() == []
+    # dropping one sample takes it from the largest class (class 0), whatever the draw
+    for seed in range(10):
+        kept = shrink_largest(labels, 4, generator=torch.Generator().manual_seed(seed))
+        assert len(kept) == 4 and sorted(labels[kept].tolist()) == [0, 0, 1, 2]
+
+
+def test_shrink_largest_draws_from_the_generator_it_is_given():
+    labels = torch.arange(40) % 4
+    torch.manual_seed(1)
+    first = shrink_largest(labels, 20, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(2)
+    again = shrink_largest(labels, 20, generator=torch.Generator().manual_seed(3))
+    other = shrink_largest(labels, 20, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(first, again) and not torch.equal(first, other)
