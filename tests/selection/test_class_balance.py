@@ -143,3 +143,52 @@ def test_shrink_largest_draws_from_the_generator_it_is_given():
     again = shrink_largest(labels, 20, generator=torch.Generator().manual_seed(3))
     other = shrink_largest(labels, 20, generator=torch.Generator().manual_seed(4))
     assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def _cbrs_w(stored, new, capacity, seen, full, seed, weights=None):
+    return cbrs_slots(torch.tensor(stored), torch.tensor(new), capacity, torch.tensor(seen),
+                      torch.tensor(full), generator=torch.Generator().manual_seed(seed),
+                      weights=weights)
+
+
+def test_cbrs_weights_must_match_the_samples():
+    with pytest.raises(ValueError, match="weights must have one entry per stored and per new"):
+        _cbrs_w([0, 1], [1], 2, [1, 1], [True, True], 0,
+              weights=(torch.ones(1), torch.ones(1)))
+    with pytest.raises(ValueError, match="weights must have one entry per stored and per new"):
+        _cbrs_w([0, 1], [1], 2, [1, 1], [True, True], 0,
+              weights=(torch.ones(2), torch.ones(2)))
+
+
+def test_cbrs_weights_follow_the_samples_into_their_slots():
+    # A sample stored while the memory fills, or overwriting a slot, brings its weight:
+    # capacity 3, stored [0, 1] (weights 1, 1); the batch [2 (weight 0), 3 (weight 1)].
+    # Sample "2" fills slot 2; then every class holds one sample (all largest), and "3"
+    # overwrites one of slots 0, 1, 2 by weight: never slot 2, whose weight is 0.
+    for seed in range(200):
+        slots = _cbrs_w([0, 1], [2, 3], 3, [1, 1], [False, False], seed,
+                      weights=(torch.ones(2), torch.tensor([0.0, 1.0]))).slots.tolist()
+        assert slots[0] == 2 and slots[1] in (0, 1)
+    # and an overwrite: stored [0, 1, 1] (weights 1), class 1 the largest; "2" (weight 0)
+    # overwrites slot 1 or 2, then the three classes tie and "3" never takes 2's slot.
+    for seed in range(200):
+        first, second = _cbrs_w([0, 1, 1], [2, 3], 3, [1, 2, 0], [False, True, False], seed,
+                              weights=(torch.ones(3), torch.tensor([0.0, 1.0]))).slots.tolist()
+        assert first in (1, 2) and second != first
+
+
+def test_cbrs_full_class_overwrites_its_own_instances_by_weight():
+    # Class 0 is full with two stored instances (weights 1 and 0) and has seen one: the
+    # new sample is stored (m_c / n_c = 2 / 2) and always overwrites the weight-1 slot.
+    for seed in range(100):
+        slots = _cbrs_w([0, 0, 1], [0], 3, [1, 1], [True, False], seed,
+                      weights=(torch.tensor([1.0, 0.0, 1.0]), torch.ones(1))).slots.tolist()
+        assert slots == [0]
+
+
+def test_cbrs_a_full_class_with_one_instance_keeps_a_reservoir_of_it():
+    # Stored [0, 1], both full, one seen each: a second sample of class 0 replaces the
+    # stored one with probability m_c / n_c = 1/2.
+    stored = [int(_cbrs_w([0, 1], [0], 2, [1, 1], [True, True], seed).slots[0] >= 0)
+              for seed in range(400)]
+    assert 120 < sum(stored) < 280  # binomial(400, 1/2): 200 +- 80 is over 8 sd
