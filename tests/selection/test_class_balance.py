@@ -151,11 +151,14 @@ def _cbrs_w(stored, new, capacity, seen, full, seed, weights=None):
                       weights=weights)
 
 
+WEIGHTS_ERROR = "^weights must have one entry per stored and per new sample$"
+
+
 def test_cbrs_weights_must_match_the_samples():
-    with pytest.raises(ValueError, match="weights must have one entry per stored and per new"):
+    with pytest.raises(ValueError, match=WEIGHTS_ERROR):
         _cbrs_w([0, 1], [1], 2, [1, 1], [True, True], 0,
               weights=(torch.ones(1), torch.ones(1)))
-    with pytest.raises(ValueError, match="weights must have one entry per stored and per new"):
+    with pytest.raises(ValueError, match=WEIGHTS_ERROR):
         _cbrs_w([0, 1], [1], 2, [1, 1], [True, True], 0,
               weights=(torch.ones(2), torch.ones(2)))
 
