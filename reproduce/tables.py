@@ -229,14 +229,24 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         paper_avg = {}  # keep the Avg column, without the paper's numbers
     paths = write_outputs(report, args.out, columns=columns, row_key=protocol.columns_by,
                           paper=paper, paper_avg=paper_avg)
+    bad = [f"{r['method']} M={r['buffer_size']} seed {seed}" for r in report["rows"]
+           for seed, d in zip(r["seeds"], r.get("diverged", []), strict=False) if d]
+    return show_outputs(paths, bad)
+
+
+def show_outputs(paths: dict[str, str], diverged: Sequence[str]) -> int:
+    """Print the Markdown report and the files written; say which runs diverged.
+
+    :param paths: the files written, the Markdown one under ``"md"``.
+    :param diverged: a label for each run that diverged.
+    :return: the exit status: 3 if a run diverged, else 0.
+    """
     with open(paths["md"]) as f:
         print(f.read())
     print("Wrote " + ", ".join(paths.values()))
-    bad = [f"{r['method']} M={r['buffer_size']} seed {seed}" for r in report["rows"]
-           for seed, d in zip(r["seeds"], r.get("diverged", []), strict=False) if d]
-    if bad:
-        print(f"{_PROG}: error: {len(bad)} run(s) diverged (more than "
-              f"{DIVERGED_SHARE:.0%} of their steps skipped): {', '.join(bad)}",
+    if diverged:
+        print(f"{_PROG}: error: {len(diverged)} run(s) diverged (more than "
+              f"{DIVERGED_SHARE:.0%} of their steps skipped): {', '.join(diverged)}",
               file=sys.stderr)
         return 3
     return 0

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -62,7 +61,7 @@ from reproduce.policies import (
     STREAMS,
 )
 from reproduce.protocols import BLURRY_KEEP, DATA_LABELS, PROTOCOLS
-from reproduce.tables import RESULTS_VERSION, check_model
+from reproduce.tables import RESULTS_VERSION, check_model, show_outputs
 
 log = logging.getLogger("reproduce")
 
@@ -594,14 +593,6 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     write_text(paths["csv"], _csv(pairs, report["provenance"]))
     write_text(paths["md"], _markdown(report, columns, paths["png"]))
     paths.update(_composition(report, runs, results, args.out))
-    with open(paths["md"]) as f:
-        print(f.read())
-    print("Wrote " + ", ".join(paths.values()))
     bad = [f"{r['policy']} on {r['stream']} M={r['buffer_size']} seed {seed}" for r in rows
            for seed, d in zip(r["seeds"], r.get("diverged", []), strict=False) if d]
-    if bad:
-        print(f"{_PROG}: error: {len(bad)} run(s) diverged (more than "
-              f"{DIVERGED_SHARE:.0%} of their steps skipped): {', '.join(bad)}",
-              file=sys.stderr)
-        return 3
-    return 0
+    return show_outputs(paths, bad)

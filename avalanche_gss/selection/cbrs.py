@@ -11,7 +11,13 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from avalanche_gss.selection.classes import class_counts, grow, largest_instance, weighted_index
+from avalanche_gss.selection.classes import (
+    class_counts,
+    grow,
+    largest_instance,
+    stored_and_new,
+    weighted_index,
+)
 
 __all__ = ["CBRSDecision", "cbrs_slots"]
 
@@ -75,12 +81,7 @@ def cbrs_slots(
         are all zero are drawn uniformly.
     :return: the slots and the bookkeeping after the batch (:class:`CBRSDecision`).
     """
-    if capacity < 1:
-        raise ValueError(f"capacity must be >= 1, got {capacity}")
-    labels = stored.detach().cpu().long().tolist()
-    if len(labels) > capacity:
-        raise ValueError(f"{len(labels)} stored samples exceed the capacity {capacity}")
-    batch = new.detach().cpu().long().tolist()
+    labels, batch = stored_and_new(stored, new, capacity)
     n_classes = max([len(seen), len(full), *(c + 1 for c in labels), *(c + 1 for c in batch)])
     n_seen = grow(seen.long(), n_classes).tolist()
     is_full = grow(full.bool(), n_classes).tolist()

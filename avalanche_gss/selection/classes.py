@@ -14,7 +14,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["class_counts", "grow", "largest_instance", "shrink_largest", "weighted_index"]
+__all__ = ["class_counts", "grow", "largest_instance", "shrink_largest", "stored_and_new",
+           "weighted_index"]
+
+
+def stored_and_new(stored: Tensor, new: Tensor, capacity: int) -> tuple[list[int], list[int]]:
+    """Check a class-balancing rule's inputs; return the stored and new labels as lists.
+
+    :param stored: ``(S,)`` labels of the stored samples.
+    :param new: ``(B,)`` labels of the batch.
+    :param capacity: buffer size ``M``.
+    :raises ValueError: ``capacity < 1``, or more stored samples than ``capacity``.
+    """
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    labels = stored.detach().cpu().long().tolist()
+    if len(labels) > capacity:
+        raise ValueError(f"{len(labels)} stored samples exceed the capacity {capacity}")
+    return labels, new.detach().cpu().long().tolist()
 
 
 def grow(counts: Tensor, n_classes: int) -> Tensor:

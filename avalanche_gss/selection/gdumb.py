@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from avalanche_gss.selection.classes import class_counts, grow, largest_instance
+from avalanche_gss.selection.classes import class_counts, grow, largest_instance, stored_and_new
 
 __all__ = ["GDumbDecision", "gdumb_slots"]
 
@@ -62,12 +62,7 @@ def gdumb_slots(
         ``B`` uniforms, whatever the decisions.
     :return: the slots and the per-class counts after the batch (:class:`GDumbDecision`).
     """
-    if capacity < 1:
-        raise ValueError(f"capacity must be >= 1, got {capacity}")
-    labels = stored.detach().cpu().long().tolist()
-    if len(labels) > capacity:
-        raise ValueError(f"{len(labels)} stored samples exceed the capacity {capacity}")
-    batch = new.detach().cpu().long().tolist()
+    labels, batch = stored_and_new(stored, new, capacity)
     n_classes = max([len(seen), *(c + 1 for c in labels), *(c + 1 for c in batch)])
     n_seen = grow(seen.long(), n_classes).tolist()
     n_seen_classes = sum(1 for n in n_seen if n > 0)
