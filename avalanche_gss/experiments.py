@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -33,6 +33,7 @@ __all__ = [
     "BASELINES",
     "METHODS",
     "RETRIEVALS",
+    "default_retrieval",
     "TASK_AWARE",
     "VARIANTS",
     "VARIANT_METHODS",
@@ -129,9 +130,12 @@ class RunSettings:
     :param constraint_margin: the constrained update's GEM ``memory_strength`` (0: the
         plain projection; see ``ConstrainedUpdatePlugin``).
     :param retrieval: which buffer samples each replay step learns: ``"random"`` (uniform
-        draws, the paper's) or ``"mir"`` (Maximally Interfered Retrieval, Aljundi, Caccia
-        et al., NeurIPS 2019; see ``MIRRetrieval``). Buffer methods with
-        ``update="rehearsal"`` only.
+        draws, the paper's), ``"mir"`` (Maximally Interfered Retrieval, Aljundi, Caccia
+        et al., NeurIPS 2019; see ``MIRRetrieval``) or ``"other-classes"`` (the classes
+        the incoming batch does not hold first; see ``OtherClassesRetrieval``). Buffer
+        methods with ``update="rehearsal"`` only. ``None`` (the default): the method's own
+        (:func:`default_retrieval`: ``"other-classes"`` for CB-GSS, else ``"random"``);
+        the settings then hold that name.
     :param mir_candidates: MIR's ``C``, buffer samples scored per replay step (the MIR
         authors' 50 on MNIST and CIFAR-10); at least ``replay_batch_size``.
     """
@@ -157,7 +161,7 @@ class RunSettings:
     fss_squared: bool | None = None
     update: str = "rehearsal"
     constraint_margin: float = 0.0
-    retrieval: str = "random"
+    retrieval: str | None = None
     mir_candidates: int = 50
 
     def __post_init__(self) -> None:
@@ -182,6 +186,8 @@ class RunSettings:
                 f"update='constrained' is implemented for {', '.join(CONSTRAINED_METHODS)}, "
                 f"not {self.method!r}"
             )
+        if self.retrieval is None:
+            self.retrieval = default_retrieval(self.method, self.update)
         if self.retrieval not in RETRIEVALS:
             raise ValueError(f"unknown retrieval {self.retrieval!r}; choose from "
                              f"{', '.join(RETRIEVALS)}")
@@ -219,31 +225,50 @@ class RunResult:
         return {**asdict(self), "settings": asdict(self.settings)}
 
 
-LATER_FIELDS = ("retrieval", "mir_candidates")
-"""Run settings added after results were first cached: left out of a cache key at their
-defaults (:func:`settings_dict`), so that the results cached before they existed stay
-valid."""
+LATER_FIELDS = {"retrieval": "random", "mir_candidates": 50}
+"""Run settings added after results were first cached, with the value every run had
+before: left out of a cache key at that value (:func:`settings_dict`), so that the
+results cached before they existed stay valid."""
+
+
+def default_retrieval(method: str, update: str = "rehearsal") -> str:
+    """The retrieval a run of ``method`` uses when its settings name none.
+
+    A buffer method's ready strategy's ``default_retrieval`` (``"other-classes"`` for
+    CB-GSS, ``"random"`` for the paper's methods) under ``update="rehearsal"``; else
+    ``"random"`` (no replay batch to choose).
+
+    :param method: one of :data:`METHODS`.
+    :param update: the run's update.
+    """
+    if method in BUFFER_METHODS and update == "rehearsal":
+        name: str = methods.REGISTRY[method].strategy.default_retrieval
+        return name
+    return "random"
 
 
 def settings_dict(settings: RunSettings) -> dict[str, Any]:
     """The run's settings as a dict for a cache key.
 
-    ``asdict``, less any of :data:`LATER_FIELDS` at its default; ``RunSettings(**d)``
+    ``asdict``, less any of :data:`LATER_FIELDS` at its earlier value (the retrieval only
+    where that is also the method's own, so that leaving it out means it); ``RunSettings(**d)``
     gives the run back.
 
     :param settings: the run's settings.
     """
     values = asdict(settings)
-    defaults = {f.name: f.default for f in fields(RunSettings)}
-    return {k: v for k, v in values.items() if not (k in LATER_FIELDS and v == defaults[k])}
+    own = default_retrieval(settings.method, settings.update)
+    return {k: v for k, v in values.items()
+            if not (k in LATER_FIELDS and v == LATER_FIELDS[k]
+                    and (k != "retrieval" or v == own))}
 
 
 def run_label(settings: RunSettings) -> str:
     """Name a run in logs and TensorBoard (e.g. ``"GSS-Clust-authors-M300-seed0"``).
 
     The method, its variant and update where it has them, its retrieval when it is not
-    ``"random"`` (``"Reservoir-mir-M300-seed0"``), the buffer size where it has a buffer,
-    and the seed.
+    the method's own (``"Reservoir-mir-M300-seed0"``; :func:`default_retrieval`), the
+    buffer size where it has a buffer, and the seed.
 
     :param settings: the run's settings.
     """
@@ -252,8 +277,8 @@ def run_label(settings: RunSettings) -> str:
         parts.append(settings.variant)
     if settings.method in CONSTRAINED_METHODS:
         parts.append(settings.update)
-    if settings.retrieval != "random":
-        parts.append(settings.retrieval)
+    if settings.retrieval != default_retrieval(settings.method, settings.update):
+        parts.append(str(settings.retrieval))
     if settings.method in BUFFER_METHODS or settings.method in TASK_AWARE:
         parts.append(f"M{settings.buffer_size}")
     parts.append(f"seed{settings.seed}")

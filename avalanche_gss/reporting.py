@@ -197,7 +197,13 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
            "Caccia et al., NeurIPS 2019) among "
            f"{report['protocol'].get('mir_candidates', 50)} random buffer samples, instead of "
            "drawn uniformly; a paper number beside it is the method's with uniform draws."
-           if any(r.get("retrieval") == "mir" for r in report["rows"]) else ""),
+           if any(r.get("retrieval") == "mir" for r in report["rows"]) else "")
+        + (" (other-classes): each replay step draws the buffer samples whose class the "
+           "incoming batch does not hold first." if any(
+               r.get("retrieval") == "other-classes" for r in report["rows"]) else "")
+        + (" CB-GSS replays the classes the incoming batch does not hold first (its own "
+           "retrieval); CB-GSS (random): with the paper's uniform replay."
+           if any(r["method"] == "CB-GSS" for r in report["rows"]) else ""),
         "",
         "| method | " + " | ".join(label for label, _ in columns)
         + (" | Avg |" if paper_avg is not None else " |"),

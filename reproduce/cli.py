@@ -43,7 +43,7 @@ METHOD_NAMES = (*methods.NAMES, *BASELINE_NAMES)
 VARIANT_NAMES = ("paper", "authors")
 """``avalanche_gss.experiments.VARIANTS``."""
 
-RETRIEVAL_NAMES = ("random", "mir")
+RETRIEVAL_NAMES = ("random", "mir", "other-classes")
 """``avalanche_gss.experiments.RETRIEVALS``."""
 
 TABLES = ("table1", "table2", "table3", "table4", "blurry", "constrained")
@@ -184,11 +184,14 @@ def make_parser() -> argparse.ArgumentParser:
                              "the paper writes them (paper) and as the authors' code does "
                              "them (authors); each is its own row")
     parser.add_argument("--retrieval", nargs="+", choices=RETRIEVAL_NAMES,
-                        default=["random"], metavar="RETRIEVAL",
+                        default=None, metavar="RETRIEVAL",
                         help="table experiments: which buffer samples each replay step of "
                              "the buffer methods learns: random (uniform draws, the "
-                             "paper's) and/or mir (Maximally Interfered Retrieval, Aljundi, "
-                             "Caccia et al. 2019); each is its own row")
+                             "paper's), mir (Maximally Interfered Retrieval, Aljundi, "
+                             "Caccia et al. 2019) and/or other-classes (the classes the "
+                             "incoming batch does not hold first); each is its own row "
+                             "(default: each method's own: other-classes for CB-GSS, "
+                             "random for the others)")
     parser.add_argument("--mir-candidates", type=_positive_int, default=None, metavar="C",
                         help="buffer samples MIR scores per replay step (default: 50, the "
                              "MIR authors' on MNIST and CIFAR-10)")
@@ -254,11 +257,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if getattr(args, key) is not None:
                 parser.error(f"argument --{key}: applies to which-buffer only, not to "
                              f"{args.experiment}")
-    if args.experiment not in TABLES and args.retrieval != ["random"]:
+    if args.experiment not in TABLES and args.retrieval is not None:
         parser.error(f"argument --retrieval: applies to the table experiments "
                      f"({', '.join(TABLES)}), not to {args.experiment}")
     if args.mir_candidates is not None:
-        if "mir" not in args.retrieval:
+        if "mir" not in (args.retrieval or ()):
             parser.error("argument --mir-candidates: applies to --retrieval mir")
         if args.mir_candidates < REPLAY_BATCH:
             parser.error(f"argument --mir-candidates: {args.mir_candidates} is fewer than the "

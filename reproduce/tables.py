@@ -24,6 +24,7 @@ from avalanche_gss.experiments import (
     VARIANT_METHODS,
     RunResult,
     RunSettings,
+    default_retrieval,
     resolve_device,
     run_label,
     settings_dict,
@@ -70,7 +71,7 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[dict[str, A
                 if method in VARIANT_METHODS:
                     flavours = [{**f, "variant": v} for f in flavours for v in args.variants]
                 if method in BUFFER_METHODS:
-                    flavours = [r for f in flavours for r in _retrievals(args, f)]
+                    flavours = [r for f in flavours for r in _retrievals(args, method, f)]
                 for flavour in flavours:
                     row = {**variant, **flavour}
                     extra = ({"mir_candidates": args.mir_candidates}
@@ -84,14 +85,19 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[dict[str, A
     return runs, chosen
 
 
-def _retrievals(args: argparse.Namespace, flavour: dict[str, Any]) -> list[dict[str, Any]]:
-    """A buffer method's rehearsal rows, one per ``--retrieval`` (``random``: no row key).
+def _retrievals(args: argparse.Namespace, method: str, flavour: dict[str, Any]
+                ) -> list[dict[str, Any]]:
+    """A buffer method's rehearsal rows, one per ``--retrieval`` (none given: one row).
 
-    A constrained update has no replay batch: its row stays as it is.
+    The method's own retrieval (:func:`default_retrieval`) has no row key; any other is
+    the row's ``retrieval``. A constrained update has no replay batch: its row stays as
+    it is.
     """
     if flavour.get("update", "rehearsal") != "rehearsal":
         return [flavour]
-    return [flavour if r == "random" else {**flavour, "retrieval": r} for r in args.retrieval]
+    own = default_retrieval(method)
+    return [flavour if r in (None, own) else {**flavour, "retrieval": r}
+            for r in args.retrieval or [None]]
 
 
 def _bufferless(method: str) -> bool:
@@ -201,9 +207,11 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
             "method_variants": list(args.variants),
-            "retrieval": list(args.retrieval),
+            "retrieval": (list(args.retrieval) if args.retrieval else
+                          {m: default_retrieval(m) for m in chosen["methods"]
+                           if m in BUFFER_METHODS}),
             **({"mir_candidates": args.mir_candidates or RunSettings.mir_candidates}
-               if "mir" in args.retrieval else {}),
+               if "mir" in (args.retrieval or ()) else {}),
             "stream": {k: v for k, v in sample_split.protocol.items() if k != "deviations"},
             "deviations": sample_split.protocol.get("deviations", []),
             "lr": base["lr"], "n_iter": base["n_iter"], "model": base["model"],

@@ -5,7 +5,9 @@ What the tables of this library show: on balanced streams a uniform sample of th
 because it lets under-represented tasks in; the buffer composition diagnosis shows that
 how much of each task is kept decides the accuracy. CB-GSS therefore takes the quantity
 of each class from class-balancing reservoir sampling (CBRS) and uses GSS only where a
-choice among samples of one class remains: which stored sample gives up its slot.
+choice among samples of one class remains: which stored sample gives up its slot. Its
+replay steps learn the classes the incoming batch does not hold first
+(``retrieval="other-classes"``): the batch's own step has just learnt its classes.
 """
 
 from __future__ import annotations
@@ -121,7 +123,12 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
 
 
 class CBGSS(BufferStrategy):
-    """Online rehearsal with the ``CB-GSS`` buffer.
+    """The ``CB-GSS`` policy: its buffer, and replay of the classes the batch does not hold.
+
+    Storage is :class:`CBGSSBuffer`; each replay step draws the buffer samples whose
+    class is absent from the incoming batch first
+    (:class:`~avalanche_gss.training.OtherClassesRetrieval`, ``retrieval="other-classes"``,
+    the default here); ``retrieval="random"`` gives the paper's uniform replay.
 
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
@@ -130,6 +137,7 @@ class CBGSS(BufferStrategy):
     """
 
     buffer_class = CBGSSBuffer
+    default_retrieval = "other-classes"
 
 
 METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS, options={"n": "n"}),)

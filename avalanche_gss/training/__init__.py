@@ -23,6 +23,7 @@ from avalanche_gss.training.rehearsal import (
 )
 from avalanche_gss.training.retrieval import (
     MIRRetrieval,
+    OtherClassesRetrieval,
     RandomRetrieval,
     Retrieval,
     make_retrieval,
@@ -46,6 +47,7 @@ __all__ = [
     "Retrieval",
     "RandomRetrieval",
     "MIRRetrieval",
+    "OtherClassesRetrieval",
     "make_retrieval",
     "ConstrainedUpdatePlugin",
     "gem_dual",

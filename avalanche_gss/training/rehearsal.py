@@ -43,8 +43,10 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
     paper's schedule: ``n_iter`` times (step on the batch, step on the buffer).
 
     Which buffer samples a replay step learns is the ``retrieval``'s choice
-    (:mod:`~avalanche_gss.training.retrieval`): uniform draws (the paper's, the default)
-    or MIR (:class:`~avalanche_gss.training.retrieval.MIRRetrieval`), with any buffer.
+    (:mod:`~avalanche_gss.training.retrieval`): uniform draws (the paper's, the default),
+    MIR (:class:`~avalanche_gss.training.retrieval.MIRRetrieval`) or the classes the
+    batch does not hold first
+    (:class:`~avalanche_gss.training.retrieval.OtherClassesRetrieval`), with any buffer.
     Every draw comes from this plugin's generator, so :meth:`state_dict` resumes it.
 
     A replay step whose loss is not finite is skipped (:func:`finite_loss`), and counted in
@@ -55,7 +57,8 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
     :param replay_batch_size: buffer samples per replay step (the authors' 10).
     :param seed: seed of the replay draws.
     :param retrieval: a :class:`~avalanche_gss.training.retrieval.Retrieval`, ``"random"``
-        (or ``None``: uniform draws, the paper's) or ``"mir"`` (MIR with 50 candidates).
+        (or ``None``: uniform draws, the paper's), ``"mir"`` (MIR with 50 candidates) or
+        ``"other-classes"`` (:class:`~avalanche_gss.training.retrieval.OtherClassesRetrieval`).
     :param joint: learn the replay batch in the incoming batch's step (one SGD step on the
         sum of the two mean losses, as the MIR paper's experience replay does) instead of
         a separate step after it (the GSS paper's rehearsal, the default). A replay loss
@@ -163,7 +166,8 @@ class OnlineRehearsal(OnlineTemplate):
     :param replay_batch_size: buffer samples per replay step (10).
     :param seed: seed of the replay draws.
     :param retrieval: which buffer samples a replay step learns: ``"random"`` (the
-        default), ``"mir"`` or a :class:`~avalanche_gss.training.retrieval.Retrieval` (see
+        default), ``"mir"``, ``"other-classes"`` or a
+        :class:`~avalanche_gss.training.retrieval.Retrieval` (see
         :class:`OnlineRehearsalPlugin`).
     :param joint: replay in the incoming batch's step instead of a separate one (see
         :class:`OnlineRehearsalPlugin`).
@@ -231,16 +235,23 @@ class BufferStrategy(OnlineRehearsal):
 
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: the buffer's options and :class:`OnlineRehearsal`'s arguments.
+    :param kwargs: the buffer's options and :class:`OnlineRehearsal`'s arguments; a
+        ``retrieval`` left out or ``None`` is :attr:`default_retrieval`.
     """
 
     buffer_class: ClassVar[type[OnlineBuffer]]
     """The storage policy this strategy builds."""
 
+    default_retrieval: ClassVar[str] = "random"
+    """The retrieval used when none is given (``retrieval=None``): a name of
+    :data:`~avalanche_gss.training.retrieval.RETRIEVALS`."""
+
     def __init__(self, *, mem_size: int, seed: int = 0, **kwargs: Any) -> None:
         self._build(mem_size, seed, kwargs)
 
     def _build(self, mem_size: int, seed: int, kwargs: dict[str, Any]) -> None:
+        if kwargs.get("retrieval") is None:
+            kwargs["retrieval"] = self.default_retrieval
         options = buffer_options(self.buffer_class, kwargs)
         buffer = self.buffer_class(mem_size, seed=seed, **options)
         OnlineRehearsal.__init__(self, storage_policy=buffer, seed=seed, **kwargs)

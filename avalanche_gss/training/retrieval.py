@@ -6,6 +6,9 @@ replay step uses) are separate choices, so any retrieval combines with any buffe
 
 * :class:`RandomRetrieval`: ``replay_batch_size`` distinct buffer samples drawn uniformly,
   the GSS paper's rehearsal (the default).
+* :class:`OtherClassesRetrieval`: the same uniform draw, but the buffer samples whose class
+  the incoming batch does not hold come first (a label-only stand-in for MIR's choice, at
+  the cost of the uniform draw).
 * :class:`MIRRetrieval`: Maximally Interfered Retrieval, from Aljundi, Caccia, Belilovsky,
   Caccia, Lin, Charlin and Tuytelaars, "Online Continual Learning with Maximally
   Interfered Retrieval", NeurIPS 2019 (arXiv:1908.04742): of ``C`` candidates drawn at
@@ -37,10 +40,10 @@ from avalanche_gss.gradients import eval_mode
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["RETRIEVALS", "Retrieval", "RandomRetrieval", "MIRRetrieval", "make_retrieval",
-           "draw", "per_sample_loss"]
+__all__ = ["RETRIEVALS", "Retrieval", "RandomRetrieval", "OtherClassesRetrieval",
+           "MIRRetrieval", "make_retrieval", "draw", "per_sample_loss"]
 
-RETRIEVALS = ("random", "mir")
+RETRIEVALS = ("random", "mir", "other-classes")
 """The retrievals named by a string (``retrieval="mir"``)."""
 
 Batch = tuple[Tensor, Tensor, Tensor]
@@ -300,11 +303,64 @@ class MIRRetrieval(Retrieval):
         return scores.masked_fill(torch.isnan(scores), float("-inf"))
 
 
+class OtherClassesRetrieval(Retrieval):
+    """Replay the classes the incoming batch does not hold: uniform draws among them first.
+
+    Each replay step draws one uniform permutation of the buffer (the draw of
+    :class:`RandomRetrieval`, from the same generator) and takes, in that order, the
+    samples whose class label is not among the incoming batch's labels; only when fewer
+    than ``replay_batch_size`` such samples are stored is the batch topped up with the
+    others, in the same order. When the batch's classes cover the buffer, this is the
+    uniform draw.
+
+    Why: the replay step follows the step on the incoming batch, which has just learnt
+    the batch's classes; a replayed sample of those classes repeats that step, while the
+    other classes are the ones the step pushed down. MIR (:class:`MIRRetrieval`) leans
+    the same way at the price of a virtual step and two forward passes over ``C``
+    candidates: on the offline digits' disjoint stream (M = 300, seeds 0-2), 73 % of the
+    samples it replayed were of classes absent from the batch, against 68 % of the
+    buffer (``benchmarks/mir_classes.py``). This retrieval takes such samples only,
+    reading labels alone, so it costs what the uniform draw costs; it uses class labels,
+    not task labels or boundaries. It is the retrieval of this library's ``CB-GSS``
+    policy.
+
+    Labels come from an :class:`~avalanche_gss.buffers.OnlineBuffer`'s stored labels, or
+    from the ``targets`` of another ``ExemplarsBuffer``'s dataset.
+    """
+
+    name = "other-classes"
+
+    def retrieve(self, strategy: SupervisedTemplate, policy: ExemplarsBuffer, k: int,
+                 generator: torch.Generator) -> Batch | None:
+        """``k`` buffer samples, those of classes absent from ``strategy.mb_y`` first."""
+        stored = _stored_labels(policy)
+        if stored is None or len(stored) == 0:
+            return None
+        order = torch.randperm(len(stored), generator=generator).to(stored.device)
+        held = torch.isin(stored[order], strategy.mb_y.detach().to(stored.device))
+        pick = order[torch.argsort(held.to(torch.uint8), stable=True)[:k]]
+        if isinstance(policy, OnlineBuffer) and policy.replays_tensors:
+            x, y, t = policy.rows(pick)
+            return x.to(strategy.device), y.to(strategy.device), t.to(strategy.device)
+        return _read_items(policy.buffer, pick, strategy.device)
+
+
+def _stored_labels(policy: ExemplarsBuffer) -> Tensor | None:
+    """The buffer's class labels in storage order (int64, where the buffer keeps them)."""
+    if isinstance(policy, OnlineBuffer):
+        return policy.y[: len(policy)] if policy.y is not None else None
+    data = policy.buffer
+    if len(data) == 0:
+        return None
+    return torch.as_tensor(list(data.targets), dtype=torch.long)
+
+
 def make_retrieval(retrieval: Retrieval | str | None) -> Retrieval:
     """The retrieval an argument names.
 
     :param retrieval: a :class:`Retrieval`; ``None`` or ``"random"``: :class:`RandomRetrieval`;
-        ``"mir"``: :class:`MIRRetrieval` with its default candidates.
+        ``"mir"``: :class:`MIRRetrieval` with its default candidates; ``"other-classes"``:
+        :class:`OtherClassesRetrieval`.
     :raises ValueError: an unknown name.
     """
     if isinstance(retrieval, Retrieval):
@@ -313,5 +369,7 @@ def make_retrieval(retrieval: Retrieval | str | None) -> Retrieval:
         return RandomRetrieval()
     if retrieval == "mir":
         return MIRRetrieval()
+    if retrieval == "other-classes":
+        return OtherClassesRetrieval()
     raise ValueError(f"unknown retrieval {retrieval!r}; choose from {', '.join(RETRIEVALS)} "
                      "or give a Retrieval")

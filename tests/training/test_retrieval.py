@@ -12,12 +12,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from avalanche_gss.benchmarks.online import TensorExperience
-from avalanche_gss.experiments import RunSettings, run, run_label
+from avalanche_gss.experiments import RunSettings, run, run_label, settings_dict
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.training import (
     MIRRetrieval,
     OnlineRehearsal,
     OnlineRehearsalPlugin,
+    OtherClassesRetrieval,
     RandomRetrieval,
     make_retrieval,
 )
@@ -226,7 +227,8 @@ def test_every_ready_strategy_takes_a_retrieval():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (lambda: make_retrieval("gss"), "unknown retrieval 'gss'; choose from random, mir"),
+    (lambda: make_retrieval("gss"),
+     "unknown retrieval 'gss'; choose from random, mir, other-classes"),
     (lambda: MIRRetrieval(candidates=0), "candidates must be >= 1, got 0"),
     (lambda: OnlineRehearsalPlugin(ReservoirBuffer(5), replay_batch_size=10,
                                    retrieval=MIRRetrieval(candidates=5)),
@@ -235,3 +237,85 @@ def test_every_ready_strategy_takes_a_retrieval():
 def test_bad_retrievals_are_named(bad, message):
     with pytest.raises(ValueError, match=message):
         bad()
+
+
+def _labelled(labels, seed=0, dim=3):
+    """A Reservoir buffer holding one sample per label, in this order."""
+    buf = ReservoirBuffer(len(labels), seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    buf.add(torch.randn(len(labels), dim, generator=g), torch.tensor(labels))
+    return buf
+
+
+@pytest.mark.parametrize("batch, k", [([0, 1, 1], 6), ([0, 1, 2], 6), ([0, 1, 2, 3], 5),
+                                      ([4], 3), ([2, 3], 8)])
+def test_other_classes_come_first_in_the_order_of_the_uniform_draw(batch, k):
+    labels = [0, 1, 2, 3] * 6
+    buf = _labelled(labels)
+    strategy = SimpleNamespace(device="cpu", mb_y=torch.tensor(batch))
+    got = OtherClassesRetrieval().retrieve(strategy, buf, k, torch.Generator().manual_seed(3))
+    # By hand: the uniform draw's permutation, the batch's classes moved to its end.
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(3)).tolist()
+    stored_y = buf.tensors()[1]
+    others = [i for i in order if int(stored_y[i]) not in batch]
+    expected = (others + [i for i in order if int(stored_y[i]) in batch])[:k]
+    x, y, _ = buf.rows(torch.tensor(expected))
+    assert torch.equal(got[0], x) and torch.equal(got[1], y)
+    n_others = sum(1 for c in labels if c not in batch)
+    assert int((~torch.isin(got[1], torch.tensor(batch))).sum()) == min(k, n_others)
+
+
+def test_other_classes_draw_as_many_numbers_as_the_uniform_draw():
+    buf = _labelled([0, 1, 2] * 5)
+    strategy = SimpleNamespace(device="cpu", mb_y=torch.tensor([1]))
+    a, b = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    OtherClassesRetrieval().retrieve(strategy, buf, 4, a)
+    RandomRetrieval().retrieve(strategy, buf, 4, b)
+    assert torch.equal(a.get_state(), b.get_state())
+
+
+def test_other_classes_read_the_labels_of_an_avalanche_buffer():
+    from avalanche.training.storage_policy import ReservoirSamplingBuffer
+
+    x = torch.arange(12.0).reshape(12, 1)
+    y = torch.tensor([0, 1, 2] * 4)
+    data = _make_taskaware_tensor_classification_dataset(x, y, torch.zeros(12, dtype=torch.long))
+    policy = ReservoirSamplingBuffer(12)
+    policy.update_from_dataset(data)
+    strategy = SimpleNamespace(device="cpu", mb_y=torch.tensor([0, 2]))
+    got = OtherClassesRetrieval().retrieve(strategy, policy, 4, torch.Generator().manual_seed(0))
+    assert got[1].tolist() == [1, 1, 1, 1]
+    assert torch.equal(got[0][:, 0] % 3, torch.ones(4))  # x and y of the same samples
+    empty = ReservoirSamplingBuffer(5)
+    assert OtherClassesRetrieval().retrieve(strategy, empty, 4, torch.Generator()) is None
+
+
+def test_cb_gss_replays_other_classes_by_default_and_random_on_request():
+    from avalanche_gss.methods.cb_gss import CBGSS
+
+    model = nn.Linear(4, 3)
+
+    def make(**kw):
+        return CBGSS(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                     mem_size=10, **kw)
+
+    assert isinstance(make().rehearsal.retrieval, OtherClassesRetrieval)
+    assert isinstance(make(retrieval=None).rehearsal.retrieval, OtherClassesRetrieval)
+    assert isinstance(make(retrieval="random").rehearsal.retrieval, RandomRetrieval)
+    plain = Reservoir(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                      mem_size=10)
+    assert isinstance(plain.rehearsal.retrieval, RandomRetrieval)
+
+
+def test_run_settings_hold_the_retrieval_that_ran_and_key_it_apart(tiny_split):
+    own = RunSettings(method="CB-GSS", buffer_size=20, n_iter=1)
+    uniform = RunSettings(method="CB-GSS", buffer_size=20, n_iter=1, retrieval="random")
+    assert own.retrieval == "other-classes"
+    assert RunSettings(method="Reservoir").retrieval == "random"
+    assert run_label(own) == "CB-GSS-M20-seed0"
+    assert run_label(uniform) == "CB-GSS-random-M20-seed0"
+    for s in (own, uniform):
+        assert RunSettings(**settings_dict(s)) == s  # the key gives the run back
+    assert settings_dict(own)["retrieval"] == "other-classes"
+    assert settings_dict(uniform)["retrieval"] == "random"
+    assert run(own, tiny_split).task_accuracy != run(uniform, tiny_split).task_accuracy
