@@ -40,10 +40,11 @@ class PhaseTimer:
     """Exclusive wall time per phase (a stack of open phases).
 
     :param device: the run's device; on CUDA each phase edge synchronises it.
+    :param names: the phases (others are added when first timed).
     """
 
-    def __init__(self, device: str) -> None:
-        self.seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+    def __init__(self, device: str, names: tuple[str, ...] = PHASES) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(names, 0.0)
         self._stack: list[str] = []
         self._mark = 0.0
         self._cuda = device.startswith("cuda")
@@ -60,6 +61,7 @@ class PhaseTimer:
         now = self._now()
         if self._stack:
             self.seconds[self._stack[-1]] += now - self._mark
+        self.seconds.setdefault(name, 0.0)
         self._stack.append(name)
         self._mark = now
         try:
