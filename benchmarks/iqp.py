@@ -16,6 +16,16 @@ cosines. The Gram is real: the paper's MLP (784-100-100-10) is trained for one o
 Both records carry the surrogate ``objective``; ``ratio_to_scip`` = library / scip. The
 Gram is computed on ``--device`` (``auto``, the default: CUDA when present); the solvers
 run on the CPU.
+
+Case ``merge-resnet`` (opt-in with ``--cases``): one whole GSS-IQP merge of
+:class:`~avalanche_gss.methods.gss_iqp.GSSIQPBuffer` at ``M = --merge-size`` (1000: Table
+3's buffer) with the authors' recent buffer of 100, on ``--device``, with the reduced
+ResNet-18 (freshly initialised, train mode) on the generated CIFAR-shaped stand-in (not
+real data). The buffer is filled through ``add`` in batches of 10, then ``--repeats``
+merges of ``M + 100`` candidates are timed, each split into ``gram_ms`` (the per-sample
+gradient Gram), ``solve_ms`` (cosines, their copy to the host and the fast solver;
+``solver_ms`` is the solver's own share) and ``bookkeeping_ms`` (the rest: validation,
+the recent buffer, the writes). The split synchronises CUDA at its edges.
 """
 
 from __future__ import annotations
@@ -29,15 +39,18 @@ import warnings
 from typing import Any
 
 import torch
+from phases import PhaseTimer
 from torch.nn import functional as F
 
-from avalanche_gss.benchmarks import load_mnist_5k
+from avalanche_gss.benchmarks import load_mnist_5k, synthetic_images
 from avalanche_gss.experiments import resolve_device
 from avalanche_gss.gradients import sample_cosine
-from avalanche_gss.models import MLP
+from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
+from avalanche_gss.models import MLP, make_model
 from avalanche_gss.selection.iqp import select_iqp
 
 CASES = {"iqp-110-100": (110, 100), "iqp-400-300": (400, 300)}
+MERGE_CASES = ("merge-resnet",)
 TRAIN_PER_CLASS = 200  # digits of each of classes 0 and 1 in the training pass
 
 
@@ -107,12 +120,54 @@ def run_case(
     return [library, scip]
 
 
+def run_merge(m: int, repeats: int, seed: int, device: str) -> dict[str, Any]:
+    """Time ``repeats`` GSS-IQP merges of ``m + 100`` candidates, split by phase."""
+    recent = 100
+    data = synthetic_images(train_per_class=-(-(m + recent * repeats) // 10),
+                            test_per_class=1, seed=seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = make_model("resnet18", (3, 32, 32), 10).to(device)
+    x, y = data.x_train.to(device), data.y_train.to(device)
+    buffer = GSSIQPBuffer(m, recent_size=recent, seed=seed)
+    for i in range(0, m, 10):  # fill: merges of at most M samples compute nothing
+        buffer.add(x[i : i + 10], y[i : i + 10], model)
+    timer = PhaseTimer(device, ("merge", "gram", "solve"))
+    timer.wrap(buffer, "merge_recent", "merge")
+    timer.wrap(buffer, "_gram", "gram")
+    timer.wrap(buffer, "_solve", "solve")
+    runs, solver = [], []
+    for r in range(repeats):
+        before = dict(timer.seconds)
+        start = m + r * recent
+        for i in range(start, start + recent, 10):
+            buffer.add(x[i : i + 10], y[i : i + 10], model)
+        runs.append({k: timer.seconds[k] - before[k] for k in before})
+        assert buffer.last_result is not None
+        solver.append(buffer.last_result.seconds)
+    gram = [run["gram"] for run in runs]
+    solve = [run["solve"] for run in runs]
+    total = [run["merge"] + g + s for run, g, s in zip(runs, gram, solve, strict=True)]
+    ms = lambda v: 1000 * statistics.median(v)  # noqa: E731
+    return {
+        "case": "merge-resnet", "impl": "library", "k": m + recent, "m": m,
+        "repeats": repeats, "median_ms": ms(total), "gram_ms": ms(gram), "solve_ms": ms(solve),
+        "solver_ms": ms(solver), "bookkeeping_ms": ms([run["merge"] for run in runs]),
+        "merges_ms": [1000 * t for t in total], "solver": buffer.last_result.solver,
+        "gram_source": f"reduced ResNet-18, fresh init, seed {seed}; {data.source}",
+        "note": "CUDA synchronised at each phase edge",
+    }
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the records here")
     parser.add_argument("--repeats", type=int, default=5, help="runs of the fast solver")
     parser.add_argument("--time-limit", type=float, default=60.0, help="SCIP's limit, seconds")
-    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--cases", nargs="+", default=list(CASES),
+                        choices=[*CASES, *MERGE_CASES],
+                        help="merge-resnet (opt-in): one GSS-IQP merge timed by phase")
+    parser.add_argument("--merge-size", type=int, default=1000, help="merge-resnet's M")
     parser.add_argument("--seed", type=int, default=0, help="model, data order and candidates")
     parser.add_argument("--device", default="auto",
                         help="where the Gram is computed: auto (CUDA when present, else "
@@ -122,29 +177,40 @@ def main(argv: list[str]) -> int:
         device = resolve_device(args.device)
     except ValueError as err:
         parser.error(f"argument --device: {err}")
-    grams, source = real_grams(sorted({CASES[c][0] for c in args.cases}), args.seed, device)
+    records = []
+    if "merge-resnet" in args.cases:
+        merge = run_merge(args.merge_size, args.repeats, args.seed, device)
+        merge["device"] = device
+        records.append(merge)
+        print(f"GSS-IQP merge, K = {merge['k']}, M = {merge['m']} on {device}: "
+              f"{merge['median_ms']:.1f} ms per merge = Gram {merge['gram_ms']:.1f} + solve "
+              f"{merge['solve_ms']:.1f} (solver {merge['solver_ms']:.1f}) + bookkeeping "
+              f"{merge['bookkeeping_ms']:.1f} (medians over {args.repeats})")
+    cases = [c for c in args.cases if c in CASES]
+    grams, source = real_grams(sorted({CASES[c][0] for c in cases}), args.seed, device) \
+        if cases else ({}, "")
     try:  # import cvxpy now, so that SCIP's time does not include it
         import cvxpy  # noqa: F401
     except ImportError:
         pass  # select_iqp warns and falls back; the scip record says "fallback"
-    records = []
-    for case in args.cases:
+    for case in cases:
         k, m = CASES[case]
         for record in run_case(case, grams[k], m, args.repeats, args.time_limit):
             record["gram_source"] = source
             record["device"] = device
             records.append(record)
-    print(
-        f"{'case':<12} {'impl':<8} {'median ms':>10} {'objective':>14} {'gap':>9} "
-        f"{'status':<10} {'library/scip':>12}"
-    )
-    for r in records:
-        gap = f"{r['gap']:9.2e}" if r.get("gap") is not None else f"{'-':>9}"
-        ratio = f"{r['ratio_to_scip']:12.6f}" if "ratio_to_scip" in r else f"{'':>12}"
+    if cases:
         print(
-            f"{r['case']:<12} {r['impl']:<8} {r['median_ms']:10.1f} {r['objective']:14.6f} "
-            f"{gap} {r['status']:<10} {ratio}"
+            f"{'case':<12} {'impl':<8} {'median ms':>10} {'objective':>14} {'gap':>9} "
+            f"{'status':<10} {'library/scip':>12}"
         )
+        for r in [r for r in records if r["case"] in CASES]:
+            gap = f"{r['gap']:9.2e}" if r.get("gap") is not None else f"{'-':>9}"
+            ratio = f"{r['ratio_to_scip']:12.6f}" if "ratio_to_scip" in r else f"{'':>12}"
+            print(
+                f"{r['case']:<12} {r['impl']:<8} {r['median_ms']:10.1f} {r['objective']:14.6f} "
+                f"{gap} {r['status']:<10} {ratio}"
+            )
     for r in records:
         for message in r.get("warnings", []):
             print(f"{r['case']} {r['impl']}: {message}")

@@ -36,6 +36,24 @@ Each record also carries the final average test accuracy (mean over tasks), so t
 library and the bare loop can be compared on what they learn, not only on time. Repeats
 use seeds 0, 1, 2, ... ``--device auto`` (the default) trains on CUDA when it is present.
 
+Cases ``reservoir-resnet-cifar``, ``gss-greedy-resnet-cifar`` and ``gss-iqp-resnet-cifar``
+(opt-in with ``--cases``: slow on a CPU): Table 3's setting on a generated CIFAR-shaped
+stand-in (:func:`avalanche_gss.benchmarks.synthetic_images`, 10 classes of noisy 3x32x32
+prototypes, not real data: the records' ``data_source`` says so), disjoint 5 x 2,000, the
+reduced ResNet-18, SGD lr 0.01, ``M = 1000``. ``library`` is
+:class:`~avalanche_gss.methods.reservoir.Reservoir`,
+:class:`~avalanche_gss.methods.gss_greedy.GSSGreedy` (default variant) or
+:class:`~avalanche_gss.methods.gss_iqp.GSSIQP`; ``floor`` the bare reservoir loop (buffer
+and replay draw on the device) with the same model and steps. ``--samples-per-task`` and
+``--buffer-size`` default to each case's own (1000 and 300 MLP, 2000 and 1000 ResNet);
+``--test-per-class`` sizes the stand-in's test set.
+
+``--phases`` adds each run's seconds per phase (training steps, scoring, selection,
+replay draw, evaluation, other; see ``benchmarks/phases.py``) to the records for the
+``library`` and ``floor`` impls. It wraps methods of the strategy instance only, so a
+plain run pays nothing; on CUDA it synchronises at every phase edge, which slows the run:
+compare ``median_ms`` of plain runs only.
+
 Records written before the rename call the ``library`` impl ``project``; ``--impls
 project`` is still accepted for it.
 """
@@ -55,30 +73,48 @@ from functools import partial
 from typing import Any
 
 import torch
+from phases import NoTimer, PhaseTimer, instrument, table
 from torch import nn
 
-from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
+from avalanche_gss.benchmarks import (
+    disjoint_tasks,
+    load_dataset,
+    online_benchmark,
+    synthetic_images,
+)
 from avalanche_gss.experiments import resolve_device
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.gss_greedy import GSSGreedy
+from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
-from avalanche_gss.models import MLP
+from avalanche_gss.models import MLP, make_model
+
+LR = {"mlp": 0.05, "resnet": 0.01}  # Table 1's and Table 3's SGD learning rates
+DEFAULTS = {"mlp": {"samples_per_task": 1000, "buffer_size": 300},
+            "resnet": {"samples_per_task": 2000, "buffer_size": 1000}}
 
 
-def _accuracy(model: nn.Module, split: Any, device: str) -> float:
+def _accuracy(model: nn.Module, split: Any, device: str, chunk: int | None = None) -> float:
     model.eval()
     accs = []
     with torch.no_grad():
         for x, y in split.test:
             x, y = x.to(device), y.to(device)
-            accs.append(100.0 * float((model(x).argmax(1) == y).float().mean()))
+            if chunk is None:
+                accs.append(100.0 * float((model(x).argmax(1) == y).float().mean()))
+                continue
+            hits = sum(int((model(x[i : i + chunk]).argmax(1) == y[i : i + chunk]).sum())
+                       for i in range(0, len(y), chunk))  # the ResNet cases' test sets
+            accs.append(100.0 * hits / len(y))
     model.train()
     return sum(accs) / len(accs)
 
 
-def _model(seed: int, device: str) -> MLP:
+def _model(seed: int, device: str, arch: str = "mlp") -> nn.Module:
     torch.manual_seed(seed)
+    if arch == "resnet":
+        return make_model("resnet18", (3, 32, 32), 10).to(device)
     return MLP().to(device)
 
 
@@ -87,21 +123,33 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
+def _evaluate(model: nn.Module, split: Any, device: str, timer: Any) -> float:
+    chunk = None if isinstance(model, MLP) else 500
+    with timer.phase("evaluation"):
+        return _accuracy(model, split, device, chunk)
+
+
 def run_library(split: Any, seed: int, m: int, n_iter: int, device: str,
-                cls: Any = Reservoir) -> tuple[float, float]:
-    model = _model(seed, device)
-    strategy = cls(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                cls: Any = Reservoir, arch: str = "mlp", timer: Any = None) -> tuple[float, float]:
+    timer = timer or NoTimer()
+    model = _model(seed, device, arch)
+    strategy = cls(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=LR[arch]),
                    mem_size=m, n_iter=n_iter, seed=seed, device=device)
+    if isinstance(timer, PhaseTimer):
+        instrument(strategy, timer)
     bench = online_benchmark(split, batch_size=10)
     start = time.perf_counter()
     strategy.train(bench.train_stream)
     _sync(device)
-    return time.perf_counter() - start, _accuracy(model, split, device)
+    return time.perf_counter() - start, _evaluate(model, split, device, timer)
 
 
-def run_floor(split: Any, seed: int, m: int, n_iter: int, device: str) -> tuple[float, float]:
-    model = _model(seed, device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+def run_floor(split: Any, seed: int, m: int, n_iter: int, device: str, arch: str = "mlp",
+              timer: Any = None) -> tuple[float, float]:
+    """The bare loop: buffer tensors and replay draw on ``device``, Algorithm R on the host."""
+    phase = (timer or NoTimer()).phase
+    model = _model(seed, device, arch)
+    opt = torch.optim.SGD(model.parameters(), lr=LR[arch])
     loss_fn = nn.CrossEntropyLoss()
     x_all, y_all = split.stream_tensors()
     rng = random.Random(seed)
@@ -113,25 +161,30 @@ def run_floor(split: Any, seed: int, m: int, n_iter: int, device: str) -> tuple[
         for i in range(0, len(task_y), 10):
             x, y = task_x[i : i + 10].to(device), task_y[i : i + 10].to(device)
             for _ in range(n_iter):
-                opt.zero_grad()
-                loss_fn(model(x), y).backward()
-                opt.step()
-                if size:
-                    idx = torch.randperm(size, device=device)[:10]
+                with phase("train_steps"):
                     opt.zero_grad()
-                    loss_fn(model(bx[idx]), by[idx]).backward()
+                    loss_fn(model(x), y).backward()
                     opt.step()
-            for k in range(len(y)):  # Vitter's Algorithm R
-                if size < m:
-                    bx[size], by[size] = x[k], y[k]
-                    size += 1
-                else:
-                    j = rng.randint(0, seen)
-                    if j < m:
-                        bx[j], by[j] = x[k], y[k]
-                seen += 1
+                if size:
+                    with phase("replay_draw"):
+                        idx = torch.randperm(size, device=device)[:10]
+                        rx, ry = bx[idx], by[idx]
+                    with phase("train_steps"):
+                        opt.zero_grad()
+                        loss_fn(model(rx), ry).backward()
+                        opt.step()
+            with phase("selection"):
+                for k in range(len(y)):  # Vitter's Algorithm R
+                    if size < m:
+                        bx[size], by[size] = x[k], y[k]
+                        size += 1
+                    else:
+                        j = rng.randint(0, seen)
+                        if j < m:
+                            bx[j], by[j] = x[k], y[k]
+                    seen += 1
     _sync(device)
-    return time.perf_counter() - start, _accuracy(model, split, device)
+    return time.perf_counter() - start, _evaluate(model, split, device, timer or NoTimer())
 
 
 def run_avalanche(split: Any, seed: int, m: int, n_iter: int, device: str,
@@ -164,26 +217,6 @@ def run_avalanche_ours(split: Any, seed: int, m: int, n_iter: int, device: str
     return run_avalanche(split, seed, m, n_iter, device, ReservoirBuffer(m, seed=seed))
 
 
-def run_library_greedy(split: Any, seed: int, m: int, n_iter: int, device: str
-                       ) -> tuple[float, float]:
-    return run_library(split, seed, m, n_iter, device, partial(GSSGreedy, variant="paper"))
-
-
-def run_library_greedy_authors(split: Any, seed: int, m: int, n_iter: int, device: str
-                               ) -> tuple[float, float]:
-    return run_library(split, seed, m, n_iter, device, partial(GSSGreedy, variant="authors"))
-
-
-def run_library_cb_gss(split: Any, seed: int, m: int, n_iter: int, device: str
-                       ) -> tuple[float, float]:
-    return run_library(split, seed, m, n_iter, device, CBGSS)
-
-
-def run_library_cbrs(split: Any, seed: int, m: int, n_iter: int, device: str
-                     ) -> tuple[float, float]:
-    return run_library(split, seed, m, n_iter, device, CBRS)
-
-
 def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int, device: str
                       ) -> tuple[float, float]:
     from avalanche.training import GSS_greedy
@@ -205,38 +238,75 @@ def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int, device: str
     return time.perf_counter() - start, _accuracy(model, split, device)
 
 
+_resnet_library = partial(run_library, arch="resnet")
+_resnet_floor = partial(run_floor, arch="resnet")
+
 CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
     "reservoir-mlp-disjoint": {
         "library": run_library, "floor": run_floor, "avalanche": run_avalanche,
         "avalanche-ours": run_avalanche_ours,
     },
     "gss-greedy-mlp-disjoint": {
-        "library": run_library_greedy, "floor": run_floor, "avalanche": run_avalanche_gss,
+        "library": partial(run_library, cls=partial(GSSGreedy, variant="paper")),
+        "floor": run_floor, "avalanche": run_avalanche_gss,
     },
     "gss-greedy-authors-mlp-disjoint": {
-        "library": run_library_greedy_authors, "floor": run_floor,
+        "library": partial(run_library, cls=partial(GSSGreedy, variant="authors")),
+        "floor": run_floor,
     },
-    "cbrs-mlp-disjoint": {"library": run_library_cbrs, "floor": run_floor},
-    "cb-gss-mlp-disjoint": {"library": run_library_cb_gss, "floor": run_floor},
+    "cbrs-mlp-disjoint": {"library": partial(run_library, cls=CBRS), "floor": run_floor},
+    "cb-gss-mlp-disjoint": {"library": partial(run_library, cls=CBGSS), "floor": run_floor},
+    "reservoir-resnet-cifar": {"library": _resnet_library, "floor": _resnet_floor},
+    "gss-greedy-resnet-cifar": {"library": partial(_resnet_library, cls=GSSGreedy),
+                                "floor": _resnet_floor},
+    "gss-iqp-resnet-cifar": {"library": partial(_resnet_library, cls=GSSIQP),
+                             "floor": _resnet_floor},
 }
+DEFAULT_CASES = [c for c in CASES if "resnet" not in c]  # the ResNet cases are opt-in
+PHASED = ("library", "floor")  # the impls --phases times
+
+
+def _arch(case: str) -> str:
+    return "resnet" if "resnet" in case else "mlp"
+
+
+def _data(arch: str, args: argparse.Namespace, cache: dict[str, Any]) -> tuple[Any, int]:
+    """The case's dataset (loaded once) and its training samples per task."""
+    per_task = args.samples_per_task or DEFAULTS[arch]["samples_per_task"]
+    if arch not in cache:
+        if arch == "resnet":  # 5 tasks of 2 classes: half a task's samples per class
+            cache[arch] = synthetic_images(train_per_class=-(-per_task // 2),
+                                           test_per_class=args.test_per_class)
+        else:
+            cache[arch] = load_dataset(args.data)
+    data = cache[arch]
+    per_task = min(per_task, min(int((data.y_train == c).sum()) for c in data.classes) * 2)
+    return data, per_task
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the records here")
     parser.add_argument("--repeats", type=int, default=3, help="runs per impl (seeds 0..R-1)")
-    parser.add_argument("--buffer-size", type=int, default=300)
+    parser.add_argument("--buffer-size", type=int, default=None,
+                        help="M (default: 300 for the MLP cases, 1000 for the ResNet ones)")
     parser.add_argument("--n-iter", type=int, default=3)
-    parser.add_argument("--data", default="mnist")
-    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--data", default="mnist", help="the MLP cases' data")
+    parser.add_argument("--cases", nargs="+", default=DEFAULT_CASES, choices=list(CASES),
+                        help="default: the MLP cases (the ResNet ones are opt-in)")
     parser.add_argument("--impls", nargs="+", default=["library", "floor", "avalanche"],
                         choices=["library", "floor", "avalanche", "avalanche-ours", "project"],
                         help="project: the old name of library (kept for old commands); a "
                         "case runs the impls it has")
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA when present, else cpu) | cpu | cuda | cuda:N")
-    parser.add_argument("--samples-per-task", type=int, default=1000,
-                        help="capped by what the data hold (800 with the offline digits)")
+    parser.add_argument("--samples-per-task", type=int, default=None,
+                        help="default 1000 (MLP; capped by what the data hold: 800 with the "
+                        "offline digits) and 2000 (ResNet)")
+    parser.add_argument("--test-per-class", type=int, default=100,
+                        help="test samples per class of the ResNet cases' stand-in")
+    parser.add_argument("--phases", action="store_true",
+                        help="also time each phase (syncs at every phase edge on CUDA)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: batches of 10 gain nothing from more)")
     args = parser.parse_args(argv)
@@ -246,26 +316,39 @@ def main(argv: list[str]) -> int:
         parser.error(f"argument --device: {err}")
     impls = list(dict.fromkeys("library" if i == "project" else i for i in args.impls))
     torch.set_num_threads(args.threads)
-    data = load_dataset(args.data)
-    per_task = min(args.samples_per_task,
-                   min(int((data.y_train == c).sum()) for c in data.classes) * 2)
+    datasets: dict[str, Any] = {}
     records = []
     for case in args.cases:
+        arch = _arch(case)
+        data, per_task = _data(arch, args, datasets)
+        m = args.buffer_size or DEFAULTS[arch]["buffer_size"]
         for impl in [i for i in impls if i in CASES[case]]:
-            times, accs = [], []
+            times, accs, phases = [], [], []
             for seed in range(args.repeats):
                 split = disjoint_tasks(data, samples_per_task=per_task, seed=seed)
-                seconds, acc = CASES[case][impl](split, seed, args.buffer_size, args.n_iter,
-                                                 device)
+                extra: dict[str, Any] = {}
+                if args.phases and impl in PHASED:
+                    extra["timer"] = PhaseTimer(device)
+                seconds, acc = CASES[case][impl](split, seed, m, args.n_iter, device, **extra)
                 times.append(seconds)
                 accs.append(acc)
-            records.append({
+                if extra:
+                    phases.append(extra["timer"].close(seconds))
+            record = {
                 "case": case, "impl": impl, "median_ms": 1000 * statistics.median(times),
                 "times_ms": [1000 * t for t in times], "repeats": args.repeats,
-                "samples": sum(split.train_sizes), "buffer_size": args.buffer_size,
+                "samples": sum(split.train_sizes), "buffer_size": m,
                 "n_iter": args.n_iter, "avg_accuracy": statistics.fmean(accs),
                 "accuracies": accs, "data_source": data.source, "device": device,
-            })
+            }
+            if arch == "resnet":
+                record.update(model="reduced ResNet-18 (GEM, nf=20)", lr=LR[arch])
+            if phases:
+                record["phases_ms"] = {k: 1000 * statistics.median(p[k] for p in phases)
+                                       for k in phases[0]}
+                record["phases_note"] = ("--phases run: on CUDA a sync at every phase edge "
+                                         "inflates times_ms; compare plain runs' median_ms")
+            records.append(record)
     print(f"{'case':<31} {'impl':<14} {'median ms':>10} {'x floor':>8} {'avg acc':>8}")
     for r in records:
         floor = next((f["median_ms"] for f in records
@@ -275,6 +358,9 @@ def main(argv: list[str]) -> int:
         ratio = f"{r['median_ms'] / floor:8.2f}" if floor else f"{'-':>8}"
         print(f"{r['case']:<31} {r['impl']:<14} {r['median_ms']:10.1f} {ratio} "
               f"{r['avg_accuracy']:8.2f}")
+    if args.phases:
+        print("\nper phase, ms (median over repeats; --phases syncs at each edge on CUDA)")
+        print(table(records))
     accel = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     machine = (f"{platform.node()} {platform.machine()} {platform.processor() or ''} "
                f"torch {torch.__version__} threads {torch.get_num_threads()}; "
@@ -284,7 +370,6 @@ def main(argv: list[str]) -> int:
             json.dump({"benchmark": "online_throughput", "machine": machine, "records": records},
                       f, indent=1)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -29,3 +29,24 @@ def test_online_throughput_runs_on_the_auto_device(tmp_path):
         ("reservoir-mlp-disjoint", "library"), ("reservoir-mlp-disjoint", "floor"),
         ("cb-gss-mlp-disjoint", "library"), ("cb-gss-mlp-disjoint", "floor")]
     assert {r["device"] for r in records} == {expected}
+
+
+@pytest.mark.slow
+def test_online_throughput_resnet_case_reports_phases_on_the_stand_in(tmp_path):
+    out = tmp_path / "r.json"
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "online_throughput.py"), "--repeats", "1",
+         "--cases", "gss-greedy-resnet-cifar", "--impls", "library", "floor", "--phases",
+         "--samples-per-task", "10", "--buffer-size", "12", "--test-per-class", "2",
+         "--n-iter", "1", "--device", "cpu", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = json.loads(out.read_text())["records"]
+    assert [r["impl"] for r in records] == ["library", "floor"]
+    phases = {"train_steps", "scoring", "selection", "replay_draw", "evaluation", "other"}
+    for r in records:
+        assert set(r["phases_ms"]) == phases
+        assert "stand-in" in r["data_source"] and "NOT real data" in r["data_source"]
+        assert r["buffer_size"] == 12 and r["samples"] == 50
+    assert records[0]["phases_ms"]["scoring"] > 0  # GSS-Greedy scored against the buffer
+    assert records[1]["phases_ms"]["scoring"] == 0

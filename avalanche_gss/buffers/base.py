@@ -51,7 +51,10 @@ class _DatasetFeed:
 
         def _prune_sources(self) -> None: ...
 
-        def _offer(self, rows: Rows, model: nn.Module | None) -> Tensor: ...
+        def _offer(self, rows: Rows, model: nn.Module | None,
+                   finite: Tensor | None | bool = True) -> Tensor: ...
+
+        def _input_like(self) -> Tensor | None: ...
 
     def update_from_dataset(
         self, new_data: Any, model: nn.Module | None = None, *,
@@ -80,8 +83,9 @@ class _DatasetFeed:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if device is None and model is not None:
             device = model_device(model)
+        hx, hy = x, y  # validated where they are (the host, for a stream's data): no sync
         if device is not None:
-            x, y, t = x.to(device), y.to(device), t.to(device)
+            x, y, t = (v.to(device, non_blocking=True) for v in (x, y, t))
         sid = self._register(data)
         n = len(y)
         for start in range(0, n, step):
@@ -89,7 +93,9 @@ class _DatasetFeed:
             rows = Rows(x[start:end], y[start:end], t[start:end],
                         torch.full((end - start,), sid, dtype=torch.long),
                         torch.arange(start, end), torch.full((end - start,), plain))
-            self.last_slots = self._offer(rows, model)
+            finite = check_batch(self, hx[start:end], hy[start:end],  # type: ignore[arg-type]
+                                 self._input_like(), stacklevel=4)
+            self.last_slots = self._offer(rows, model, finite)
         self._prune_sources()
 
     def post_adapt(self, agent_state: SupervisedTemplate, exp: Any) -> None:
@@ -203,9 +209,16 @@ class OnlineBuffer(_DatasetFeed, ReadsMixin, ExemplarsBuffer):
         self.last_slots = slots
         return slots
 
-    def _offer(self, rows: Rows, model: nn.Module | None) -> Tensor:
-        """Validate a batch, drop non-finite samples, let the policy place the rest."""
-        finite = check_batch(self, rows.x, rows.y, self._input_like())
+    def _offer(self, rows: Rows, model: nn.Module | None,
+               finite: Tensor | None | bool = True) -> Tensor:
+        """Validate a batch, drop non-finite samples, let the policy place the rest.
+
+        :param finite: ``True`` (validate here), or what :func:`check_batch` returned for
+            the batch when the caller validated it (on the host, before moving it).
+        """
+        if finite is True:
+            finite = check_batch(self, rows.x, rows.y, self._input_like())
+        assert finite is None or isinstance(finite, Tensor)
         if len(rows) == 0:
             return torch.empty(0, dtype=torch.long)
         slots = torch.full((len(rows),), -1, dtype=torch.long)
@@ -230,16 +243,20 @@ def _task_tensor(task_labels: Tensor | int, b: int, device: torch.device) -> Ten
     return torch.full((b,), int(task_labels), dtype=torch.long, device=device)
 
 
-def check_batch(owner: OnlineBuffer, x: Tensor, y: Tensor, ref: Tensor | None) -> Tensor | None:
-    """Validate a batch; return the ``(B,)`` mask of its finite samples (``None``: all).
+def check_batch(owner: OnlineBuffer, x: Tensor, y: Tensor, ref: Tensor | None, *,
+                stacklevel: int = 5) -> Tensor | None:
+    """Validate a batch; return the ``(B,)`` CPU mask of its finite samples (``None``: all).
 
     Samples with a NaN or infinite input are counted in ``owner.n_rejected``, with a
-    ``RuntimeWarning``.
+    ``RuntimeWarning``. On a GPU it reads values on the host: validate the batch before
+    moving it there.
 
     :param owner: the buffer the batch is offered to.
     :param x: ``(B, *input_shape)`` inputs.
     :param y: ``(B,)`` labels.
     :param ref: stored inputs whose shape ``x`` must match, if any.
+    :param stacklevel: the warning's ``stacklevel`` (the default suits a call from
+        :meth:`OnlineBuffer._offer`).
     :raises ValueError: sizes or shapes disagree, or labels are not non-negative integers.
     """
     if y.dim() != 1 or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
@@ -263,7 +280,8 @@ def check_batch(owner: OnlineBuffer, x: Tensor, y: Tensor, ref: Tensor | None) -
     if bool(finite.all()):
         return None
     bad = int((~finite).sum())
-    reject(owner, bad, f"{bad} sample(s) with NaN or infinite inputs not stored", stacklevel=5)
+    reject(owner, bad, f"{bad} sample(s) with NaN or infinite inputs not stored",
+           stacklevel=stacklevel)
     return finite
 
 

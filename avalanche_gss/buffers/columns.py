@@ -61,7 +61,7 @@ class ColumnsMixin(SourcesMixin):
         if len(appended) != new_size - self.size:
             raise RuntimeError("a policy left a hole in the buffer")
         self._write(rows.take(keep) if len(keep) < len(rows) else rows, target,
-                    None if scores is None else scores[keep.to(scores.device)])
+                    None if scores is None else scores[keep.to(scores.device, non_blocking=True)])
         self.size = new_size
 
     def _write(self, rows: Rows, target: Tensor, scores: Tensor | None) -> None:
@@ -70,12 +70,12 @@ class ColumnsMixin(SourcesMixin):
             self._allocate(rows)
         assert self.x is not None and self.y is not None and self.t is not None
         dev = self.x.device
-        idx = target.to(dev)
+        idx = target.to(dev, non_blocking=True)  # a host index: no stream sync on CUDA
         self.x[idx] = rows.x.to(dev)
         self.y[idx] = rows.y.to(dev, torch.long)
         self.t[idx] = rows.t.to(dev, torch.long)
         if scores is not None and self.scores is not None:
-            self.scores[idx] = scores.to(dev, torch.float32)
+            self.scores[idx] = scores.to(dev, torch.float32, non_blocking=True)
         self.src[target] = rows.src
         self.src_idx[target] = rows.idx
         self.plain[target] = rows.plain
@@ -164,7 +164,7 @@ class ReadsMixin(ColumnsMixin):
         """
         if self.x is None or self.y is None or self.t is None:
             raise ValueError("the buffer is empty")
-        idx = slots.to(self.x.device)
+        idx = slots.to(self.x.device, non_blocking=True)  # no stream sync on CUDA
         return self.x[idx], self.y[idx], self.t[idx]
 
     def stored_rows(self) -> Rows:

@@ -76,7 +76,7 @@ class Rows:
     def take(self, index: Tensor) -> Rows:
         """Rows at ``index`` (a CPU index or boolean mask)."""
         index = index.cpu()
-        dev = index.to(self.x.device)
+        dev = index.to(self.x.device, non_blocking=True)  # no stream sync on CUDA
         return Rows(self.x[dev], self.y[dev], self.t[dev], self.src[index], self.idx[index],
                     self.plain[index])
 

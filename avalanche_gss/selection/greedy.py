@@ -82,7 +82,8 @@ def memory_scores(
     weights[ids, torch.arange(b + k)] = 1.0
     weights[b, :b] = finite[:b].to(gram.dtype)  # the batch mean of the finite gradients
     weights = weights / weights.sum(dim=1, keepdim=True).clamp_min(1.0)
-    cos = cosine_from_gram(group_gram(gram, weights.to(gram.device)))  # (B+1+n, B+1+n)
+    weights = weights.to(gram.device, non_blocking=True)  # no stream sync on CUDA
+    cos = cosine_from_gram(group_gram(gram, weights))  # (B+1+n, B+1+n)
     scores = greedy_scores(cos[: b + 1, b + 1 :].float().cpu())  # (B+1,)
     scores[:b][~finite[:b]] = float("nan")
     if not bool(finite[:b].any()):

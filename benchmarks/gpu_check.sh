@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 16's GPU acceptance measurements in one go (about 6-8 minutes on an H100/H200).
+# Usage: benchmarks/gpu_check.sh OUT_DIR   (or with $OUT set); run from the repository root
+# with the project's Python first on PATH (or PYTHON=/path/to/python).
+#
+# 1. plain runs (no --phases: the figures to compare) of the three ResNet-18 cases,
+#    library vs floor, same device, same process: ratio_vs_floor in resnet_plain.json
+#    (acceptance: Reservoir <= 1.2, GSS-Greedy <= 1.5, GSS-IQP <= 2.5). The stream is
+#    cut to 5 x 1,000 samples (Table 3 has 5 x 2,000) to fit the time; M = 1,000.
+# 2. the same cases with --phases on a shorter stream: where the time goes.
+# 3. one GSS-IQP merge at M = 1,000 on the device, split into Gram / solve / bookkeeping.
+# 4. the host syncs per online batch (tracked count, plus PyTorch's own sync debug mode).
+# 5. the CPU figures of the MLP cases, to check they did not get slower (compare with main).
+set -u
+OUT_DIR="${1:-${OUT:?give the output folder as \$1 or set \$OUT}}"
+PY="${PYTHON:-python}"
+mkdir -p "$OUT_DIR"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)"
+CASES="reservoir-resnet-cifar gss-greedy-resnet-cifar gss-iqp-resnet-cifar"
+"$PY" -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" \
+    | tee "$OUT_DIR/device.txt"
+timeout 270 "$PY" benchmarks/online_throughput.py --device cuda --repeats 1 --cases $CASES \
+    --impls library floor --samples-per-task 1000 --json "$OUT_DIR/resnet_plain.json" \
+    2>&1 | tee "$OUT_DIR/resnet_plain.txt"
+timeout 90 "$PY" benchmarks/online_throughput.py --device cuda --repeats 1 --cases $CASES \
+    --impls library floor --samples-per-task 300 --phases \
+    --json "$OUT_DIR/resnet_phases.json" 2>&1 | tee "$OUT_DIR/resnet_phases.txt"
+timeout 60 "$PY" benchmarks/iqp.py --device cuda --cases merge-resnet --merge-size 1000 \
+    --repeats 5 --json "$OUT_DIR/iqp_merge.json" 2>&1 | tee "$OUT_DIR/iqp_merge.txt"
+timeout 60 "$PY" benchmarks/host_syncs.py --device cuda --model resnet --cuda-debug \
+    --json "$OUT_DIR/host_syncs.json" > "$OUT_DIR/host_syncs.txt" 2>&1
+grep -v "^  \|Warning\|warn" "$OUT_DIR/host_syncs.txt" | head -20
+timeout 90 "$PY" benchmarks/online_throughput.py --device cpu --repeats 1 \
+    --cases reservoir-mlp-disjoint gss-greedy-mlp-disjoint --impls library floor \
+    --json "$OUT_DIR/mlp_cpu.json" 2>&1 | tee "$OUT_DIR/mlp_cpu.txt"
