@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16's GPU acceptance measurements in one go (about 6-8 minutes on an H100/H200).
+# The GPU path's measurements in one go (about 6-8 minutes on an H100 or H200).
 # Usage: benchmarks/gpu_check.sh OUT_DIR   (or with $OUT set); run from the repository root
 # with the project's Python first on PATH (or PYTHON=/path/to/python).
 #

@@ -75,7 +75,9 @@ class ColumnsMixin(SourcesMixin):
         self.y[idx] = rows.y.to(dev, torch.long)
         self.t[idx] = rows.t.to(dev, torch.long)
         if scores is not None and self.scores is not None:
-            self.scores[idx] = scores.to(dev, torch.float32, non_blocking=True)
+            # non_blocking only from the host: a device-to-host copy must be waited for
+            self.scores[idx] = scores.to(dev, torch.float32,
+                                         non_blocking=scores.device.type == "cpu")
         self.src[target] = rows.src
         self.src_idx[target] = rows.idx
         self.plain[target] = rows.plain

@@ -336,7 +336,8 @@ class OtherClassesRetrieval(Retrieval):
         stored = _stored_labels(policy)
         if stored is None or len(stored) == 0:
             return None
-        order = torch.randperm(len(stored), generator=generator).to(stored.device)
+        order = torch.randperm(len(stored), generator=generator).to(stored.device,
+                                                                   non_blocking=True)
         held = torch.isin(stored[order], strategy.mb_y.detach().to(stored.device))
         pick = order[torch.argsort(held.to(torch.uint8), stable=True)[:k]]
         if isinstance(policy, OnlineBuffer) and policy.replays_tensors:
