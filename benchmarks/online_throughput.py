@@ -27,10 +27,12 @@ Case ``gss-greedy-mlp-disjoint``:
   10 new + 32 replayed samples, selection inside every step): not the same schedule,
   timed that way because it is the only way it runs.
 
-Cases ``cbrs-mlp-disjoint`` and ``cb-gss-mlp-disjoint``: ``library`` is
-:class:`~avalanche_gss.methods.cbrs.CBRS` / :class:`~avalanche_gss.methods.cb_gss.CBGSS`
-(CBRS's quotas, GSS-Greedy's score of each new sample against 10 buffer gradients), and
-``floor`` the bare reservoir loop.
+Cases ``cbrs-mlp-disjoint``, ``cbrs-oc-mlp-disjoint`` and ``cb-gss-mlp-disjoint``:
+``library`` is :class:`~avalanche_gss.methods.cbrs.CBRS`, the same with
+``retrieval="other-classes"`` (CBRS+OC), and :class:`~avalanche_gss.methods.cb_gss.CBGSS`
+(CBRS's quotas, GSS-Greedy's score of each new sample against 10 buffer gradients, and
+its default replay of the classes the batch does not hold), and ``floor`` the bare
+reservoir loop.
 
 Each record also carries the final average test accuracy (mean over tasks), so that the
 library and the bare loop can be compared on what they learn, not only on time. Repeats
@@ -255,6 +257,9 @@ CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
         "floor": run_floor,
     },
     "cbrs-mlp-disjoint": {"library": partial(run_library, cls=CBRS), "floor": run_floor},
+    "cbrs-oc-mlp-disjoint": {"library": partial(run_library,
+                                                cls=partial(CBRS, retrieval="other-classes")),
+                             "floor": run_floor},
     "cb-gss-mlp-disjoint": {"library": partial(run_library, cls=CBGSS), "floor": run_floor},
     "reservoir-resnet-cifar": {"library": _resnet_library, "floor": _resnet_floor},
     "gss-greedy-resnet-cifar": {"library": partial(_resnet_library, cls=GSSGreedy),

@@ -29,14 +29,14 @@ POLICIES: dict[str, dict[str, Any]] = {
     "ER-MIR": {"method": "Reservoir", "retrieval": "mir"},
     "GSS+MIR": {"method": "GSS-Greedy", "variant": "authors", "retrieval": "mir"},
     "CB-GSS": {"method": "CB-GSS"},
+    "CBRS+OC": {"method": "CBRS", "retrieval": "other-classes"},
 }
 """Each policy's row label and the ``RunSettings`` keywords that make it, in row order.
 
 GSS-Greedy, GSS-Clust and FSS-Clust run as the authors' code does them (the variant
-that gave the paper's numbers). ``CBRS``, ``GDumb`` and the ``retrieval`` keyword of
-``ER-MIR`` and ``GSS+MIR`` need their registry entries and ``RunSettings`` field; until
-a version has them, asking for these policies (as the default, all of them, does) ends
-in one line that names what is missing.
+that gave the paper's numbers). ``ER-MIR`` and ``GSS+MIR`` are Reservoir and GSS-Greedy
+with MIR's replay draws; ``CB-GSS`` runs with its own retrieval (the classes the
+incoming batch does not hold first), as every policy without a ``retrieval`` key does.
 """
 
 

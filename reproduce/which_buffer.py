@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import avalanche_gss
-from avalanche_gss.experiments import BUFFER_METHODS, RunResult, RunSettings
+from avalanche_gss.experiments import BUFFER_METHODS, RunResult, RunSettings, default_retrieval
 from avalanche_gss.plotting import Panel, Series, plot_panels
 from avalanche_gss.reporting import (
     DIVERGED_SHARE,
@@ -336,8 +336,12 @@ def _markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]],
                      f"{t['columns']} | {t['mean_accuracy']:.1f} | "
                      f"{t['mean_train_seconds']:.2f} | {t['time_vs_fastest']:.2f}× |")
     lines += ["", "Policies (RunSettings keywords):", ""]
-    lines += [f"- {p}: " + ", ".join(f"{k}={v}" for k, v in POLICIES[p].items())
-              for p in policies]
+    for p in policies:
+        keywords = ", ".join(f"{k}={v}" for k, v in POLICIES[p].items())
+        own = default_retrieval(POLICIES[p]["method"])
+        if "retrieval" not in POLICIES[p] and own != "random":
+            keywords += f" (its own retrieval: {own})"
+        lines.append(f"- {p}: {keywords}")
     lines += ["", "Streams (each with its protocol's learning rate and iterations per "
               "batch):", ""]
     for s in report["protocol"]["streams"]:

@@ -208,3 +208,21 @@ def test_bad_retrieval_options_get_one_line_naming_them(argv, names, capsys):
     assert len(lines) == 1 and lines[0].startswith("python -m reproduce: error:"), lines
     for name in names:
         assert name in lines[0], (name, lines[0])
+
+
+def test_a_method_s_own_retrieval_is_its_unlabelled_row():
+    from reproduce.cli import parse_args
+    from reproduce.protocols import PROTOCOLS
+    from reproduce.tables import plan
+
+    def rows(argv):
+        runs, _ = plan(parse_args(["table1", "--quick", "--methods", "CB-GSS", "Reservoir",
+                                   *argv]), PROTOCOLS["table1"])
+        return sorted({(r["settings"].method, r["settings"].retrieval,
+                        tuple(sorted(r["row"].items()))) for r in runs})
+
+    assert rows([]) == [("CB-GSS", "other-classes", ()), ("Reservoir", "random", ())]
+    assert rows(["--retrieval", "random", "other-classes"]) == [
+        ("CB-GSS", "other-classes", ()), ("CB-GSS", "random", (("retrieval", "random"),)),
+        ("Reservoir", "other-classes", (("retrieval", "other-classes"),)),
+        ("Reservoir", "random", ())]
