@@ -184,25 +184,21 @@ def count_run(method: str, *, model: str = "mlp", device: str = "cpu", warmup: i
               ) -> dict[str, Any]:
     """Train ``warmup`` online batches, then count the syncs of ``batches`` more.
 
-    :param method: ``"Reservoir"``, ``"GSS-Greedy"`` or ``"GSS-IQP"`` (their strategies
-        with default options; GSS-IQP's recent buffer is made 20 so that a merge falls in
-        the counted batches).
+    :param method: a registry method (``"Reservoir"``, ``"GSS-Greedy"``, ``"CB-GSS"``,
+        ...), its ready strategy with default options (GSS-IQP's recent buffer is made 20
+        so that a merge falls in the counted batches).
     :return: ``{"method", "batches", "syncs", "per_batch", "events": {where: {kind: n}}}``.
     """
-    from avalanche_gss.methods.gss_greedy import GSSGreedy
-    from avalanche_gss.methods.gss_iqp import GSSIQP
-    from avalanche_gss.methods.reservoir import Reservoir
+    from avalanche_gss import methods
     from avalanche_gss.models import MLP, make_model
 
-    classes: dict[str, Any] = {"Reservoir": Reservoir, "GSS-Greedy": GSSGreedy,
-                               "GSS-IQP": GSSIQP}
     options = {"recent_size": 20} if method == "GSS-IQP" else {}
     torch.manual_seed(seed)
     net = make_model("resnet18", (3, 32, 32), 10) if model == "resnet" else MLP()
     net = net.to(device)
-    strategy = classes[method](model=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.05),
-                               mem_size=mem_size, n_iter=n_iter, seed=seed, device=device,
-                               **options)
+    strategy = methods.get(method).strategy(
+        model=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.05), mem_size=mem_size,
+        n_iter=n_iter, seed=seed, device=device, **options)
     split, stream = _stream(model, warmup + batches, seed)
     strategy.train(stream[:warmup])
     counted = stream[warmup:]

@@ -4,7 +4,9 @@
 the calls that would make the host wait for it. The pins below are what the path makes
 now; a change that adds a sync to every online batch fails here (raise a pin only with a
 reason). What remains: ``finite_loss``'s check of each step's loss (2 per iteration),
-and, for GSS-Greedy, the scores the host-side decision reads (3 per batch).
+and, for GSS-Greedy, the scores the host-side decision reads (3 per batch); CBRS and
+CB-GSS read the stored and the new labels for their class rule (2 per batch), CB-GSS
+also the scores (3 more).
 """
 
 import importlib.util
@@ -44,7 +46,8 @@ def test_the_counter_sees_reads_masks_and_blocking_copies():
 
 
 @pytest.mark.parametrize(("method", "pin"), [("Reservoir", 6.0), ("GSS-Greedy", 9.0),
-                                             ("GSS-IQP", 7.5)])
+                                             ("GSS-IQP", 7.5), ("CBRS", 8.0),
+                                             ("CB-GSS", 11.0)])
 def test_per_batch_syncs_are_pinned(method, pin):
     result = _host_syncs().count_run(method, warmup=6, batches=4, mem_size=30)
     assert result["per_batch"] <= pin, result["events"]

@@ -99,11 +99,12 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
                 reject(self, bad, f"{bad} sample(s) with a non-finite gradient score not "
                        "stored", stacklevel=5)
         stored = self.scores[: self.size].cpu() if self.scores is not None else torch.zeros(0)
-        labels = rows.y[keep.to(rows.y.device)]
+        all_kept = bool(keep.all())  # a CPU mask: no device sync
+        labels = rows.y if all_kept else rows.y[keep.to(rows.y.device)]
         decision = cbrs_slots(
             self.stored_labels(), labels, self.max_size, self.class_seen, self.full_classes,
             generator=self.generator,
-            weights=None if scores is None else (stored, scores[keep]),
+            weights=None if scores is None else (stored, scores if all_kept else scores[keep]),
         )
         self.class_seen, self.full_classes = decision.seen, decision.full
         slots[keep] = decision.slots
