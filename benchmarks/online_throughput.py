@@ -327,18 +327,24 @@ def main(argv: list[str]) -> int:
         arch = _arch(case)
         data, per_task = _data(arch, args, datasets)
         m = args.buffer_size or DEFAULTS[arch]["buffer_size"]
-        for impl in [i for i in impls if i in CASES[case]]:
-            times, accs, phases = [], [], []
-            for seed in range(args.repeats):
-                split = disjoint_tasks(data, samples_per_task=per_task, seed=seed)
+        chosen = [i for i in impls if i in CASES[case]]
+        runs: dict[str, tuple[list[float], list[float], list[dict[str, float]]]] = {
+            impl: ([], [], []) for impl in chosen}
+        # Seed by seed, every impl in turn: a drift of the machine's speed during the
+        # case then hits the library and the floor alike.
+        for seed in range(args.repeats):
+            split = disjoint_tasks(data, samples_per_task=per_task, seed=seed)
+            for impl in chosen:
                 extra: dict[str, Any] = {}
                 if args.phases and impl in PHASED:
                     extra["timer"] = PhaseTimer(device)
                 seconds, acc = CASES[case][impl](split, seed, m, args.n_iter, device, **extra)
-                times.append(seconds)
-                accs.append(acc)
+                runs[impl][0].append(seconds)
+                runs[impl][1].append(acc)
                 if extra:
-                    phases.append(extra["timer"].close(seconds))
+                    runs[impl][2].append(extra["timer"].close(seconds))
+        for impl in chosen:
+            times, accs, phases = runs[impl]
             record = {
                 "case": case, "impl": impl, "median_ms": 1000 * statistics.median(times),
                 "times_ms": [1000 * t for t in times], "repeats": args.repeats,
