@@ -7,8 +7,8 @@ replay step uses) are separate choices, so any retrieval combines with any buffe
 * :class:`RandomRetrieval`: ``replay_batch_size`` distinct buffer samples drawn uniformly,
   the GSS paper's rehearsal (the default).
 * :class:`OtherClassesRetrieval`: the same uniform draw, but the buffer samples whose class
-  the incoming batch does not hold come first (a label-only stand-in for MIR's choice, at
-  the cost of the uniform draw).
+  the incoming batch does not hold come first (it reads labels only, at the cost of the
+  uniform draw).
 * :class:`MIRRetrieval`: Maximally Interfered Retrieval, from Aljundi, Caccia, Belilovsky,
   Caccia, Lin, Charlin and Tuytelaars, "Online Continual Learning with Maximally
   Interfered Retrieval", NeurIPS 2019 (arXiv:1908.04742): of ``C`` candidates drawn at
