@@ -68,16 +68,23 @@ def draw(policy: ExemplarsBuffer, k: int, generator: torch.Generator,
     if isinstance(policy, OnlineBuffer):
         if len(policy) == 0:
             return None
-        slots = policy.sample_slots(k, generator)
-        if policy.replays_tensors:
-            x, y, t = policy.rows(slots)
-            return x.to(device), y.to(device), t.to(device)
-        return _read_items(policy.buffer, slots, device)
-    data = policy.buffer
-    if len(data) == 0:
+        return _read(policy, policy.sample_slots(k, generator), device)
+    if len(policy.buffer) == 0:
         return None
-    idx = torch.randperm(len(data), generator=generator)[:k]
-    return _read_items(data, idx, device)
+    return _read(policy, torch.randperm(len(policy.buffer), generator=generator)[:k], device)
+
+
+def _read(policy: ExemplarsBuffer, idx: Tensor, device: torch.device | str) -> Batch:
+    """Buffer samples ``idx``: ``(x, y, t)`` on ``device``.
+
+    From the stored tensors of an :class:`~avalanche_gss.buffers.OnlineBuffer` whose
+    tensors are what its dataset yields; otherwise through ``policy.buffer`` (a random
+    augmentation is drawn anew).
+    """
+    if isinstance(policy, OnlineBuffer) and policy.replays_tensors:
+        x, y, t = policy.rows(idx)
+        return x.to(device), y.to(device), t.to(device)
+    return _read_items(policy.buffer, idx, device)
 
 
 def _read_items(data: Any, idx: Tensor, device: torch.device | str) -> Batch:
@@ -340,10 +347,7 @@ class OtherClassesRetrieval(Retrieval):
                                                                    non_blocking=True)
         held = torch.isin(stored[order], strategy.mb_y.detach().to(stored.device))
         pick = order[torch.argsort(held.to(torch.uint8), stable=True)[:k]]
-        if isinstance(policy, OnlineBuffer) and policy.replays_tensors:
-            x, y, t = policy.rows(pick)
-            return x.to(strategy.device), y.to(strategy.device), t.to(strategy.device)
-        return _read_items(policy.buffer, pick, strategy.device)
+        return _read(policy, pick, strategy.device)
 
 
 def _stored_labels(policy: ExemplarsBuffer) -> Tensor | None:
