@@ -14,16 +14,21 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_online_throughput_runs_on_the_auto_device(tmp_path):
+def _throughput(tmp_path, *args):
+    """Run ``benchmarks/online_throughput.py --repeats 1 ARGS`` from ``tmp_path``: its records."""
     out = tmp_path / "r.json"
     res = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "online_throughput.py"), "--repeats", "1",
-         "--samples-per-task", "20", "--impls", "library", "floor", "--cases",
-         "reservoir-mlp-disjoint", "cb-gss-mlp-disjoint", "--json", str(out)],
+         *args, "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    records = json.loads(out.read_text())["records"]
+    return json.loads(out.read_text())["records"]
+
+
+@pytest.mark.slow
+def test_online_throughput_runs_on_the_auto_device(tmp_path):
+    records = _throughput(tmp_path, "--samples-per-task", "20", "--impls", "library", "floor",
+                          "--cases", "reservoir-mlp-disjoint", "cb-gss-mlp-disjoint")
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert [(r["case"], r["impl"]) for r in records] == [
         ("reservoir-mlp-disjoint", "library"), ("reservoir-mlp-disjoint", "floor"),
@@ -33,15 +38,9 @@ def test_online_throughput_runs_on_the_auto_device(tmp_path):
 
 @pytest.mark.slow
 def test_online_throughput_resnet_case_reports_phases_on_the_stand_in(tmp_path):
-    out = tmp_path / "r.json"
-    res = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "online_throughput.py"), "--repeats", "1",
-         "--cases", "gss-greedy-resnet-cifar", "--impls", "library", "floor", "--phases",
-         "--samples-per-task", "10", "--buffer-size", "12", "--test-per-class", "2",
-         "--n-iter", "1", "--device", "cpu", "--json", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = json.loads(out.read_text())["records"]
+    records = _throughput(tmp_path, "--cases", "gss-greedy-resnet-cifar", "--impls", "library",
+                          "floor", "--phases", "--samples-per-task", "10", "--buffer-size",
+                          "12", "--test-per-class", "2", "--n-iter", "1", "--device", "cpu")
     assert [r["impl"] for r in records] == ["library", "floor"]
     phases = {"train_steps", "scoring", "selection", "replay_draw", "evaluation", "other"}
     for r in records:
