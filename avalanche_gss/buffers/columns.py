@@ -167,7 +167,9 @@ class ReadsMixin(ColumnsMixin):
         if self.x is None or self.y is None or self.t is None:
             raise ValueError("the buffer is empty")
         idx = slots.to(self.x.device, non_blocking=True)  # no stream sync on CUDA
-        return self.x[idx], self.y[idx], self.t[idx]
+        # index_select: the rows x[idx] gives, with less overhead per call
+        return (self.x.index_select(0, idx), self.y.index_select(0, idx),
+                self.t.index_select(0, idx))
 
     def stored_rows(self) -> Rows:
         """The stored samples, slot order, as :class:`~avalanche_gss.buffers.rows.Rows`."""

@@ -37,7 +37,11 @@ def reservoir_slots(
     slots = torch.where(t < capacity, t.long(), j)
     slots = torch.where(slots < capacity, slots, torch.full_like(slots, -1))
     # A later sample that drew the same slot overwrites the earlier one: keep the last.
-    for k in range(n_new - 1):
-        if slots[k] >= 0 and bool((slots[k + 1 :] == slots[k]).any()):
-            slots[k] = -1
-    return slots
+    out = slots.tolist()
+    holder: dict[int, int] = {}  # slot -> the latest sample of the batch that took it
+    for k, slot in enumerate(out):
+        if slot >= 0:
+            if slot in holder:
+                out[holder[slot]] = -1
+            holder[slot] = k
+    return torch.tensor(out, dtype=torch.long)

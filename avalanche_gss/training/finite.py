@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -20,7 +21,10 @@ def finite_loss(loss: Tensor, owner: Any) -> bool:
     :param loss: the step's scalar loss.
     :param owner: the object whose ``skipped_steps`` counter is increased.
     """
-    if bool(torch.isfinite(loss).all()):
+    if loss.numel() == 1:  # the usual scalar: one host read, no extra tensor op
+        if math.isfinite(loss.detach().item()):
+            return True
+    elif bool(torch.isfinite(loss).all()):
         return True
     owner.skipped_steps += 1
     warnings.warn(
