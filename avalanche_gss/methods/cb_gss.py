@@ -21,7 +21,7 @@ from avalanche_gss.buffers import GradientScored, Rows
 from avalanche_gss.buffers.base import reject
 from avalanche_gss.methods.cbrs import CBRSBuffer
 from avalanche_gss.methods.spec import Method
-from avalanche_gss.selection.cbrs import cbrs_slots
+from avalanche_gss.selection.cbrs import cbrs_plan, place_by_weight
 from avalanche_gss.selection.greedy import memory_scores
 from avalanche_gss.training.rehearsal import BufferStrategy
 
@@ -42,13 +42,22 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
     sample arrived; :func:`~avalanche_gss.selection.greedy.memory_scores`), so samples
     whose gradient the buffer already covers leave first, as in GSS-Greedy's
     replacement, while the class proportions stay balanced. ``victim="random"`` is CBRS
-    itself (the ablation of the score). The class decisions draw the same uniforms as
-    CBRS with the same seed (the comparisons have a generator of their own), so the class
-    counts along a stream are CBRS's exactly; only which instance of a class leaves
-    differs.
+    itself, draw for draw (the ablation of the score).
+
+    Each batch is decided in two steps. First the class rule alone
+    (:func:`~avalanche_gss.selection.cbrs.cbrs_plan`): whether each sample is stored
+    and which class gives up a slot depend on the class counts only (when several
+    classes tie for largest, one of them is drawn uniformly). Then only the samples
+    that take a slot are scored, in one gradient Gram with the ``n`` drawn buffer
+    samples, and the scores choose the instances
+    (:func:`~avalanche_gss.selection.cbrs.place_by_weight`). So the class counts along a
+    stream never depend on the scores, and a batch none of whose samples is stored costs
+    no gradient. :attr:`last_scores` is NaN for the samples that were not scored.
 
     It reads class labels (``y``), as CBRS does, but no task label and no task boundary.
-    Samples whose gradient is not finite are not stored (counted in :attr:`n_rejected`).
+    A sample that would be stored but whose gradient is not finite is refused (counted in
+    :attr:`n_rejected`, with a warning), and the rest of the batch is decided again from
+    the same uniforms, as if it had not come.
 
     :param max_size: number of slots ``M``.
     :param n: buffer gradients each new sample is compared with (GSS-Greedy's ``n``).
@@ -88,39 +97,62 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
         self.compare_generator.set_state(state["compare_generator"])
 
     def _assign(self, rows: Rows, model: nn.Module | None) -> tuple[Tensor, Tensor | None]:
+        if self.victim == "random":  # CBRS itself
+            return CBRSBuffer._assign(self, rows, model)
+        stored = self.stored_labels()
+        scores = torch.full((len(rows),), float("nan"))
+        start = self.generator.get_state()
+        labels = rows.y.cpu()  # read once, for the rule and the placement
+        kept = None  # the rows still offered (None: all)
+        while True:
+            plan = cbrs_plan(stored, labels, self.max_size, self.class_seen,
+                             self.full_classes, generator=self.generator)
+            need = plan.admitted.nonzero().flatten()  # positions among the kept rows
+            if kept is not None:
+                need = kept[need]
+                need = need[torch.isnan(scores[need])]  # not scored yet
+            if len(need) == 0:
+                break
+            dev = need.to(rows.x.device, non_blocking=True)
+            new = self._score(rows.x[dev], rows.y[dev], rows.t[dev], model)
+            scores[need] = new
+            finite = torch.isfinite(new)
+            if bool(finite.all()):
+                break
+            # A sample whose gradient is not finite is refused; the rest of the batch is
+            # decided again, from the same uniforms.
+            bad = int((~finite).sum())
+            reject(self, bad, f"{bad} sample(s) with a non-finite gradient score not stored",
+                   stacklevel=5)
+            refused = torch.zeros(len(rows), dtype=torch.bool)
+            if kept is not None:
+                refused[:] = True
+                refused[kept] = False
+            refused[need[~finite]] = True
+            kept = (~refused).nonzero().flatten()
+            labels = rows.y.cpu()[kept]
+            self.generator.set_state(start)
+        self.class_seen, self.full_classes = plan.seen, plan.full
+        stored_scores = (self.scores[: self.size].cpu() if self.scores is not None
+                         else torch.zeros(self.size))
+        placed = place_by_weight(plan, stored, labels,
+                                 (stored_scores, scores if kept is None else scores[kept]))
+        if kept is None:
+            return placed, scores
         slots = torch.full((len(rows),), -1, dtype=torch.long)
-        scores: Tensor | None = None
-        keep = torch.ones(len(rows), dtype=torch.bool)
-        if self.victim == "score":
-            scores = self._score(rows, model)
-            keep = torch.isfinite(scores)
-            if not bool(keep.all()):
-                bad = int((~keep).sum())
-                reject(self, bad, f"{bad} sample(s) with a non-finite gradient score not "
-                       "stored", stacklevel=5)
-        stored = self.scores[: self.size].cpu() if self.scores is not None else torch.zeros(0)
-        all_kept = bool(keep.all())  # a CPU mask: no device sync
-        labels = rows.y if all_kept else rows.y[keep.to(rows.y.device)]
-        decision = cbrs_slots(
-            self.stored_labels(), labels, self.max_size, self.class_seen, self.full_classes,
-            generator=self.generator,
-            weights=None if scores is None else (stored, scores if all_kept else scores[keep]),
-        )
-        self.class_seen, self.full_classes = decision.seen, decision.full
-        slots[keep] = decision.slots
+        slots[kept] = placed
         return slots, scores
 
-    def _score(self, rows: Rows, model: nn.Module | None) -> Tensor:
+    def _score(self, x: Tensor, y: Tensor, t: Tensor, model: nn.Module | None) -> Tensor:
         """GSS-Greedy's score of each new sample against ``n`` random stored gradients."""
         self._check_model(model)
         k = min(self.size, self.n)
         if k == 0:
-            return torch.ones(len(rows))  # empty buffer: cosine 0, nothing known
+            return torch.ones(len(y))  # empty buffer: cosine 0, nothing known
         bx, by, bt = self.rows(self.sample_slots(k, self.compare_generator))
-        gram = self._gram(model, torch.cat([rows.x.to(bx.device), bx]),
-                          torch.cat([rows.y.to(by.device), by]),
-                          torch.cat([rows.t.to(bt.device), bt]))
-        return memory_scores(gram, len(rows))[0]
+        gram = self._gram(model, torch.cat([x.to(bx.device), bx]),
+                          torch.cat([y.to(by.device), by]), torch.cat([t.to(bt.device), bt]))
+        return memory_scores(gram, len(y))[0]
 
 
 class CBGSS(BufferStrategy):

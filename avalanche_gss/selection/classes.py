@@ -79,23 +79,17 @@ def weighted_index(u: float, n: int, weights: list[float] | None = None) -> int:
     return max(k for k, w in enumerate(weights) if w > 0)  # rounding at the top end
 
 
-def largest_instance(labels: list[int], counts: list[int], u: float,
-                     weights: list[float] | None = None) -> int:
+def largest_instance(labels: list[int], counts: list[int], u: float) -> int:
     """The position in ``labels`` of a random stored instance of (one of) the largest classes.
 
     :param labels: stored labels (at least one).
     :param counts: their per-class counts (:func:`class_counts`).
     :param u: a uniform draw in ``[0, 1)``; the candidates are taken in slot order.
-    :param weights: one weight per stored label: draw the instance proportionally to
-        its weight (:func:`weighted_index`); ``None``: uniformly.
-    :return: the chosen position: candidate number ``floor(u * n_candidates)`` without
-        weights.
+    :return: the chosen position: candidate number ``floor(u * n_candidates)``.
     """
     top = max(counts)
     candidates = [i for i, label in enumerate(labels) if counts[label] == top]
-    chosen = weighted_index(u, len(candidates),
-                            None if weights is None else [weights[i] for i in candidates])
-    return candidates[chosen]
+    return candidates[weighted_index(u, len(candidates))]
 
 
 def shrink_largest(

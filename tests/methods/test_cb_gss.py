@@ -8,7 +8,7 @@ import torch
 from avalanche_gss.methods.cb_gss import CBGSSBuffer
 from avalanche_gss.methods.cbrs import CBRSBuffer
 from avalanche_gss.models import MLP
-from avalanche_gss.selection.cbrs import cbrs_slots
+from avalanche_gss.selection.cbrs import cbrs_plan, place_by_weight
 
 D, C = 12, 4
 
@@ -35,19 +35,59 @@ def test_random_victims_are_cbrs_exactly():
     assert torch.equal(ours.tensors()[1], cbrs.tensors()[1])
 
 
-def test_class_quotas_are_cbrs_whatever_the_scores():
-    # Which class gives up a slot, and whether a sample is stored, never depend on the
-    # scores: only which instance of the class leaves does. So the class counts along
-    # the stream are CBRS's, for the same seed.
-    model = _model()
-    ours, cbrs = CBGSSBuffer(20, seed=5), CBRSBuffer(20, seed=5)
+def test_class_quotas_do_not_depend_on_the_scores():
+    # Whether a sample is stored and which class gives up a slot are decided from the
+    # class counts alone: two different models (so different scores) give the same
+    # class counts along the stream, and the same samples in the buffer's classes.
+    ours, other = CBGSSBuffer(20, seed=5), CBGSSBuffer(20, seed=5)
+    model_a, model_b = _model(0), _model(1)
     for x, y in _imbalanced_stream(1):
-        ours.add(x, y, model)
-        cbrs.add(x, y, model)
+        ours.add(x, y, model_a)
+        other.add(x, y, model_b)
         assert torch.equal(torch.bincount(ours.tensors()[1], minlength=C),
-                           torch.bincount(cbrs.tensors()[1], minlength=C))
+                           torch.bincount(other.tensors()[1], minlength=C))
     # and the comparison is not vacuous: the scores did change which instances stayed
-    assert not torch.equal(ours.tensors()[0], cbrs.tensors()[0])
+    assert not torch.equal(ours.tensors()[0].sum(1).sort().values,
+                           other.tensors()[0].sum(1).sort().values)
+
+
+def test_class_quotas_follow_cbrs_rule():
+    # CBRS's consequences hold for CB-GSS: a class that never was the largest keeps every
+    # sample it has seen; the largest count never grows once the memory is filled.
+    buf = CBGSSBuffer(20, seed=2)
+    model, seen, top = _model(), torch.zeros(C, dtype=torch.long), None
+    for x, y in _imbalanced_stream(4):
+        buf.add(x, y, model)
+        seen += torch.bincount(y, minlength=C)
+        counts = torch.bincount(buf.tensors()[1], minlength=C)
+        full = torch.zeros(C, dtype=torch.bool)
+        full[: len(buf.full_classes)] = buf.full_classes
+        assert torch.equal(counts[~full], seen[~full])
+        if len(buf) == 20:
+            assert top is None or int(counts.max()) <= top
+            top = int(counts.max())
+
+
+def test_only_the_samples_that_take_a_slot_are_scored():
+    # The gradient Gram is computed for the admitted samples only: the others' scores
+    # are NaN, and no sample is scored when none is admitted.
+    model = _model()
+    buf = CBGSSBuffer(20, seed=0)
+    stream = _imbalanced_stream(2)
+    calls = []
+    original = buf._score
+    buf._score = lambda x, y, t, m: calls.append(len(y)) or original(x, y, t, m)
+    for x, y in stream:
+        slots = buf.add(x, y, model)
+        scores = buf.last_scores
+        assert scores is not None
+        admitted = ~torch.isnan(scores)
+        assert bool((admitted | (slots < 0)).all())  # a stored sample was scored
+        if bool(admitted.any()):
+            assert calls == [int(admitted.sum())]
+        else:
+            assert calls == []
+        calls.clear()
 
 
 def test_the_overwritten_instance_is_drawn_in_proportion_to_its_score():
@@ -57,11 +97,11 @@ def test_the_overwritten_instance_is_drawn_in_proportion_to_its_score():
     stored, weights = torch.tensor([0, 0, 0, 1]), torch.tensor([3.0, 1.0, 0.0, 1.0])
     trials, hits = 4000, torch.zeros(4)
     for seed in range(trials):
-        decision = cbrs_slots(stored, torch.tensor([1]), 4, torch.tensor([3, 1]),
-                              torch.tensor([True, False]),
-                              generator=torch.Generator().manual_seed(seed),
-                              weights=(weights, torch.tensor([1.0])))
-        hits[int(decision.slots[0])] += 1
+        plan = cbrs_plan(stored, torch.tensor([1]), 4, torch.tensor([3, 1]),
+                         torch.tensor([True, False]),
+                         generator=torch.Generator().manual_seed(seed))
+        slots = place_by_weight(plan, stored, torch.tensor([1]), (weights, torch.tensor([1.0])))
+        hits[int(slots[0])] += 1
     z = 4.0  # two-sided, ~6e-5 per cell
     for slot, p in ((0, 0.75), (1, 0.25)):
         tolerance = z * math.sqrt(p * (1 - p) / trials)
@@ -75,7 +115,9 @@ def test_stored_scores_are_the_scores_of_the_samples_that_took_the_slots():
     for x, y in _imbalanced_stream(2):
         slots = buf.add(x, y, model)
         scores = buf.last_scores
-        assert scores is not None and bool(((scores >= 0) & (scores <= 2)).all())
+        assert scores is not None
+        scored = scores[~torch.isnan(scores)]
+        assert bool(((scored >= 0) & (scored <= 2)).all())
         for i, s in enumerate(slots.tolist()):
             if s >= 0:
                 assert float(buf.scores[s]) == pytest.approx(float(scores[i]), abs=1e-6)
@@ -101,3 +143,25 @@ def test_state_round_trip_gives_the_same_next_decisions():
                             for k, v in first.state_dict().items()})
     for x, y in stream[12:]:
         assert torch.equal(first.add(x, y, model), second.add(x, y, model))
+
+
+def test_a_sample_with_a_non_finite_gradient_is_refused_and_the_batch_decided_again():
+    # Given a buffer of classes 0 and 1, and a loss that is infinite for class 3
+    def loss_fn(logits, y):
+        weight = torch.where(y == 3, math.inf, 1.0)
+        return torch.nn.functional.cross_entropy(logits, y, reduction="none") * weight
+
+    model = _model()
+    buf = CBGSSBuffer(12, loss_fn=loss_fn, seed=0)
+    g = torch.Generator().manual_seed(0)
+    buf.add(torch.randn(12, D, generator=g), torch.tensor([0, 1] * 6), model)
+    # When a batch of 2s and 3s arrives (new classes: the rule would store all of them)
+    y = torch.tensor([3, 2, 3, 2, 2, 3])
+    with pytest.warns(RuntimeWarning, match=r"^CBGSSBuffer: 3 sample\(s\) with a non-finite"):
+        slots = buf.add(torch.randn(6, D, generator=g), y, model)
+    # Then the 3s are refused and counted, the 2s stored as if the 3s had not come
+    assert slots[y == 3].tolist() == [-1, -1, -1] and bool((slots[y == 2] >= 0).all())
+    assert buf.n_rejected == 3 and 3 not in buf.tensors()[1].tolist()
+    assert bool(torch.isfinite(buf.scores[: len(buf)]).all())
+    seen = buf.class_seen.tolist()  # the refused samples were never seen by the rule
+    assert seen[2] == 3 and (len(seen) < 4 or seen[3] == 0)

@@ -1,9 +1,11 @@
 """The class-balancing rules as pure functions: CBRS, GDumb's sampler and their shared parts."""
 
+import math
+
 import pytest
 import torch
 
-from avalanche_gss.selection.cbrs import cbrs_slots
+from avalanche_gss.selection.cbrs import cbrs_plan, cbrs_slots, place_by_weight
 from avalanche_gss.selection.classes import largest_instance, shrink_largest, weighted_index
 from avalanche_gss.selection.gdumb import gdumb_slots
 
@@ -145,10 +147,12 @@ def test_shrink_largest_draws_from_the_generator_it_is_given():
     assert torch.equal(first, again) and not torch.equal(first, other)
 
 
-def _cbrs_w(stored, new, capacity, seen, full, seed, weights=None):
-    return cbrs_slots(torch.tensor(stored), torch.tensor(new), capacity, torch.tensor(seen),
-                      torch.tensor(full), generator=torch.Generator().manual_seed(seed),
-                      weights=weights)
+def _cbrs_w(stored, new, capacity, seen, full, seed, weights):
+    """CBRS decided per class (cbrs_plan), then the instances chosen by weight."""
+    stored, new = torch.tensor(stored), torch.tensor(new)
+    plan = cbrs_plan(stored, new, capacity, torch.tensor(seen), torch.tensor(full),
+                     generator=torch.Generator().manual_seed(seed))
+    return place_by_weight(plan, stored, new, weights).tolist()
 
 
 WEIGHTS_ERROR = "^weights must have one entry per stored and per new sample$"
@@ -157,27 +161,29 @@ WEIGHTS_ERROR = "^weights must have one entry per stored and per new sample$"
 def test_cbrs_weights_must_match_the_samples():
     with pytest.raises(ValueError, match=WEIGHTS_ERROR):
         _cbrs_w([0, 1], [1], 2, [1, 1], [True, True], 0,
-              weights=(torch.ones(1), torch.ones(1)))
+                weights=(torch.ones(1), torch.ones(1)))
     with pytest.raises(ValueError, match=WEIGHTS_ERROR):
         _cbrs_w([0, 1], [1], 2, [1, 1], [True, True], 0,
-              weights=(torch.ones(2), torch.ones(2)))
+                weights=(torch.ones(2), torch.ones(2)))
 
 
 def test_cbrs_weights_follow_the_samples_into_their_slots():
-    # A sample stored while the memory fills, or overwriting a slot, brings its weight:
-    # capacity 3, stored [0, 1] (weights 1, 1); the batch [2 (weight 0), 3 (weight 1)].
-    # Sample "2" fills slot 2; then every class holds one sample (all largest), and "3"
-    # overwrites one of slots 0, 1, 2 by weight: never slot 2, whose weight is 0.
+    # Capacity 4, stored [0, 0, 1] (weights 1), class 0 full. The batch [1 (weight 0),
+    # 1 (weight 1)]: the first fills slot 3, then classes 0 and 1 tie for largest (both
+    # full); the second is a reservoir draw within class 1 (stored with probability 2/3)
+    # and overwrites class 1's instances by weight: slot 2, never the weight-0 slot 3.
+    outcomes = set()
     for seed in range(200):
-        slots = _cbrs_w([0, 1], [2, 3], 3, [1, 1], [False, False], seed,
-                      weights=(torch.ones(2), torch.tensor([0.0, 1.0]))).slots.tolist()
-        assert slots[0] == 2 and slots[1] in (0, 1)
-    # and an overwrite: stored [0, 1, 1] (weights 1), class 1 the largest; "2" (weight 0)
-    # overwrites slot 1 or 2, then the three classes tie and "3" never takes 2's slot.
-    for seed in range(200):
-        first, second = _cbrs_w([0, 1, 1], [2, 3], 3, [1, 2, 0], [False, True, False], seed,
-                              weights=(torch.ones(3), torch.tensor([0.0, 1.0]))).slots.tolist()
-        assert first in (1, 2) and second != first
+        first, second = _cbrs_w([0, 0, 1], [1, 1], 4, [2, 1], [True, False], seed,
+                                weights=(torch.ones(3), torch.tensor([0.0, 1.0])))
+        assert first == 3 and second in (-1, 2)
+        outcomes.add(second)
+    assert outcomes == {-1, 2}
+    # and an overwrite: stored [0, 1, 1], class 1 the largest: "2" overwrites slot 1 or 2.
+    for seed in range(50):
+        (slot,) = _cbrs_w([0, 1, 1], [2], 3, [1, 2, 0], [False, True, False], seed,
+                          weights=(torch.ones(3), torch.zeros(1)))
+        assert slot in (1, 2)
 
 
 def test_cbrs_full_class_overwrites_its_own_instances_by_weight():
@@ -185,13 +191,49 @@ def test_cbrs_full_class_overwrites_its_own_instances_by_weight():
     # new sample is stored (m_c / n_c = 2 / 2) and always overwrites the weight-1 slot.
     for seed in range(100):
         slots = _cbrs_w([0, 0, 1], [0], 3, [1, 1], [True, False], seed,
-                      weights=(torch.tensor([1.0, 0.0, 1.0]), torch.ones(1))).slots.tolist()
+                        weights=(torch.tensor([1.0, 0.0, 1.0]), torch.ones(1)))
         assert slots == [0]
+
+
+def test_cbrs_plan_draws_one_of_the_tied_largest_classes_uniformly():
+    # Stored [0, 1, 1, 2, 2]: classes 1 and 2 tie for largest; a sample of class 3 (not
+    # full) takes a slot from one of them, each with probability 1/2, and the instance
+    # within it comes from the uniform left over from that draw.
+    stored, new = torch.tensor([0, 1, 1, 2, 2]), torch.tensor([3])
+    victims, trials = torch.zeros(3), 2000
+    for seed in range(trials):
+        plan = cbrs_plan(stored, new, 5, torch.tensor([1, 2, 2, 0]),
+                         torch.tensor([False, True, True, False]),
+                         generator=torch.Generator().manual_seed(seed))
+        victims[int(plan.victims[0])] += 1
+        assert bool(plan.admitted[0]) and 0.0 <= float(plan.draws[0]) < 1.0
+    assert victims[0] == 0
+    assert abs(float(victims[1]) / trials - 0.5) < 4 * math.sqrt(0.25 / trials)
+
+
+def test_cbrs_plan_decides_as_cbrs_slots_where_no_classes_tie():
+    # Without a tie for largest the class decisions are the same uniforms' decisions, and
+    # with equal weights the instances too: the same slots, n_c and full classes.
+    # Stored counts 6, 3, 1, 0 (class 0 full); batches of class 0 and one small class c:
+    # c and 0 can tie only once c is the largest too, so that c is full by then.
+    g = torch.Generator().manual_seed(0)
+    stored = torch.tensor([0] * 6 + [1] * 3 + [2])
+    for seed in range(60):
+        c = 1 + seed % 3
+        new = torch.where(torch.rand(8, generator=g) < 0.5, 0, c)
+        args = (stored, new, 10, torch.tensor([9, 3, 1]), torch.tensor([True, False, False]))
+        slots = cbrs_slots(*args, generator=torch.Generator().manual_seed(seed))
+        plan = cbrs_plan(*args, generator=torch.Generator().manual_seed(seed))
+        placed = place_by_weight(plan, stored, new, (torch.ones(10), torch.ones(8)))
+        assert torch.equal(placed, slots.slots)
+        assert torch.equal(plan.seen, slots.seen) and torch.equal(plan.full, slots.full)
 
 
 def test_cbrs_a_full_class_with_one_instance_keeps_a_reservoir_of_it():
     # Stored [0, 1], both full, one seen each: a second sample of class 0 replaces the
     # stored one with probability m_c / n_c = 1/2.
-    stored = [int(_cbrs_w([0, 1], [0], 2, [1, 1], [True, True], seed).slots[0] >= 0)
+    stored = [int(cbrs_slots(torch.tensor([0, 1]), torch.tensor([0]), 2, torch.tensor([1, 1]),
+                             torch.tensor([True, True]),
+                             generator=torch.Generator().manual_seed(seed)).slots[0] >= 0)
               for seed in range(400)]
     assert 120 < sum(stored) < 280  # binomial(400, 1/2): 200 +- 80 is over 8 sd
