@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from avalanche_gss import methods
 from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
 from reproduce.protocols import METHOD_OVERRIDES, Protocol
@@ -50,6 +51,19 @@ def data_identity(data: ArrayDataset) -> dict[str, str]:
     if id(data) not in _FINGERPRINTS:
         _FINGERPRINTS[id(data)] = data.fingerprint()
     return {"data_sha256": _FINGERPRINTS[id(data)], "data_source": data.source}
+
+
+def method_revision(method: str) -> dict[str, int]:
+    """What identifies a method's algorithm in a run's cache key: ``{"revision": n}``.
+
+    Empty for a method at revision 1 (its first, so that results cached before revisions
+    existed stay valid) and for the non-buffer baselines; see
+    :class:`~avalanche_gss.methods.spec.Method`.
+    """
+    if method not in methods.NAMES:
+        return {}
+    revision = methods.get(method).revision
+    return {"revision": revision} if revision > 1 else {}
 
 
 def load_checked(config: dict[str, Any]) -> ArrayDataset:

@@ -57,6 +57,7 @@ from reproduce.common import (
     command,
     data_identity,
     load_checked,
+    method_revision,
     resolve_data,
     settings_by_method,
     settings_for,
@@ -322,7 +323,8 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                     s = settings_for(args, _DISJOINT, method, buffer_size=m, seed=seed, **flavour)
                     runs.append(keys)
                     configs.append({**_base_config(args, data_name, spt, data), "kind": "curve",
-                                    "every_samples": every, "settings": settings_dict(s)})
+                                    "every_samples": every, "settings": settings_dict(s),
+                                    **method_revision(s.method)})
     log.info("figure4: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
     results = _sweep(args, configs)
@@ -437,7 +439,8 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                         runs.append({**variant, **point})
                         configs.append({**_base_config(args, data_name, spt, data),
                                         "kind": "final",
-                                        "settings": settings_dict(s)})
+                                        "settings": settings_dict(s),
+                                        **method_revision(s.method)})
     log.info("figure5: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
     results = _sweep(args, configs)

@@ -36,6 +36,7 @@ from avalanche_gss.sweep import SweepError, config_key, run_sweep
 from reproduce.common import (
     command,
     data_identity,
+    method_revision,
     resolve_data,
     settings_by_method,
     settings_for,
@@ -115,7 +116,8 @@ def _job_configs(args: argparse.Namespace, runs: list[dict[str, Any]], chosen: d
         config = {"version": RESULTS_VERSION, "code": avalanche_gss.__version__,
                   "experiment": args.experiment, "data": data_name, "root": args.root,
                   "download": args.download, **identity, "threads": args.threads,
-                  "variant": r["variant"], "settings": settings_dict(base)}
+                  "variant": r["variant"], "settings": settings_dict(base),
+                  **method_revision(base.method)}
         if args.tensorboard:  # a logged run is its own job: its side effect differs
             tag = "-".join([run_label(base), *(f"{k}{v}" for k, v in r["variant"].items())])
             config["tensorboard"] = os.path.join(args.tensorboard, args.experiment, tag)

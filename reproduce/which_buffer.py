@@ -48,7 +48,13 @@ from avalanche_gss.reporting import (
     write_text,
 )
 from avalanche_gss.sweep import config_key, run_sweep
-from reproduce.common import command, data_identity, resolve_data, settings_for
+from reproduce.common import (
+    command,
+    data_identity,
+    method_revision,
+    resolve_data,
+    settings_for,
+)
 from reproduce.composition import at_task_ends, task_shares
 from reproduce.jobs import build_split, run_job
 from reproduce.policies import (
@@ -218,7 +224,8 @@ def _job_configs(args: argparse.Namespace, runs: list[dict[str, Any]], data_name
         config = {"version": RESULTS_VERSION, "code": avalanche_gss.__version__,
                   "experiment": NAME, "data": data_name, "root": args.root,
                   "download": args.download, **identity, "threads": args.threads,
-                  **r["stream_config"], "settings": dataclasses.asdict(s)}
+                  **r["stream_config"], "settings": dataclasses.asdict(s),
+                  **method_revision(s.method)}
         if args.tensorboard:
             config["tensorboard"] = os.path.join(
                 args.tensorboard, NAME,

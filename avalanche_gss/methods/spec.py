@@ -23,6 +23,9 @@ class Method:
         (``{"iqp_solver": "solver"}``); ``buffer_size`` and ``seed`` always do.
     :param constrained: the strategy that uses the buffer as constraints instead of
         replay (appendix C), if the method has one.
+    :param revision: raised by one whenever a change of the method alters its results for
+        the same settings; part of the cache key of its runs (from 2 on), so that a result
+        cached by an earlier revision is computed again rather than reused.
     """
 
     name: str
@@ -30,6 +33,7 @@ class Method:
     strategy: type[Any]
     options: Mapping[str, str] = field(default_factory=dict)
     constrained: type[Any] | None = None
+    revision: int = 1
 
     @property
     def presets(self) -> Mapping[str, Mapping[str, Any]]:
