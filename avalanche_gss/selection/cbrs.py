@@ -6,6 +6,7 @@ Algorithm 1. The rule reads class labels only: no task label, no task boundary.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -108,6 +109,21 @@ class _Classes:
             self.counts[victim] -= 1
             self.mark_largest()
 
+    def walk(self, batch: list[int], generator: torch.Generator | None
+             ) -> Iterator[tuple[int, int, str, float]]:
+        """Each stored sample of ``batch`` in order: ``(i, c, how, u)`` (see :meth:`arrive`).
+
+        Draws the batch's ``2 B`` uniforms first (whatever the decisions): per sample one
+        for the reservoir test, and ``u`` for the instance to overwrite. The caller calls
+        :meth:`moved` for each sample before taking the next.
+        """
+        draws = torch.rand(len(batch), 2, generator=generator, dtype=torch.float64).tolist()
+        for i, c in enumerate(batch):
+            accept, pick = draws[i]
+            how = self.arrive(c, accept)
+            if how is not None:
+                yield i, c, how, pick
+
     def result(self) -> tuple[Tensor, Tensor]:
         return (torch.tensor(self.n_seen, dtype=torch.long),
                 torch.tensor(self.is_full, dtype=torch.bool))
@@ -156,14 +172,9 @@ def cbrs_slots(
     """
     labels, batch = stored_and_new(stored, new, capacity)
     classes = _Classes(stored, batch, capacity, seen, full)
-    draws = torch.rand(len(batch), 2, generator=generator, dtype=torch.float64).tolist()
     slots = [-1] * len(batch)
     owner: dict[int, int] = {}  # slot -> the sample of this batch that holds it
-    for i, c in enumerate(batch):
-        accept, pick = draws[i]
-        how = classes.arrive(c, accept)
-        if how is None:
-            continue
+    for i, c, how, pick in classes.walk(batch, generator):
         victim = None
         if how == _FREE:
             slot = len(labels)
@@ -176,10 +187,7 @@ def cbrs_slots(
                 slot = own[weighted_index(pick, len(own))]
             victim, labels[slot] = labels[slot], c
         classes.moved(c, victim)
-        if slot in owner:
-            slots[owner[slot]] = -1
-        owner[slot] = i
-        slots[i] = slot
+        _take(slots, owner, i, slot)
     return CBRSDecision(torch.tensor(slots, dtype=torch.long), *classes.result())
 
 
@@ -213,13 +221,8 @@ def cbrs_plan(
         raise ValueError(f"{len(stored)} stored samples exceed the capacity {capacity}")
     batch: list[int] = new.detach().cpu().long().tolist()
     classes = _Classes(stored, batch, capacity, seen, full)
-    draws = torch.rand(len(batch), 2, generator=generator, dtype=torch.float64).tolist()
     victims, picks = [-2] * len(batch), [0.0] * len(batch)
-    for i, c in enumerate(batch):
-        accept, pick = draws[i]
-        how = classes.arrive(c, accept)
-        if how is None:
-            continue
+    for i, c, how, pick in classes.walk(batch, generator):
         victim = None
         if how == _OTHER:
             tied = classes.largest()
@@ -269,8 +272,13 @@ def place_by_weight(plan: CBRSPlan, stored: Tensor, new: Tensor,
             own = [j for j, label in enumerate(labels) if label == victim]
             slot = own[weighted_index(u, len(own), [stored_w[j] for j in own])]
             labels[slot], stored_w[slot] = c, w
-        if slot in owner:
-            slots[owner[slot]] = -1
-        owner[slot] = i
-        slots[i] = slot
+        _take(slots, owner, i, slot)
     return torch.tensor(slots, dtype=torch.long)
+
+
+def _take(slots: list[int], owner: dict[int, int], i: int, slot: int) -> None:
+    """Sample ``i`` takes ``slot``; an earlier sample of the batch that held it is not stored."""
+    if slot in owner:
+        slots[owner[slot]] = -1
+    owner[slot] = i
+    slots[i] = slot
