@@ -346,7 +346,7 @@ class OtherClassesRetrieval(Retrieval):
         order = torch.randperm(len(stored), generator=generator).to(stored.device,
                                                                    non_blocking=True)
         held = torch.isin(stored[order], strategy.mb_y.detach().to(stored.device))
-        pick = order[torch.argsort(held, stable=True)[:k]]  # False (absent) first
+        pick = order[torch.argsort(held.to(torch.uint8), stable=True)[:k]]  # absent first
         return _read(policy, pick, strategy.device)
 
 
