@@ -102,8 +102,8 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
         stored = self.stored_labels()
         scores = torch.full((len(rows),), float("nan"))
         start = self.generator.get_state()
-        labels = rows.y.cpu()  # read once, for the rule and the placement
-        kept = None  # the rows still offered (None: all)
+        host_labels = labels = rows.y.cpu()  # read once, for the rule and the placement
+        kept = refused = None  # the rows still offered (None: all), the ones refused
         while True:
             plan = cbrs_plan(stored, labels, self.max_size, self.class_seen,
                              self.full_classes, generator=self.generator)
@@ -124,13 +124,11 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
             bad = int((~finite).sum())
             reject(self, bad, f"{bad} sample(s) with a non-finite gradient score not stored",
                    stacklevel=5)
-            refused = torch.zeros(len(rows), dtype=torch.bool)
-            if kept is not None:
-                refused[:] = True
-                refused[kept] = False
+            if refused is None:
+                refused = torch.zeros(len(rows), dtype=torch.bool)
             refused[need[~finite]] = True
             kept = (~refused).nonzero().flatten()
-            labels = rows.y.cpu()[kept]
+            labels = host_labels[kept]
             self.generator.set_state(start)
         self.class_seen, self.full_classes = plan.seen, plan.full
         stored_scores = (self.scores[: self.size].cpu() if self.scores is not None

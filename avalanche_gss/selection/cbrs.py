@@ -12,7 +12,12 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from avalanche_gss.selection.classes import largest_instance, stored_and_new, weighted_index
+from avalanche_gss.selection.classes import (
+    check_capacity,
+    largest_instance,
+    stored_and_new,
+    weighted_index,
+)
 
 __all__ = ["CBRSDecision", "CBRSPlan", "cbrs_slots", "cbrs_plan", "place_by_weight"]
 
@@ -215,10 +220,7 @@ def cbrs_plan(
         :func:`cbrs_slots`.
     :return: the class decisions and the bookkeeping after the batch (:class:`CBRSPlan`).
     """
-    if capacity < 1:
-        raise ValueError(f"capacity must be >= 1, got {capacity}")
-    if len(stored) > capacity:
-        raise ValueError(f"{len(stored)} stored samples exceed the capacity {capacity}")
+    check_capacity(len(stored), capacity)  # the stored labels are only counted here
     batch: list[int] = new.detach().cpu().long().tolist()
     classes = _Classes(stored, batch, capacity, seen, full)
     victims, picks = [-2] * len(batch), [0.0] * len(batch)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["class_counts", "grow", "largest_instance", "shrink_largest", "stored_and_new",
-           "weighted_index"]
+__all__ = ["check_capacity", "class_counts", "grow", "largest_instance", "shrink_largest",
+           "stored_and_new", "weighted_index"]
 
 
 def stored_and_new(stored: Tensor, new: Tensor, capacity: int) -> tuple[list[int], list[int]]:
@@ -26,12 +26,21 @@ def stored_and_new(stored: Tensor, new: Tensor, capacity: int) -> tuple[list[int
     :param capacity: buffer size ``M``.
     :raises ValueError: ``capacity < 1``, or more stored samples than ``capacity``.
     """
+    check_capacity(len(stored), capacity)
+    return stored.detach().cpu().long().tolist(), new.detach().cpu().long().tolist()
+
+
+def check_capacity(n_stored: int, capacity: int) -> None:
+    """Refuse a buffer size below one, or more stored samples than it holds.
+
+    :param n_stored: how many samples are stored.
+    :param capacity: buffer size ``M``.
+    :raises ValueError: ``capacity < 1``, or ``n_stored > capacity``.
+    """
     if capacity < 1:
         raise ValueError(f"capacity must be >= 1, got {capacity}")
-    labels = stored.detach().cpu().long().tolist()
-    if len(labels) > capacity:
-        raise ValueError(f"{len(labels)} stored samples exceed the capacity {capacity}")
-    return labels, new.detach().cpu().long().tolist()
+    if n_stored > capacity:
+        raise ValueError(f"{n_stored} stored samples exceed the capacity {capacity}")
 
 
 def grow(counts: Tensor, n_classes: int) -> Tensor:

@@ -63,7 +63,7 @@ def gdumb_slots(
     :return: the slots and the per-class counts after the batch (:class:`GDumbDecision`).
     """
     labels, batch = stored_and_new(stored, new, capacity)
-    n_classes = max([len(seen), *(c + 1 for c in labels), *(c + 1 for c in batch)])
+    n_classes = max(len(seen), max(labels, default=-1) + 1, max(batch, default=-1) + 1)
     n_seen = grow(seen.long(), n_classes).tolist()
     n_seen_classes = sum(1 for n in n_seen if n > 0)
     counts = class_counts(labels, n_classes)
