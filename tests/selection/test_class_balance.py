@@ -237,3 +237,21 @@ def test_cbrs_a_full_class_with_one_instance_keeps_a_reservoir_of_it():
                              generator=torch.Generator().manual_seed(seed)).slots[0] >= 0)
               for seed in range(400)]
     assert 120 < sum(stored) < 280  # binomial(400, 1/2): 200 +- 80 is over 8 sd
+
+
+def test_cbrs_plan_refuses_bad_capacities_and_draws_two_uniforms_per_sample():
+    def plan(stored, new, capacity, g=None):
+        return cbrs_plan(torch.tensor(stored, dtype=torch.long),
+                         torch.tensor(new, dtype=torch.long), capacity, _NONE, _NO_FULL,
+                         generator=g)
+
+    with pytest.raises(ValueError, match="^capacity must be >= 1, got 0$"):
+        plan([], [0], 0)
+    with pytest.raises(ValueError, match="^3 stored samples exceed the capacity 2$"):
+        plan([0, 1, 2], [0], 2)
+    empty = plan([0, 1], [], 3)
+    assert empty.victims.tolist() == [] and empty.seen.tolist() == [0, 0]
+    g, ref = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    plan([0, 0, 0, 1], [0, 0, 2], 4, g)
+    torch.rand(6, generator=ref, dtype=torch.float64)
+    assert torch.equal(torch.rand(1, generator=g), torch.rand(1, generator=ref))
