@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _command(args, cwd):
     assert REPO not in Path(cwd).resolve().parents, "must run outside the repository"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return [sys.executable, "-m", "reproduce", *map(str, args)], env
+    return [sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)], env
 
 
 def cli(*args, cwd, timeout=600):
@@ -111,7 +111,8 @@ def test_installed_outside_the_repository_and_help_is_light(outside):
     assert "Contract" not in res.stdout
     assert "threads" in res.stdout.lower()
     # Parsing imports neither torch nor Avalanche: --help and bad values answer at once.
-    probe = ("import sys; from reproduce.cli import parse_args; parse_args(['table1']); "
+    probe = ("import sys; from avalanche_gss.reproduce.cli import parse_args; "
+             "parse_args(['table1']); "
              "print(sorted(m for m in ('torch', 'avalanche', 'numpy') if m in sys.modules))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([sys.executable, "-c", probe], cwd=outside, env=env,

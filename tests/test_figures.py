@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from reproduce import figures
-from reproduce.__main__ import main
+from avalanche_gss.reproduce import figures
+from avalanche_gss.reproduce.__main__ import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

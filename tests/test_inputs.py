@@ -7,8 +7,8 @@ import torch
 
 from avalanche_gss.benchmarks import ArrayDataset, load_npz
 from avalanche_gss.experiments import RunSettings
-from reproduce.protocols import PROTOCOLS
-from reproduce.tables import check_model
+from avalanche_gss.reproduce.protocols import PROTOCOLS
+from avalanche_gss.reproduce.tables import check_model
 
 
 def save(path, x_train, y_train, x_test=None, y_test=None):

@@ -100,9 +100,9 @@ def test_device_auto_and_bad_devices():
 def test_the_cli_names_match_the_library():
     from avalanche_gss.benchmarks import DATASET_NAMES
     from avalanche_gss.experiments import BASELINES, METHODS, RETRIEVALS, VARIANTS
-    from reproduce import cli
-    from reproduce.figures import FIGURES
-    from reproduce.protocols import PROTOCOLS
+    from avalanche_gss.reproduce import cli
+    from avalanche_gss.reproduce.figures import FIGURES
+    from avalanche_gss.reproduce.protocols import PROTOCOLS
 
     assert cli.METHOD_NAMES == METHODS
     assert cli.BASELINE_NAMES == BASELINES
@@ -141,7 +141,7 @@ def test_titles_name_the_data_and_the_buffer_sizes_run():
     import torch
 
     from avalanche_gss.benchmarks import ArrayDataset
-    from reproduce.protocols import PROTOCOLS
+    from avalanche_gss.reproduce.protocols import PROTOCOLS
 
     def named(name):
         x, y = torch.rand(20, 3, 4, 4), torch.arange(20) % 10
@@ -159,9 +159,9 @@ def test_titles_name_the_data_and_the_buffer_sizes_run():
 
 
 def test_retrieval_rows_and_their_labels(tmp_path):
-    from reproduce.cli import parse_args
-    from reproduce.protocols import PROTOCOLS
-    from reproduce.tables import plan
+    from avalanche_gss.reproduce.cli import parse_args
+    from avalanche_gss.reproduce.protocols import PROTOCOLS
+    from avalanche_gss.reproduce.tables import plan
 
     args = parse_args(["table1", "--quick", "--methods", "Reservoir", "GSS-IQP", "Single",
                        "--retrieval", "random", "mir", "--mir-candidates", "20"])
@@ -199,7 +199,7 @@ def test_retrieval_rows_and_their_labels(tmp_path):
     (["table1", "--retrieval", "gss"], ["--retrieval", "'gss'"]),
 ])
 def test_bad_retrieval_options_get_one_line_naming_them(argv, names, capsys):
-    from reproduce.cli import parse_args
+    from avalanche_gss.reproduce.cli import parse_args
 
     with pytest.raises(SystemExit) as exit_:
         parse_args(argv)
@@ -211,9 +211,9 @@ def test_bad_retrieval_options_get_one_line_naming_them(argv, names, capsys):
 
 
 def test_a_method_s_own_retrieval_is_its_unlabelled_row():
-    from reproduce.cli import parse_args
-    from reproduce.protocols import PROTOCOLS
-    from reproduce.tables import plan
+    from avalanche_gss.reproduce.cli import parse_args
+    from avalanche_gss.reproduce.protocols import PROTOCOLS
+    from avalanche_gss.reproduce.tables import plan
 
     def rows(argv):
         runs, _ = plan(parse_args(["table1", "--quick", "--methods", "CB-GSS", "Reservoir",

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from reproduce.__main__ import main
+from avalanche_gss.reproduce.__main__ import main
 
 
 @pytest.mark.slow

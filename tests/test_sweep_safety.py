@@ -103,8 +103,8 @@ def test_a_job_function_in_a_package_main_is_refused_up_front(tmp_path, monkeypa
     import types
 
     main = types.ModuleType("__main__")
-    main.__spec__ = types.SimpleNamespace(name="reproduce.__main__")
-    main.__file__ = "/x/reproduce/__main__.py"
+    main.__spec__ = types.SimpleNamespace(name="avalanche_gss.reproduce.__main__")
+    main.__file__ = "/x/avalanche_gss/reproduce/__main__.py"
     monkeypatch.setitem(sys.modules, "__main__", main)
 
     def job(config):
@@ -113,7 +113,7 @@ def test_a_job_function_in_a_package_main_is_refused_up_front(tmp_path, monkeypa
     job.__module__ = "__main__"
     main.job = job
     job.__qualname__ = "job"
-    with pytest.raises(TypeError, match="reproduce.__main__, which spawned worker"):
+    with pytest.raises(TypeError, match="avalanche_gss.reproduce.__main__, which spawned worker"):
         run_sweep([{"i": 0}], job, cache_dir=tmp_path, workers=2, progress=False)
 
 

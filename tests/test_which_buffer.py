@@ -10,14 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from reproduce import policies
-from reproduce.__main__ import main
-from reproduce.cli import parse_args
-from reproduce.composition import at_task_ends, task_shares
-from reproduce.jobs import build_split
-from reproduce.policies import POLICIES, STREAMS
-from reproduce.protocols import BLURRY_KEEP, PROTOCOLS
-from reproduce.which_buffer import choices, plan, ranking, stream_config, traced_streams
+from avalanche_gss.reproduce import policies
+from avalanche_gss.reproduce.__main__ import main
+from avalanche_gss.reproduce.cli import parse_args
+from avalanche_gss.reproduce.composition import at_task_ends, task_shares
+from avalanche_gss.reproduce.jobs import build_split
+from avalanche_gss.reproduce.policies import POLICIES, STREAMS
+from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS
+from avalanche_gss.reproduce.which_buffer import (
+    choices,
+    plan,
+    ranking,
+    stream_config,
+    traced_streams,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -170,7 +176,7 @@ def test_a_new_policy_is_one_entry_of_the_table(monkeypatch):
 
 
 def test_the_policies_that_exist_now_run(monkeypatch):
-    from reproduce.which_buffer import policy_problem
+    from avalanche_gss.reproduce.which_buffer import policy_problem
 
     assert {p for p in PRESENT if policy_problem(p) is None} == set(PRESENT)
 
@@ -222,8 +228,8 @@ def test_quick_streams_are_quick_sized():
 
 def _cli(*args, cwd):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "reproduce", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "avalanche_gss.reproduce", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_help_lists_which_buffer_and_its_options(tmp_path):
@@ -234,7 +240,8 @@ def test_help_lists_which_buffer_and_its_options(tmp_path):
     assert "--policies POLICY" in text and "--streams STREAM" in text
     for label in PRESENT:
         assert label in text
-    probe = ("import sys; from reproduce.cli import parse_args; parse_args(['which-buffer']); "
+    probe = ("import sys; from avalanche_gss.reproduce.cli import parse_args; "
+             "parse_args(['which-buffer']); "
              "print(sorted(m for m in ('torch', 'avalanche', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, text=True, timeout=60)
@@ -261,8 +268,8 @@ def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
 def test_a_method_whose_results_changed_gets_a_new_cache_key():
     # CB-GSS is at revision 2: its runs' keys carry it, so a result cached by revision 1
     # is computed again; a method at revision 1 keeps the key it always had.
-    from reproduce.common import method_revision
-    from reproduce.which_buffer import _job_configs
+    from avalanche_gss.reproduce.common import method_revision
+    from avalanche_gss.reproduce.which_buffer import _job_configs
 
     assert method_revision("CB-GSS") == {"revision": 2}
     assert method_revision("Reservoir") == {} and method_revision("iid") == {}

@@ -7,10 +7,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any
 
 import torch
 from torch import Tensor
+from typing_extensions import Self  # typing.Self is Python 3.11+
 
 from avalanche_gss.buffers.rows import Rows
 from avalanche_gss.buffers.sources import SourcesMixin

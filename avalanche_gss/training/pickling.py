@@ -8,9 +8,10 @@ pickled by its class's import path.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Self
+from typing import Any
 
 from torch.optim import Optimizer
+from typing_extensions import Self  # typing.Self is Python 3.11+
 
 __all__ = ["PicklableStrategy"]
 

@@ -42,7 +42,7 @@ incoming batch does not hold first), as every policy without a ``retrieval`` key
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """One stream of the comparison, built by a protocol of ``reproduce.protocols``.
+    """One stream of the comparison, built by a protocol of ``avalanche_gss.reproduce.protocols``.
 
     :param family: the figure panel it belongs to (``"imbalanced"`` for sequences 1-5).
     :param protocol: the protocol whose stream builder, learning rate and iterations per
@@ -50,7 +50,7 @@ class StreamSpec:
     :param variant: the protocol's row keys for this stream (Table 4's ``sequence``).
     :param blurred: blur the task boundaries with
         :func:`~avalanche_gss.benchmarks.blurry_tasks` (each task keeps the share
-        ``reproduce.protocols.BLURRY_KEEP`` of its samples, the paper appendix's).
+        ``avalanche_gss.reproduce.protocols.BLURRY_KEEP`` of its samples, the paper appendix's).
     """
 
     family: str

@@ -23,8 +23,8 @@ from avalanche_gss.benchmarks import TaskSplit
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.experiments import VARIANT_METHODS, RunSettings, run
 from avalanche_gss.reporting import provenance, provenance_line, write_text
-from reproduce.common import command, resolve_data
-from reproduce.protocols import DATA_LABELS, PROTOCOLS
+from avalanche_gss.reproduce.common import command, resolve_data
+from avalanche_gss.reproduce.protocols import DATA_LABELS, PROTOCOLS
 
 
 def task_end_trace(split: TaskSplit) -> BufferTrace:
@@ -110,9 +110,10 @@ def composition(args: argparse.Namespace) -> int:
                              "task_accuracy": result.task_accuracy,
                              "trace": trace.records})
     os.makedirs(args.out, exist_ok=True)
-    report = {"experiment": "composition", "dataset": data.name, "data_source": data.source,
-              "command": command(), "provenance": provenance(args.device, args.threads),
-              "rows": rows}
+    report: dict[str, Any] = {
+        "experiment": "composition", "dataset": data.name, "data_source": data.source,
+        "command": command(), "provenance": provenance(args.device, args.threads),
+        "rows": rows}
     write_text(os.path.join(args.out, "composition.json"), json.dumps(report, indent=1))
     label = DATA_LABELS.get(data.name, data.name)
     lines = [f"# Buffer composition along disjoint {label} (M={m})", "",

@@ -2,7 +2,7 @@
 
 ``python -m reproduce`` runs as ``__main__``; a spawned worker process or a submitit job
 cannot import a function from there, so the job functions live in importable modules
-(this one, and :func:`reproduce.figures.figure_job`).
+(this one, and :func:`avalanche_gss.reproduce.figures.figure_job`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from avalanche_gss.benchmarks import ArrayDataset, TaskSplit, blurry_tasks
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
 from avalanche_gss.experiments import run as run_one
 from avalanche_gss.metrics import buffer_metrics, class_task_map
-from reproduce.common import load_checked
-from reproduce.composition import task_end_trace, trace_records
-from reproduce.protocols import PROTOCOLS
+from avalanche_gss.reproduce.common import load_checked
+from avalanche_gss.reproduce.composition import task_end_trace, trace_records
+from avalanche_gss.reproduce.protocols import PROTOCOLS
 
 
 def build_split(data: ArrayDataset, config: dict[str, Any], seed: int) -> TaskSplit:

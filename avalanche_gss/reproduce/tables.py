@@ -1,6 +1,6 @@
 """The table experiments of ``python -m reproduce`` (and the dispatch to the figures).
 
-A table is a sweep of runs (:func:`reproduce.jobs.run_job`), cached by everything that
+A table is a sweep of runs (:func:`avalanche_gss.reproduce.jobs.run_job`), cached by everything that
 determines a run's result, then grouped into rows and written as JSON, CSV and Markdown.
 """
 
@@ -32,8 +32,7 @@ from avalanche_gss.experiments import (
 from avalanche_gss.models import make_model
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
 from avalanche_gss.reporting import DIVERGED_SHARE, provenance, rows_from_runs, write_outputs
-from avalanche_gss.sweep import SweepError, config_key, run_sweep
-from reproduce.common import (
+from avalanche_gss.reproduce.common import (
     command,
     data_identity,
     method_revision,
@@ -41,8 +40,9 @@ from reproduce.common import (
     settings_by_method,
     settings_for,
 )
-from reproduce.jobs import run_job
-from reproduce.protocols import PROTOCOLS, Protocol
+from avalanche_gss.reproduce.jobs import run_job
+from avalanche_gss.reproduce.protocols import PROTOCOLS, Protocol
+from avalanche_gss.sweep import SweepError, config_key, run_sweep
 
 log = logging.getLogger("reproduce")
 
@@ -272,14 +272,14 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
     # The command line's own setting (--threads, default 1), not a library side effect.
     torch.set_num_threads(args.threads)
     if args.experiment == "composition":
-        from reproduce.composition import composition
+        from avalanche_gss.reproduce.composition import composition
 
         return composition(args)
-    from reproduce.figures import FIGURES
+    from avalanche_gss.reproduce.figures import FIGURES
 
     try:
         if args.experiment == "which-buffer":
-            from reproduce.which_buffer import which_buffer
+            from avalanche_gss.reproduce.which_buffer import which_buffer
 
             return which_buffer(args, argv)
         if args.experiment in FIGURES:

@@ -1,11 +1,12 @@
 """``python -m reproduce which-buffer``: which buffer policy for which stream, and its cost.
 
-Not a table of the paper: every policy of :data:`reproduce.policies.POLICIES` on every
-stream of :data:`reproduce.policies.STREAMS` (disjoint, permuted, imbalanced sequences
-1-5, blurry; all on the digits) at every buffer size and seed, each run with its stream's
-protocol (learning rate, iterations per batch). The runs go through the tables' job
-(:func:`reproduce.jobs.run_job`) and :func:`~avalanche_gss.sweep.run_sweep`, so they are
-cached and a stopped sweep resumes. Outputs, in ``--out``:
+Not a table of the paper: every policy of :data:`~avalanche_gss.reproduce.policies.POLICIES`
+on every stream of :data:`~avalanche_gss.reproduce.policies.STREAMS` (disjoint, permuted,
+imbalanced sequences 1-5, blurry; all on the digits) at every buffer size and seed, each run
+with its stream's protocol (learning rate, iterations per batch). The runs go through the
+tables' job (:func:`~avalanche_gss.reproduce.jobs.run_job`) and
+:func:`~avalanche_gss.sweep.run_sweep`, so they are cached and a stopped sweep resumes.
+Outputs, in ``--out``:
 
 - ``which_buffer.md``: one table, rows = policies, columns = streams x buffer sizes, each
   cell the final average accuracy ``mean ± std`` over seeds and the mean training seconds
@@ -47,17 +48,16 @@ from avalanche_gss.reporting import (
     rows_from_runs,
     write_text,
 )
-from avalanche_gss.sweep import config_key, run_sweep
-from reproduce.common import (
+from avalanche_gss.reproduce.common import (
     command,
     data_identity,
     method_revision,
     resolve_data,
     settings_for,
 )
-from reproduce.composition import at_task_ends, task_shares
-from reproduce.jobs import build_split, run_job
-from reproduce.policies import (
+from avalanche_gss.reproduce.composition import at_task_ends, task_shares
+from avalanche_gss.reproduce.jobs import build_split, run_job
+from avalanche_gss.reproduce.policies import (
     BUFFER_SIZES,
     COMPOSITION_STREAMS,
     POLICIES,
@@ -66,8 +66,9 @@ from reproduce.policies import (
     STREAM_GROUPS,
     STREAMS,
 )
-from reproduce.protocols import BLURRY_KEEP, DATA_LABELS, PROTOCOLS
-from reproduce.tables import RESULTS_VERSION, check_model, show_outputs
+from avalanche_gss.reproduce.protocols import BLURRY_KEEP, DATA_LABELS, PROTOCOLS
+from avalanche_gss.reproduce.tables import RESULTS_VERSION, check_model, show_outputs
+from avalanche_gss.sweep import config_key, run_sweep
 
 log = logging.getLogger("reproduce")
 
@@ -89,7 +90,7 @@ _PER_RUN = ("method", "buffer_size", "seed", "device")
 def policy_problem(label: str) -> str | None:
     """What keeps policy ``label`` from running with this version, or ``None``.
 
-    :param label: a key of :data:`~reproduce.policies.POLICIES`.
+    :param label: a key of :data:`~avalanche_gss.reproduce.policies.POLICIES`.
     :return: a few words: its method is not in the registry, it sets a keyword
         :class:`RunSettings` does not have (or one the experiment sets per run), or
         ``RunSettings`` refuses its values.
@@ -170,11 +171,11 @@ def traced_streams(streams: Sequence[str]) -> tuple[str, ...]:
 def stream_config(name: str, chosen: dict[str, Any]) -> dict[str, Any]:
     """The part of a job's config that builds stream ``name`` (see :func:`run_job`).
 
-    Runs on every stream of :data:`~reproduce.policies.COMPOSITION_STREAMS` record the
+    Runs on every stream of :data:`~avalanche_gss.reproduce.policies.COMPOSITION_STREAMS` record the
     buffer's composition (a counter read per batch, a snapshot per task end), so the
     report can show any of them.
 
-    :param name: a key of :data:`~reproduce.policies.STREAMS`.
+    :param name: a key of :data:`~avalanche_gss.reproduce.policies.STREAMS`.
     :param chosen: :func:`choices`' result (its ``samples_per_task`` under ``--quick``).
     """
     spec = STREAMS[name]

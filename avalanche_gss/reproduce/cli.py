@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from avalanche_gss import methods  # the registry's names only: no torch, no Avalanche
-from reproduce.policies import POLICIES, STREAM_GROUPS, STREAMS  # data only
+from avalanche_gss.reproduce.policies import POLICIES, STREAM_GROUPS, STREAMS  # data only
 
 EXPERIMENTS: dict[str, str] = {
     "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",

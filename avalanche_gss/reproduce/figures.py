@@ -51,9 +51,7 @@ from avalanche_gss.reporting import (
     write_outputs,
     write_text,
 )
-from avalanche_gss.solid_angle import SurrogateStudy, surrogate_vs_solid_angle
-from avalanche_gss.sweep import run_sweep
-from reproduce.common import (
+from avalanche_gss.reproduce.common import (
     command,
     data_identity,
     load_checked,
@@ -62,12 +60,14 @@ from reproduce.common import (
     settings_by_method,
     settings_for,
 )
-from reproduce.protocols import (
+from avalanche_gss.reproduce.protocols import (
     DATA_LABELS,
     PAPER_DATA,
     PROTOCOLS,
     disjoint_stream,
 )
+from avalanche_gss.solid_angle import SurrogateStudy, surrogate_vs_solid_angle
+from avalanche_gss.sweep import run_sweep
 
 log = logging.getLogger("reproduce")
 
@@ -332,7 +332,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     rows = _curve_rows(pairs)
     ends = pairs[0][1].task_ends
     cmd = command(argv)
-    report = {
+    report: dict[str, Any] = {
         "experiment": "figure4",
         "title": f"test accuracy along disjoint {data_label}, every {every} samples "
                  + ("(paper Figure 4a)" if own else "(protocol of paper Figure 4a)"),
@@ -451,7 +451,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         pairs.append((keys, RunResult(**res)))
     rows = rows_from_runs(pairs)
     cmd = command(argv)
-    report = {
+    report: dict[str, Any] = {
         "experiment": "figure5",
         "title": "GSS-Greedy: final average accuracy vs n and vs batch size on disjoint "
                  f"{data_label} " + ("(paper Figure 5)" if own else
@@ -527,7 +527,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     return _finish(report, paths, "\n".join(md))
 
 
-FIGURES: dict[str, Callable[[argparse.Namespace], int]] = {
+FIGURES: dict[str, Callable[..., int]] = {
     "figure2": figure2,
     "figure4": figure4,
     "figure5": figure5,

@@ -13,7 +13,7 @@ from typing import Any
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
-from reproduce.protocols import METHOD_OVERRIDES, Protocol
+from avalanche_gss.reproduce.protocols import METHOD_OVERRIDES, Protocol
 
 log = logging.getLogger("reproduce")
 

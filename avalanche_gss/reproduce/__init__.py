@@ -1,0 +1,1 @@
+"""``python -m reproduce <experiment>``: the paper's tables and figures from this library."""
