@@ -1,5 +1,6 @@
-"""``python -m reproduce`` driven as a user drives it: a subprocess, from a folder outside
-the repository, with the installed package."""
+"""``python -m avalanche_gss.reproduce`` driven as a user drives it: a subprocess, from a
+folder outside the repository, on this checkout's package (PYTHONPATH names it, so that the
+tests hold in any worktree; CI also installs the built wheel into a fresh venv and runs it)."""
 
 import csv
 import json
@@ -17,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _command(args, cwd):
     assert REPO not in Path(cwd).resolve().parents, "must run outside the repository"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout, wherever it is installed
     return [sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)], env
 
 
@@ -114,7 +115,7 @@ def test_installed_outside_the_repository_and_help_is_light(outside):
     probe = ("import sys; from avalanche_gss.reproduce.cli import parse_args; "
              "parse_args(['table1']); "
              "print(sorted(m for m in ('torch', 'avalanche', 'numpy') if m in sys.modules))")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout, wherever it is installed
     out = subprocess.run([sys.executable, "-c", probe], cwd=outside, env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
