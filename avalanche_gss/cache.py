@@ -3,15 +3,20 @@
 Each result is stored under a hash of the whole job config (:func:`config_key`), written
 to a temporary file and moved into place with ``os.replace`` (a writer killed at any
 moment leaves only whole results), with a checksum of config and result that a read
-checks before trusting the file.
+checks before trusting the file. What a config holds of the code that ran comes from
+:func:`package_sha256` (this package's source) and :func:`module_sha256` (a module of
+one's own).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import os
 import platform
+import sys
 import time
 import warnings
 from collections.abc import Mapping
@@ -20,7 +25,8 @@ from typing import Any
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
 
-__all__ = ["ResultCache", "canonical_json", "config_key"]
+__all__ = ["ResultCache", "canonical_json", "config_key", "module_sha256", "package_sha256",
+           "source_sha256"]
 
 
 def canonical_json(config: Mapping[str, Any]) -> str:
@@ -41,6 +47,55 @@ def config_key(config: Mapping[str, Any]) -> str:
     :param config: the job's JSON-serialisable config.
     """
     return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:32]
+
+
+@functools.cache
+def package_sha256() -> str:
+    """SHA-256 of this package's source (:func:`source_sha256`), computed once per process.
+
+    Part of every ``python -m reproduce`` run's cache key: any edit of the package is a
+    new key, with no version number to remember.
+    """
+    return source_sha256(Path(__file__).resolve().parent)
+
+
+def source_sha256(root: str | os.PathLike[str]) -> str:
+    """SHA-256 of the Python source under a folder.
+
+    Every ``.py`` file's path relative to ``root`` (sorted, ``/``-separated) and content.
+
+    :param root: the folder (a package's).
+    """
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+        relative = path.relative_to(root).as_posix().encode()
+        content = path.read_bytes()
+        digest.update(b"%d:%s%d:" % (len(relative), relative, len(content)))
+        digest.update(content)
+    return digest.hexdigest()
+
+
+@functools.cache
+def module_sha256(name: str) -> str:
+    """SHA-256 of the source file of the imported module ``name``.
+
+    Computed once per process and module, so it names the code that this process runs.
+
+    :param name: a module in ``sys.modules``.
+    :raises ValueError: the module is not imported, or has no source file to read.
+    """
+    module = sys.modules.get(name)
+    path = None
+    if module is not None:
+        try:
+            path = inspect.getsourcefile(module)
+        except TypeError:  # a built-in module
+            path = None
+    if path is None or not os.path.isfile(path):
+        raise ValueError(f"module {name!r} has no source file to hash (it is "
+                         f"{'not imported' if module is None else 'not Python source'})")
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _checksum(config: Any, result: Any) -> str:

@@ -49,8 +49,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-VARIANT_METHODS = tuple(name for name, m in methods.REGISTRY.items() if m.presets)
-"""Methods whose authors' code departs from the paper's text (see :class:`RunSettings`)."""
+VARIANT_METHODS: Sequence[str] = methods.NameView(
+    lambda: tuple(name for name, m in methods.REGISTRY.items() if m.presets))
+"""Methods with named presets ``"paper"`` / ``"authors"`` (see :class:`RunSettings`): those
+whose authors' code departs from the paper's text. Like the other name lists here, a live
+view of the registry: it holds the methods registered later too."""
 
 
 def resolve_device(device: str) -> str:
@@ -75,21 +78,18 @@ def resolve_device(device: str) -> str:
     raise ValueError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
 
 
-BUFFER_METHODS = tuple(methods.REGISTRY)
-"""Task-free buffer policies, trained with the paper's online rehearsal (the registry's)."""
+BUFFER_METHODS: Sequence[str] = methods.NameView(lambda: tuple(methods.REGISTRY))
+"""Task-free buffer policies, trained with the paper's online rehearsal: the registry's,
+this package's then the registered ones (:func:`avalanche_gss.methods.register`)."""
 
 UPDATES = ("rehearsal", "constrained")
 """How a buffer method uses its buffer: replay steps, or GEM-style constraints (appendix C)."""
 
-CONSTRAINED_METHODS = tuple(name for name, m in methods.REGISTRY.items() if m.constrained)
+CONSTRAINED_METHODS: Sequence[str] = methods.NameView(
+    lambda: tuple(name for name, m in methods.REGISTRY.items() if m.constrained))
 """Buffer methods that :func:`run` also trains with ``update="constrained"``."""
 
-
-def _methods() -> tuple[str, ...]:
-    return tuple(BUFFER_METHODS) + BASELINES
-
-
-METHODS = _methods()
+METHODS: Sequence[str] = methods.NameView(lambda: (*BUFFER_METHODS, *BASELINES))
 """Every method name :func:`run` accepts (the names used in tables, JSON and CLI)."""
 
 

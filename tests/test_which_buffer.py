@@ -263,18 +263,3 @@ def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
     assert len(lines) == 1 and lines[0].startswith("python -m reproduce: error:"), res.stderr
     for name in names:
         assert name in lines[0], (name, lines[0])
-
-
-def test_a_method_whose_results_changed_gets_a_new_cache_key():
-    # CB-GSS is at revision 2: its runs' keys carry it, so a result cached by revision 1
-    # is computed again; a method at revision 1 keeps the key it always had.
-    from avalanche_gss.reproduce.common import method_revision
-    from avalanche_gss.reproduce.which_buffer import _job_configs
-
-    assert method_revision("CB-GSS") == {"revision": 2}
-    assert method_revision("Reservoir") == {} and method_revision("iid") == {}
-    args = parse_args(["which-buffer", "--policies", "CB-GSS", "Reservoir",
-                       "--streams", "disjoint", "--buffer-sizes", "100", "--seeds", "0"])
-    runs, _ = plan(args)
-    configs = {c["settings"]["method"]: c for c in _job_configs(args, runs, "mnist", {})}
-    assert configs["CB-GSS"]["revision"] == 2 and "revision" not in configs["Reservoir"]

@@ -1,24 +1,40 @@
-"""The paper's buffer methods, one file each, and the registry that names them.
+"""The buffer methods, one file each, and the registry that names them.
 
-Each method file holds the method's buffer (a storage policy), its named presets and its
-ready strategy, and declares them in ``METHODS``. :data:`REGISTRY` maps each paper name
-(``"GSS-Greedy"``, ...) to its :class:`~avalanche_gss.methods.spec.Method`. Adding a
-policy takes a new file here and one line in :data:`MODULES`.
+Each method file of this package holds the method's buffer (a storage policy), its named
+presets and its ready strategy, and declares them in ``METHODS``. :data:`REGISTRY` maps
+each name (``"GSS-Greedy"``, ...) to its :class:`~avalanche_gss.methods.spec.Method`:
+this package's methods (:data:`NAMES`, listed in :data:`MODULES`), then the methods
+registered from other code, in the order they came:
 
-The names are known without importing any method (:data:`NAMES`), so that the command
-line's ``--help`` stays instant; the method files are imported when :data:`REGISTRY` or
-:func:`get` is first used.
+- :func:`register` (``register(Method("Newest", NewestBuffer, Newest))``, both from
+  ``avalanche_gss.methods``) in one's own module; ``python -m reproduce --import MODULE``
+  imports such a module before a run (:func:`import_user`), in every worker process too;
+- the entry points of the group :data:`ENTRY_POINTS` (``avalanche_gss.methods``) that
+  installed distributions declare, read by :func:`load_plugins` the first time the names
+  are asked for.
+
+The names are known without importing any method of this package (:func:`names`), so
+that the command line's ``--help`` stays instant; the method files are imported when
+:data:`REGISTRY` or :func:`get` is first used.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     from avalanche_gss.methods.spec import Method
 
-__all__ = ["MODULES", "NAMES", "REGISTRY", "get"]
+__all__ = ["ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY", "Method", "NameView", "get",
+           "import_user",
+           "imports_for", "load_plugins", "names", "register"]
 
 MODULES: dict[str, tuple[str, ...]] = {
     "rand": ("Rand",),
@@ -30,13 +46,26 @@ MODULES: dict[str, tuple[str, ...]] = {
     "gdumb": ("GDumb",),
     "cb_gss": ("CB-GSS",),
 }
-"""The registry: each method file of this package and the paper names it defines."""
+"""This package's method files and the names each defines (for contributors: a new file
+here and one line in this table)."""
 
 NAMES: tuple[str, ...] = tuple(name for names in MODULES.values() for name in names)
-"""Every buffer method's name, in the tables' order."""
+"""This package's buffer methods, in the tables' order (registered ones: :func:`names`)."""
+
+ENTRY_POINTS = "avalanche_gss.methods"
+"""The entry-point group whose entries add methods: each names a
+:class:`~avalanche_gss.methods.spec.Method`, a sequence of them (a module's ``METHODS``),
+or a module whose import calls :func:`register` itself."""
+
+RESERVED = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
+"""The baselines' names (``avalanche_gss.experiments.BASELINES``): no method takes them."""
+
+_USER: dict[str, Method] = {}  # registered methods, in order
+_ORIGIN: dict[str, str] = {}  # registered name -> the import_user spec that registered it
+_PLUGINS: list[bool] = []  # non-empty once the entry points have been read
 
 
-def _load() -> dict[str, Method]:
+def _builtin() -> dict[str, Method]:
     registry: dict[str, Method] = {}
     for module, names in MODULES.items():
         defined = importlib.import_module(f"avalanche_gss.methods.{module}").METHODS
@@ -47,11 +76,179 @@ def _load() -> dict[str, Method]:
     return registry
 
 
-def __getattr__(name: str) -> Any:
-    if name == "REGISTRY":  # built once, on first use
+def _load() -> dict[str, Method]:
+    registry = _builtin()
+    registry.update(_USER)
+    return registry
+
+
+def _registry() -> dict[str, Method]:
+    registry: dict[str, Method] | None = globals().get("REGISTRY")
+    if registry is None:  # built once, on first use
         registry = globals()["REGISTRY"] = _load()
-        return registry
+    load_plugins()  # once: registers into it
+    return registry
+
+
+def __getattr__(name: str) -> Any:
+    if name == "REGISTRY":
+        return _registry()
+    if name == "Method":  # imported on use: it needs torch
+        from avalanche_gss.methods.spec import Method
+
+        return Method
     raise AttributeError(f"module 'avalanche_gss.methods' has no attribute {name!r}")
+
+
+def register(method: Method) -> Method:
+    """Add a buffer method to the registry, under ``method.name``; return it.
+
+    From then on the name works wherever a method name does: ``RunSettings(method=...)``,
+    ``python -m reproduce --methods`` (with ``--import`` naming the module that calls
+    this), a which-buffer policy (``avalanche_gss.reproduce.policies.register_policy``).
+    Registering the same method again, or a method of the same name from the same module
+    (that module imported again), replaces it.
+
+    :param method: the method: its name, buffer (an ``OnlineBuffer`` subclass) and ready
+        strategy.
+    :raises TypeError: ``method`` is not a ``Method``.
+    :raises ValueError: the name is one of this package's methods or baselines, or
+        another module registered it.
+    """
+    from avalanche_gss.buffers import OnlineBuffer
+    from avalanche_gss.methods.spec import Method
+
+    if not isinstance(method, Method):
+        raise TypeError(f"register takes an avalanche_gss.methods.spec.Method, got "
+                        f"{type(method).__name__}")
+    name = method.name
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a method's name must be a non-empty string, got {name!r}")
+    if name in NAMES or name in RESERVED:
+        raise ValueError(f"method name {name!r} is taken by this package; choose another")
+    if not (isinstance(method.buffer, type) and issubclass(method.buffer, OnlineBuffer)):
+        raise TypeError(f"method {name!r}: buffer must be a subclass of OnlineBuffer, got "
+                        f"{method.buffer!r}")
+    before = _USER.get(name)
+    if before is not None and before.strategy.__module__ != method.strategy.__module__:
+        raise ValueError(f"method name {name!r} is already registered by "
+                         f"{before.strategy.__module__}; choose another")
+    _USER[name] = method
+    registry: dict[str, Method] | None = globals().get("REGISTRY")
+    if registry is not None:
+        registry[name] = method
+    return method
+
+
+def _register_object(obj: Any, where: str) -> None:
+    from avalanche_gss.methods.spec import Method
+
+    if isinstance(obj, ModuleType):
+        return  # its import registered what it has
+    if isinstance(obj, Method):
+        register(obj)
+    elif isinstance(obj, (list, tuple)) and all(isinstance(m, Method) for m in obj):
+        for m in obj:
+            register(m)
+    else:
+        raise TypeError(f"{where} is a {type(obj).__name__}; it must name a Method, a "
+                        "sequence of them or a module")
+
+
+def load_plugins() -> None:
+    """Read the entry points of the group :data:`ENTRY_POINTS` (once per process).
+
+    Each is loaded (its module imported) and what it names registered. Nothing is
+    imported when no installed distribution declares one.
+
+    :raises ImportError: an entry point cannot be loaded or names something else, naming
+        it and its distribution.
+    """
+    if _PLUGINS:
+        return
+    _PLUGINS.append(True)
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        dist = getattr(entry.dist, "name", "?")
+        where = f"entry point {entry.name} = {entry.value} (group {ENTRY_POINTS}, {dist})"
+        try:
+            _register_object(entry.load(), where)
+        except Exception as err:
+            _PLUGINS.clear()  # asked again, it fails again rather than go without
+            raise ImportError(f"{where}: {type(err).__name__}: {' '.join(str(err).split())}"
+                              ) from err
+
+
+def names() -> tuple[str, ...]:
+    """Every buffer method's name: this package's (:data:`NAMES`), then the registered ones.
+
+    Reads the entry points first (:func:`load_plugins`); imports none of this package's
+    methods.
+    """
+    load_plugins()
+    return (*NAMES, *_USER)
+
+
+def import_user(spec: str) -> ModuleType:
+    """Import a module of one's own that registers methods or policies; return it.
+
+    The methods it registers remember ``spec``, so that a worker process importing the
+    same spec (:func:`imports_for`) knows them too. A module imported before is not
+    executed again.
+
+    :param spec: a module name importable from the current folder or ``sys.path``
+        (``my_policies``, ``mypkg.policies``), or the path of a ``.py`` file (imported as
+        a module named after the file, ``newest.py`` as ``newest``).
+    :raises ImportError: the module cannot be found or fails to import; the message names
+        ``spec``.
+    """
+    before = set(_USER)
+    if spec.endswith(".py"):
+        module = _import_path(spec)
+    else:
+        try:
+            module = importlib.import_module(spec)
+        except ImportError as err:
+            raise ImportError(f"cannot import {spec!r}: {err} (give a module name importable "
+                              "from the current folder or PYTHONPATH, or a path to a .py file)"
+                              ) from err
+    for name in _USER:
+        if name not in before:
+            _ORIGIN[name] = os.path.abspath(spec) if spec.endswith(".py") else spec
+    return module
+
+
+def _import_path(spec: str) -> ModuleType:
+    path = os.path.abspath(spec)
+    if not os.path.isfile(path):
+        raise ImportError(f"no such file: {path}")
+    name = os.path.splitext(os.path.basename(path))[0]
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
+            return loaded
+        raise ImportError(f"cannot import {path} as module {name!r}: a module of that name "
+                          f"is already imported ({getattr(loaded, '__file__', 'built in')}); "
+                          "rename the file")
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None or not name.isidentifier():
+        raise ImportError(f"cannot import {path}: its name is not a Python module name")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def imports_for(name: str) -> tuple[str, ...]:
+    """What a fresh process must import (:func:`import_user`) to know the method ``name``.
+
+    Empty for this package's methods, for those of entry points and for a name registered
+    otherwise than through :func:`import_user`.
+    """
+    return (_ORIGIN[name],) if name in _ORIGIN else ()
 
 
 def get(name: str) -> Method:
@@ -59,9 +256,58 @@ def get(name: str) -> Method:
 
     :raises ValueError: no such method; the message lists the choices.
     """
-    registry: dict[str, Method] = globals().get("REGISTRY") or __getattr__("REGISTRY")
+    registry = _registry()
     try:
         return registry[name]
     except KeyError:
         raise ValueError(f"unknown buffer method {name!r}; choose from "
-                         f"{', '.join(NAMES)}") from None
+                         f"{', '.join(registry)}") from None
+
+
+class NameView(Sequence[str]):
+    """A read-only sequence of names that follows the registry: a live tuple.
+
+    Compares equal to the tuple of its current names; ``+`` gives a tuple.
+
+    :param source: returns the current names.
+    """
+
+    def __init__(self, source: Callable[[], Sequence[str]]) -> None:
+        self._source = source
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(self._source())
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (tuple, NameView)):
+            return self._names() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # its content changes
+
+    def __add__(self, other: Sequence[str]) -> tuple[str, ...]:
+        return (*self._names(), *other)
+
+    def __radd__(self, other: Sequence[str]) -> tuple[str, ...]:
+        return (*other, *self._names())
+
+    def __repr__(self) -> str:
+        return repr(self._names())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,9 +24,6 @@ class Method:
         (``{"iqp_solver": "solver"}``); ``buffer_size`` and ``seed`` always do.
     :param constrained: the strategy that uses the buffer as constraints instead of
         replay (appendix C), if the method has one.
-    :param revision: raised by one whenever a change of the method alters its results for
-        the same settings; part of the cache key of its runs (from 2 on), so that a result
-        cached by an earlier revision is computed again rather than reused.
     """
 
     name: str
@@ -33,7 +31,6 @@ class Method:
     strategy: type[Any]
     options: Mapping[str, str] = field(default_factory=dict)
     constrained: type[Any] | None = None
-    revision: int = 1
 
     @property
     def presets(self) -> Mapping[str, Mapping[str, Any]]:
@@ -44,3 +41,16 @@ class Method:
     def buffer_options(self, settings: Any) -> dict[str, Any]:
         """The buffer's options taken from a run's settings (by :attr:`options`)."""
         return {option: getattr(settings, name) for name, option in self.options.items()}
+
+    def code_modules(self) -> tuple[str, ...]:
+        """The modules outside this package whose code decides the method's runs, sorted.
+
+        Those that define its buffer, strategy and constrained strategy classes and their
+        base classes, less this package (whose code a run's cache key holds whole), torch,
+        Avalanche and the standard library: for this package's methods, none; for a
+        method of one's own, the module that defines it (and its own base classes').
+        """
+        skip = {"avalanche_gss", "avalanche", "torch", *sys.stdlib_module_names}
+        classes = [c for c in (self.buffer, self.strategy, self.constrained) if c is not None]
+        return tuple(sorted({base.__module__ for c in classes for base in c.__mro__
+                             if base.__module__.partition(".")[0] not in skip}))

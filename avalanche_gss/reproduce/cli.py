@@ -37,8 +37,9 @@ EXPERIMENTS: dict[str, str] = {
 BASELINE_NAMES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
 """``avalanche_gss.experiments.BASELINES``."""
 
-METHOD_NAMES = (*methods.NAMES, *BASELINE_NAMES)
-"""``avalanche_gss.experiments.METHODS``: the registry's buffer methods, then the baselines."""
+METHOD_NAMES = methods.NameView(lambda: (*methods.names(), *BASELINE_NAMES))
+"""``avalanche_gss.experiments.METHODS``: the registry's buffer methods (this package's,
+then those registered by ``--import`` modules and entry points), then the baselines."""
 
 VARIANT_NAMES = ("paper", "authors")
 """``avalanche_gss.experiments.VARIANTS``."""
@@ -155,6 +156,13 @@ def make_parser() -> argparse.ArgumentParser:
                              "$AVALANCHE_GSS_DATA or ./data)")
     parser.add_argument("--download", action="store_true",
                         help="let torchvision download mnist or cifar10 (needs internet)")
+    parser.add_argument("--import", action="append", default=None, dest="imports",
+                        metavar="MODULE",
+                        help="import MODULE (a module name importable from the current "
+                             "folder or PYTHONPATH, or a path to a .py file) before the "
+                             "run, in every worker too: its avalanche_gss.methods.register "
+                             "and register_policy calls add --methods and --policies "
+                             "choices; repeatable")
     parser.add_argument("--methods", nargs="+", choices=METHOD_NAMES, default=None,
                         metavar="METHOD",
                         help=f"methods to run: {', '.join(METHOD_NAMES)} (default: the "
@@ -231,13 +239,34 @@ def _refuse_repeats(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "once; give each value once")
 
 
+def _import_user_modules(argv: Sequence[str]) -> None:
+    """Import the ``--import`` modules and read the entry points of the method registry.
+
+    Only the standard library is imported when there are neither.
+    """
+    pre = _Parser(prog="python -m reproduce", add_help=False)
+    pre.add_argument("--import", action="append", default=[], dest="imports")
+    try:
+        methods.names()  # the entry points
+    except ImportError as err:
+        pre.error(" ".join(str(err).split()))
+    for spec in pre.parse_known_args(argv)[0].imports:
+        try:
+            methods.import_user(spec)
+        except Exception as err:  # a user module can fail in any way: one line naming it
+            text = " ".join(str(err).split())
+            pre.error(f"argument --import {spec}: {type(err).__name__}: {text}")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse and check the command line (``sys.argv[1:]`` by default).
 
     :param argv: the arguments after ``python -m reproduce``.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _import_user_modules(argv)  # before the parser lists --methods and --policies choices
     parser = make_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(argv)
     _refuse_repeats(parser, args)
     if args.experiment == "which-buffer":
         if args.methods is not None:
@@ -245,8 +274,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          f"with --policies ({', '.join(POLICIES)})")
         if args.variants != list(VARIANT_NAMES):
             parser.error("argument --variants: which-buffer's policies carry their variant "
-                         "(e.g. GSS-Greedy: variant=authors); declare another policy in "
-                         "reproduce/policies.py")
+                         "(e.g. GSS-Greedy: variant=authors); declare another policy with "
+                         "avalanche_gss.reproduce.policies.register_policy")
         streams = [s for name in args.streams or () for s in STREAM_GROUPS.get(name, (name,))]
         repeated = sorted({s for s in streams if streams.count(s) > 1})
         if repeated:

@@ -10,8 +10,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
+from avalanche_gss.cache import module_sha256, package_sha256
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
 from avalanche_gss.reproduce.protocols import METHOD_OVERRIDES, Protocol
 
@@ -53,17 +55,59 @@ def data_identity(data: ArrayDataset) -> dict[str, str]:
     return {"data_sha256": _FINGERPRINTS[id(data)], "data_source": data.source}
 
 
-def method_revision(method: str) -> dict[str, int]:
-    """What identifies a method's algorithm in a run's cache key: ``{"revision": n}``.
+def code_identity() -> dict[str, str]:
+    """What identifies the code of every run in its cache key.
 
-    Empty for a method at revision 1 (its first, so that results cached before revisions
-    existed stay valid) and for the non-buffer baselines; see
-    :class:`~avalanche_gss.methods.spec.Method`.
+    The package's version and the hash of its source
+    (:func:`~avalanche_gss.cache.package_sha256`).
+
+    Any edit of the package is a new key; the same code gives the same key, so its cached
+    results stay valid.
     """
-    if method not in methods.NAMES:
+    return {"code": avalanche_gss.__version__, "code_sha256": package_sha256()}
+
+
+def method_code(method: str) -> dict[str, Any]:
+    """What a run's cache key and its worker process need of a method from user code.
+
+    Empty for this package's methods and the baselines. For a registered method:
+    ``user_code``, the hash of the source file of each module that defines its classes
+    (:meth:`~avalanche_gss.methods.spec.Method.code_modules`), so that an edit of the
+    policy is a new run; and ``imports``, what a worker process imports to know the
+    method (:func:`~avalanche_gss.methods.imports_for`), where there is any.
+    """
+    if method not in methods.names() or method in methods.NAMES:
         return {}
-    revision = methods.get(method).revision
-    return {"revision": revision} if revision > 1 else {}
+    spec = methods.get(method)
+    identity: dict[str, Any] = {
+        "user_code": {name: module_sha256(name) for name in spec.code_modules()}}
+    imports = methods.imports_for(method)
+    if imports:
+        identity["imports"] = list(imports)
+    return identity
+
+
+def prepare_job(config: dict[str, Any]) -> None:
+    """Make a job's process ready for it: import its user modules, check its code.
+
+    Imports the modules of ``config["imports"]`` (a worker process starts without them),
+    then checks that the code this process runs is the code the job's key names
+    (``code_sha256``, ``user_code``), where the config holds them.
+
+    :raises ValueError: the code changed since the sweep started, naming what changed.
+    """
+    for spec in config.get("imports", ()):
+        methods.import_user(spec)
+    methods.names()  # the entry points' methods, imported
+    changed = []
+    if config.get("code_sha256") not in (None, package_sha256()):
+        changed.append("avalanche_gss")
+    changed += [name for name, digest in config.get("user_code", {}).items()
+                if name not in sys.modules or module_sha256(name) != digest]
+    if changed:
+        raise ValueError(f"the code of {', '.join(changed)} changed during the sweep (its "
+                         "source hash differs from the one the sweep started with); run the "
+                         "command again")
 
 
 def load_checked(config: dict[str, Any]) -> ArrayDataset:

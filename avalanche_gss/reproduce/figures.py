@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-import avalanche_gss
 from avalanche_gss.benchmarks import ArrayDataset, TaskSplit
 from avalanche_gss.evaluation import CurveResult, mean_curve, run_curve
 from avalanche_gss.experiments import (
@@ -52,10 +51,12 @@ from avalanche_gss.reporting import (
     write_text,
 )
 from avalanche_gss.reproduce.common import (
+    code_identity,
     command,
     data_identity,
     load_checked,
-    method_revision,
+    method_code,
+    prepare_job,
     resolve_data,
     settings_by_method,
     settings_for,
@@ -129,6 +130,7 @@ def figure_job(config: dict[str, Any]) -> dict[str, Any]:
         ``data``, ``root``, ``download``, ``samples_per_task`` and ``settings``.
     :return: the :class:`CurveResult` or :class:`RunResult` as a dict.
     """
+    prepare_job(config)  # a worker process: the user modules its method comes from
     settings = RunSettings(**config["settings"])
     split = _split(config, settings.seed)
     if config["kind"] == "curve":
@@ -144,7 +146,7 @@ def _sweep(args: argparse.Namespace, configs: list[dict[str, Any]]) -> list[dict
 
 def _base_config(args: argparse.Namespace, data_name: str, samples_per_task: int,
                  data: ArrayDataset) -> dict[str, Any]:
-    return {"version": FIGURES_VERSION, "code": avalanche_gss.__version__,
+    return {"version": FIGURES_VERSION, **code_identity(),
             "experiment": args.experiment, "data": data_name, "root": args.root,
             "download": args.download, **data_identity(data), "threads": args.threads,
             "samples_per_task": samples_per_task}
@@ -324,7 +326,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                     runs.append(keys)
                     configs.append({**_base_config(args, data_name, spt, data), "kind": "curve",
                                     "every_samples": every, "settings": settings_dict(s),
-                                    **method_revision(s.method)})
+                                    **method_code(s.method)})
     log.info("figure4: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
     results = _sweep(args, configs)
@@ -440,7 +442,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                         configs.append({**_base_config(args, data_name, spt, data),
                                         "kind": "final",
                                         "settings": settings_dict(s),
-                                        **method_revision(s.method)})
+                                        **method_code(s.method)})
     log.info("figure5: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
     results = _sweep(args, configs)

@@ -14,7 +14,7 @@ from avalanche_gss.benchmarks import ArrayDataset, TaskSplit, blurry_tasks
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
 from avalanche_gss.experiments import run as run_one
 from avalanche_gss.metrics import buffer_metrics, class_task_map
-from avalanche_gss.reproduce.common import load_checked
+from avalanche_gss.reproduce.common import load_checked, prepare_job
 from avalanche_gss.reproduce.composition import task_end_trace, trace_records
 from avalanche_gss.reproduce.protocols import PROTOCOLS
 
@@ -42,12 +42,15 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
         ``tensorboard`` (the run's log folder), ``protocol`` (whose stream to build, when
         it is not the experiment's own), ``blur`` (each task keeps that share of its
         samples, :func:`~avalanche_gss.benchmarks.blurry_tasks`) and ``trace`` (record
-        the buffer's composition at every task end, into ``extras["trace"]``).
+        the buffer's composition at every task end, into ``extras["trace"]``), ``imports``
+        (the user modules that register its method, imported first) and the code hashes
+        it was keyed by (:func:`~avalanche_gss.reproduce.common.prepare_job`).
     :return: the :class:`~avalanche_gss.experiments.RunResult` as a dict.
     """
     if not logging.getLogger().handlers:  # a worker process: log its runs as the CLI does
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
                             datefmt="%H:%M:%S")
+    prepare_job(config)
     data = load_checked(config)
     settings = RunSettings(**config["settings"])
     split = build_split(data, config, settings.seed)

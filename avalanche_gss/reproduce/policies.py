@@ -6,10 +6,12 @@ Data only, and the standard library only: the command line reads the labels for
 **Adding a policy** is one entry in :data:`POLICIES`: its row label, mapped to the
 :class:`~avalanche_gss.experiments.RunSettings` keywords that make it (``method`` names a
 buffer method of the registry, ``avalanche_gss.methods``; every other key is a
-``RunSettings`` field). Nothing else changes: the label becomes a ``--policies`` choice, a
-row of the table, a series of the figure and a row of the composition report. A policy
-whose method is not in the registry, or that sets a keyword this version's
-``RunSettings`` lacks, is refused before any run, in one line naming it.
+``RunSettings`` field). From one's own module, :func:`register_policy` adds it (give the
+module to ``python -m reproduce --import``); in this package, one line below. Nothing
+else changes: the label becomes a ``--policies`` choice, a row of the table, a series of
+the figure and a row of the composition report. A policy whose method is not in the
+registry, or that sets a keyword this version's ``RunSettings`` lacks, is refused before
+any run, in one line naming it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,34 @@ that gave the paper's numbers). ``ER-MIR`` and ``GSS+MIR`` are Reservoir and GSS
 with MIR's replay draws; ``CB-GSS`` runs with its own retrieval (the classes the
 incoming batch does not hold first), as every policy without a ``retrieval`` key does.
 """
+
+
+BUILTIN_POLICIES: tuple[str, ...] = tuple(POLICIES)
+"""This package's policies (those added by :func:`register_policy` follow them)."""
+
+
+def register_policy(label: str, *, method: str, **settings: Any) -> None:
+    """Add a which-buffer policy: a row label and the ``RunSettings`` keywords that make it.
+
+    ``register_policy("Newest", method="Newest")``, or a registered method with settings
+    of its own: ``register_policy("Newest+MIR", method="Newest", retrieval="mir")``. Whether
+    the method exists and the keywords are ``RunSettings`` fields is checked before any
+    run of ``python -m reproduce which-buffer``. Registering the same policy again does
+    nothing.
+
+    :param label: the row label and ``--policies`` name.
+    :param method: a buffer method of the registry (``avalanche_gss.methods``).
+    :param settings: other ``RunSettings`` keywords (``variant``, ``retrieval``, ...).
+    :raises ValueError: an empty label, or one taken by another policy.
+    """
+    if not isinstance(label, str) or not label.strip():
+        raise ValueError(f"a policy's label must be a non-empty string, got {label!r}")
+    keywords = {"method": method, **settings}
+    if label in POLICIES and POLICIES[label] != keywords:
+        owner = "this package" if label in BUILTIN_POLICIES else "another policy"
+        raise ValueError(f"policy label {label!r} is taken by {owner} ({POLICIES[label]}); "
+                         "choose another")
+    POLICIES[label] = keywords
 
 
 @dataclass(frozen=True)

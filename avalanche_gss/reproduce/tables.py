@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-import avalanche_gss
 from avalanche_gss.experiments import (
     BUFFER_METHODS,
     TASK_AWARE,
@@ -33,9 +32,10 @@ from avalanche_gss.models import make_model
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
 from avalanche_gss.reporting import DIVERGED_SHARE, provenance, rows_from_runs, write_outputs
 from avalanche_gss.reproduce.common import (
+    code_identity,
     command,
     data_identity,
-    method_revision,
+    method_code,
     resolve_data,
     settings_by_method,
     settings_for,
@@ -113,11 +113,11 @@ def _job_configs(args: argparse.Namespace, runs: list[dict[str, Any]], chosen: d
         # Methods without a buffer give the same run for every buffer size: run them once.
         base = (dataclasses.replace(s, buffer_size=chosen["buffer_sizes"][0])
                 if _bufferless(s.method) else s)
-        config = {"version": RESULTS_VERSION, "code": avalanche_gss.__version__,
+        config = {"version": RESULTS_VERSION, **code_identity(),
                   "experiment": args.experiment, "data": data_name, "root": args.root,
                   "download": args.download, **identity, "threads": args.threads,
                   "variant": r["variant"], "settings": settings_dict(base),
-                  **method_revision(base.method)}
+                  **method_code(base.method)}
         if args.tensorboard:  # a logged run is its own job: its side effect differs
             tag = "-".join([run_label(base), *(f"{k}{v}" for k, v in r["variant"].items())])
             config["tensorboard"] = os.path.join(args.tensorboard, args.experiment, tag)

@@ -36,7 +36,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import avalanche_gss
 from avalanche_gss.experiments import BUFFER_METHODS, RunResult, RunSettings, default_retrieval
 from avalanche_gss.plotting import Panel, Series, plot_panels
 from avalanche_gss.reporting import (
@@ -49,9 +48,10 @@ from avalanche_gss.reporting import (
     write_text,
 )
 from avalanche_gss.reproduce.common import (
+    code_identity,
     command,
     data_identity,
-    method_revision,
+    method_code,
     resolve_data,
     settings_for,
 )
@@ -222,11 +222,11 @@ def _job_configs(args: argparse.Namespace, runs: list[dict[str, Any]], data_name
     configs = []
     for r in runs:
         s = r["settings"]
-        config = {"version": RESULTS_VERSION, "code": avalanche_gss.__version__,
+        config = {"version": RESULTS_VERSION, **code_identity(),
                   "experiment": NAME, "data": data_name, "root": args.root,
                   "download": args.download, **identity, "threads": args.threads,
                   **r["stream_config"], "settings": dataclasses.asdict(s),
-                  **method_revision(s.method)}
+                  **method_code(s.method)}
         if args.tensorboard:
             config["tensorboard"] = os.path.join(
                 args.tensorboard, NAME,

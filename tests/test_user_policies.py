@@ -1,0 +1,300 @@
+"""Policies from user code: a buffer method and a which-buffer policy registered by a module
+outside the package (``register``, ``register_policy``, an entry point, ``python -m
+reproduce --import``), run by name, and cached under a key that holds the hash of the code
+that ran, so that an edit of the policy is a new run and unchanged code a cached one."""
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from avalanche_gss import experiments, methods
+from avalanche_gss.cache import config_key, module_sha256, package_sha256, source_sha256
+from avalanche_gss.methods.spec import Method
+from avalanche_gss.reproduce import cli, policies
+from avalanche_gss.reproduce.common import code_identity, method_code, prepare_job
+from avalanche_gss.training import BufferStrategy
+
+REPO = Path(__file__).resolve().parents[1]
+
+POLICY = '''"""Newest: the buffer keeps the newest samples of the stream."""
+import torch
+
+from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.methods import Method, register
+from avalanche_gss.reproduce.policies import register_policy
+from avalanche_gss.training import BufferStrategy
+
+NEWEST = True  # False: the first samples stay instead
+
+
+class NewestBuffer(OnlineBuffer):
+    def _assign(self, rows, model):
+        b, m = len(rows), self.max_size
+        position = torch.arange(self.n_seen, self.n_seen + b)
+        if NEWEST:
+            slots = position % m
+            slots[: max(0, b - m)] = -1  # a batch larger than the buffer keeps its tail
+        else:
+            slots = torch.where(position < m, position, -1)
+        return slots, None
+
+
+class Newest(BufferStrategy):
+    buffer_class = NewestBuffer
+
+
+register(Method("NAME", NewestBuffer, Newest))
+register_policy("NAME", method="NAME")
+'''
+
+
+def write_policy(folder: Path, module: str, name: str = "Newest") -> Path:
+    """Write the policy module ``module``.py, registering method and policy ``name``."""
+    path = folder / f"{module}.py"
+    path.write_text(POLICY.replace("NAME", name))
+    return path
+
+
+@pytest.fixture
+def registry():
+    """Leave the registry, the policies and ``sys.modules`` as they were found."""
+    tables = (methods.REGISTRY, methods._USER, methods._ORIGIN, policies.POLICIES)
+    saved = [dict(table) for table in tables]
+    plugins, modules = list(methods._PLUGINS), set(sys.modules)
+    yield
+    for table, before in zip(tables, saved, strict=True):
+        table.clear()
+        table.update(before)
+    methods._PLUGINS[:] = plugins
+    for name in set(sys.modules) - modules:
+        if name.startswith(("newest_", "ep_")):
+            del sys.modules[name]
+    module_sha256.cache_clear()
+
+
+def test_a_policy_of_ones_own_module_is_known_by_name_everywhere(tmp_path, registry):
+    # Given a module outside the package that registers a method and a policy
+    path = write_policy(tmp_path, "newest_named")
+    with pytest.raises(SystemExit):
+        cli.parse_args(["table1", "--methods", "Newest"])  # not known before
+    # When it is imported as --import does
+    methods.import_user(str(path))
+    # Then every list of names holds it, after this package's methods
+    assert methods.names() == (*methods.NAMES, "Newest") == tuple(methods.REGISTRY)
+    assert experiments.BUFFER_METHODS == methods.names()
+    assert experiments.METHODS == (*methods.names(), *experiments.BASELINES) == cli.METHOD_NAMES
+    assert "Newest" not in experiments.VARIANT_METHODS
+    assert policies.POLICIES["Newest"] == {"method": "Newest"}
+    assert cli.parse_args(["table1", "--methods", "Newest"]).methods == ["Newest"]
+    assert cli.parse_args(["which-buffer", "--policies", "Newest"]).policies == ["Newest"]
+    assert experiments.RunSettings(method="Newest").retrieval == "random"
+    # And what a run's key and its worker need of it: the module's hash and its import
+    assert methods.get("Newest").code_modules() == ("newest_named",)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert method_code("Newest") == {"user_code": {"newest_named": digest},
+                                     "imports": [str(path)]}
+    assert method_code("Reservoir") == {} and method_code("Single") == {}
+
+
+def test_registering_refuses_taken_names_and_what_is_not_a_method(tmp_path, registry):
+    class Strategy(BufferStrategy):
+        buffer_class = methods.get("Rand").buffer
+
+    for name in ("Reservoir", "GEM"):
+        with pytest.raises(ValueError, match=f"{name!r} is taken by this package"):
+            methods.register(Method(name, Strategy.buffer_class, Strategy))
+    with pytest.raises(TypeError, match="Method, got dict"):
+        methods.register({"name": "X"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="subclass of OnlineBuffer"):
+        methods.register(Method("X", dict, Strategy))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'Reservoir' is taken by this package"):
+        policies.register_policy("Reservoir", method="Rand")
+    policies.register_policy("Rand x1", method="Rand", n_iter=1)
+    policies.register_policy("Rand x1", method="Rand", n_iter=1)  # the same again: nothing
+    with pytest.raises(ValueError, match="'Rand x1' is taken by another policy"):
+        policies.register_policy("Rand x1", method="Rand", n_iter=2)
+    with pytest.raises(ImportError, match="cannot import 'no_such_module'"):
+        methods.import_user("no_such_module")
+    with pytest.raises(ImportError, match="no such file"):
+        methods.import_user(str(tmp_path / "absent.py"))
+
+
+def _distribution(folder: Path, value: str) -> None:
+    """An installed distribution, as pip leaves one: a dist-info folder with entry points."""
+    info = folder / "ep_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[avalanche_gss.methods]\nEPNewest = {value}\n")
+
+
+def test_an_installed_entry_point_adds_its_method(tmp_path, monkeypatch, registry, tiny_split):
+    # Given a distribution on sys.path whose entry point names its module's method
+    module = tmp_path / "ep_newest.py"
+    module.write_text(POLICY.replace('register(Method("NAME"', 'METHOD = (Method("EPNewest"')
+                      .replace('register_policy("NAME", method="NAME")', ""))
+    _distribution(tmp_path, "ep_newest:METHOD")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    methods._PLUGINS.clear()  # this process read the entry points before: read them again
+    # When the names are asked for, the registry reads the entry points
+    assert methods.names()[-1] == "EPNewest"
+    assert "EPNewest" in experiments.BUFFER_METHODS and "EPNewest" in cli.METHOD_NAMES
+    assert cli.parse_args(["table1", "--methods", "EPNewest"]).methods == ["EPNewest"]
+    # Then it trains by name; a worker reads the entry point itself (nothing to import)
+    result = experiments.run(experiments.RunSettings(method="EPNewest", buffer_size=20,
+                                                     n_iter=1), tiny_split)
+    assert sum(result.extras["buffer_class_counts"]) == 20
+    assert method_code("EPNewest") == {"user_code": {"ep_newest": module_sha256("ep_newest")}}
+
+
+def test_an_entry_point_that_names_no_method_is_refused_by_name(tmp_path, monkeypatch,
+                                                               registry):
+    (tmp_path / "ep_broken.py").write_text("THING = 3\n")
+    _distribution(tmp_path, "ep_broken:THING")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    methods._PLUGINS.clear()
+    with pytest.raises(ImportError, match="entry point EPNewest = ep_broken:THING .*ep-plugin"
+                                          ".*must name a Method"):
+        methods.names()
+
+
+def test_a_job_refuses_code_that_changed_since_its_key_was_made(tmp_path, registry):
+    path = write_policy(tmp_path, "newest_job")
+    methods.import_user(str(path))
+    config = {**code_identity(), **method_code("Newest")}
+    prepare_job(config)  # the code the key names: ready
+    with pytest.raises(ValueError, match="code of newest_job changed during the sweep"):
+        prepare_job({**config, "user_code": {"newest_job": "0" * 64}})
+    with pytest.raises(ValueError, match="code of avalanche_gss changed"):
+        prepare_job({**config, "code_sha256": "0" * 64})
+
+
+def test_the_source_hash_follows_every_file_and_only_the_source(tmp_path):
+    tree = tmp_path / "pkg"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.py").write_text("A = 1\n")
+    (tree / "sub" / "b.py").write_text("B = 2\n")
+    (tree / "notes.txt").write_text("not code")
+    first = source_sha256(tree)
+    assert source_sha256(tree) == first
+    (tree / "notes.txt").write_text("still not code")
+    assert source_sha256(tree) == first
+    (tree / "sub" / "b.py").write_text("B = 3\n")
+    assert source_sha256(tree) != first
+    (tree / "sub" / "b.py").write_text("B = 2\n")
+    (tree / "sub" / "b.py").rename(tree / "sub" / "c.py")
+    assert source_sha256(tree) != first
+    assert package_sha256() == source_sha256(REPO / "avalanche_gss")
+
+
+def test_a_runs_key_holds_the_source_hash_and_no_revision():
+    from avalanche_gss.reproduce.which_buffer import _job_configs, plan
+
+    args = cli.parse_args(["which-buffer", "--policies", "CB-GSS", "Reservoir",
+                           "--streams", "disjoint", "--buffer-sizes", "100", "--seeds", "0"])
+    runs, _ = plan(args)
+    configs = _job_configs(args, runs, "mnist", {})
+    for config in configs:
+        assert config["code_sha256"] == package_sha256()
+        assert not {"revision", "user_code", "imports"} & set(config)
+    # The same code gives the same keys: results cached by this version stay valid
+    assert [config_key(c) for c in _job_configs(args, runs, "mnist", {})] == list(
+        map(config_key, configs))
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def reproduce(*args, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m avalanche_gss.reproduce ARGS`` as a user runs it, from ``cwd``."""
+    assert REPO not in cwd.resolve().parents, "must run outside the repository"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def toy_npz(path: Path) -> Path:
+    """Ten well-separated classes of 40 + 10 samples: runs of a second or so."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 3, size=(10, 12))
+    arrays = {}
+    for split, per_class in (("train", 40), ("test", 10)):
+        y = np.repeat(np.arange(10), per_class)
+        arrays[f"x_{split}"] = (centres[y] + rng.normal(0, 1, (len(y), 12))).astype(np.float32)
+        arrays[f"y_{split}"] = y
+    np.savez(path, **arrays)
+    return path
+
+
+def _sweep_counts(stderr: str) -> tuple[int, int]:
+    done, todo = re.search(r"(\d+) already done, (\d+) to run", stderr).groups()
+    return int(done), int(todo)
+
+
+def _row(out: Path) -> dict:
+    (row,) = json.loads((out / "table1.json").read_text())["rows"]
+    return row
+
+
+@pytest.mark.slow
+def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(tmp_path):
+    # Given a policy in a module of one's own, outside the package
+    path = write_policy(tmp_path, "newest_policy")
+    data = toy_npz(tmp_path / "toy.npz")
+    args = ["table1", "--quick", "--data", data, "--import", path.name, "--methods",
+            "Newest", "--seeds", 0, "--buffer-sizes", 100, "--out", "out"]
+    # When it runs by name in a worker process (which imports the module too)
+    first = reproduce(*args, "--workers", 2, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert _sweep_counts(first.stderr) == (0, 1)
+    assert "Newest-M100-seed0: avg" in first.stderr  # logged by the worker's run
+    row = _row(tmp_path / "out")
+    assert row["method"] == "Newest"
+    # Newest keeps the last 100 of the 5 x 80 samples: 20 of task 4, task 5's 80
+    assert row["extras"][0]["buffer_task_counts"] == [0, 0, 0, 20, 80]
+    # Then the same code again is the cached run
+    again = reproduce(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert _sweep_counts(again.stderr) == (1, 0)
+    assert _row(tmp_path / "out") == row
+    # And an edit of the policy is a new run, with the new policy's result
+    path.write_text(path.read_text().replace("NEWEST = True", "NEWEST = False"))
+    edited = reproduce(*args, cwd=tmp_path)
+    assert edited.returncode == 0, edited.stderr
+    assert _sweep_counts(edited.stderr) == (0, 1)
+    changed = _row(tmp_path / "out")
+    assert changed["extras"][0]["buffer_task_counts"] == [80, 20, 0, 0, 0]  # the first 100
+    assert changed["avg"] != row["avg"]
+
+
+@pytest.mark.slow
+def test_which_buffer_compares_a_user_policy_by_name(tmp_path):
+    write_policy(tmp_path, "newest_rows", name="Newest rows")
+    data = toy_npz(tmp_path / "toy.npz")
+    res = reproduce("which-buffer", "--quick", "--data", data, "--import", "newest_rows",
+                    "--policies", "Newest rows", "Reservoir", "--streams", "disjoint",
+                    "--seeds", 0, "--buffer-sizes", 100, "--out", "out", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = (tmp_path / "out" / "which_buffer.csv").read_text().splitlines()
+    assert [line.split(",")[:2] for line in lines[1:]] == [["Newest rows", "Newest rows"],
+                                                          ["Reservoir", "Reservoir"]]
+    assert "| Newest rows |" in (tmp_path / "out" / "which_buffer.md").read_text()
+
+
+def test_a_module_that_cannot_be_imported_ends_in_one_line(tmp_path):
+    (tmp_path / "newest_broken.py").write_text("raise RuntimeError('half written')\n")
+    for spec, names in (("no_such_module", ["no_such_module", "PYTHONPATH"]),
+                        ("newest_broken.py", ["newest_broken.py", "half written"])):
+        res = reproduce("table1", "--import", spec, cwd=tmp_path)
+        assert res.returncode == 2
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("python -m reproduce: error: "
+                                                       "argument --import"), res.stderr
+        assert all(name in lines[0] for name in names), lines[0]
