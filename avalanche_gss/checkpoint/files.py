@@ -12,6 +12,7 @@ import torch
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
 from avalanche_gss.checkpoint.config import first_difference, strategy_config
+from avalanche_gss.checkpoint.model import grow_model
 from avalanche_gss.checkpoint.state import (
     FORMAT_VERSION,
     load_strategy_state_dict,
@@ -112,6 +113,10 @@ def load_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
                identity: dict[str, Any] | None = None) -> int:
     """Load a :func:`save_state` checkpoint into ``strategy`` (``weights_only=True``).
 
+    A model whose Avalanche heads grew during the saved run (``IncrementalClassifier``,
+    ``MultiHeadClassifier``, e.g. in ``MTSimpleMLP``) is grown to the saved shapes before
+    the configuration is compared; a refused file leaves the model as it was.
+
     :param strategy: a freshly built strategy, configured as the one that was saved.
     :param path: the checkpoint file.
     :param stream_length: the stream's length, if known (compared with the file's).
@@ -123,12 +128,16 @@ def load_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
     """
     state = read_state(path)
     saved = state["config"]
+    # Heads that grew during the run (Avalanche's IncrementalClassifier and
+    # MultiHeadClassifier) are part of the state: grow them before comparing shapes.
+    shrink = grow_model(strategy.model, state["model"])
     fresh = strategy_config(strategy, stream_length=stream_length, identity=identity)
     if "stream_length" not in saved or stream_length is None:
         saved.pop("stream_length", None)
         fresh.pop("stream_length", None)
     difference = first_difference(saved, fresh)
     if difference is not None:
+        shrink()  # a refused file leaves the strategy as it was
         raise CheckpointError(f"{path} was made by another configuration: {difference}")
     load_strategy_state_dict(strategy, state)
     return int(state["experiences"])
