@@ -1,5 +1,10 @@
 """Checkpoints that cannot lie: a file from another configuration, or a damaged one, is
-refused with one line naming the file; every single-byte flip is caught."""
+refused with one line naming the file; every single-byte flip is caught. Writing one
+follows symbolic links and names the file when the disk is full or access is denied."""
+
+import errno
+import os
+import tempfile
 
 import pytest
 import torch
@@ -161,3 +166,50 @@ def test_every_single_byte_flip_of_a_checkpoint_is_refused_or_harmless(tmp_path)
             identical += 1
     assert refused + identical == len(data) and refused > 0
 
+
+def test_a_checkpoint_path_that_is_a_symlink_keeps_pointing_where_it_pointed(tmp_path):
+    # Given a checkpoint path that is a link to a file in another folder
+    (tmp_path / "store").mkdir()
+    target = tmp_path / "store" / "real.ckpt"
+    link = tmp_path / "run.ckpt"
+    link.symlink_to(target)  # dangling until the first save
+    strategy = make()
+    for done in (2, 4):
+        # When the run saves through the link
+        strategy.train(stream()[done - 2 : done])
+        save_state(strategy, link, experiences=done)
+        # Then the link is still a link to that file, which holds the new state
+        assert link.is_symlink() and os.readlink(link) == str(target)
+        assert read_state(target)["experiences"] == done
+    # And no temporary file is left in either folder; loading through the link works
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["real.ckpt", "run.ckpt", "store"]
+    assert load_state(make(), link) == 4
+
+
+@pytest.mark.parametrize("failing, code", [("fsync", errno.ENOSPC), ("replace", errno.EACCES),
+                                           ("mkstemp", errno.EACCES)])
+def test_a_full_disk_or_denied_access_while_saving_names_the_file(tmp_path, monkeypatch,
+                                                                  failing, code):
+    path = saved(tmp_path)
+    before = path.read_bytes()
+    strategy = make()
+    strategy.train(stream()[:4])
+
+    def fail(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    # Given a disk that fills up (fsync) or a folder that refuses the file
+    if failing == "mkstemp":
+        monkeypatch.setattr(tempfile, "mkstemp", fail)
+    else:
+        monkeypatch.setattr(os, failing, fail)
+    # When a checkpoint is saved, Then the error says which file, in one line, with errno
+    with pytest.raises(OSError) as info:
+        save_state(strategy, path, experiences=4)
+    monkeypatch.undo()
+    message = str(info.value)
+    assert info.value.errno == code and str(path) in message and "\n" not in message
+    assert os.strerror(code) in message
+    # And the previous checkpoint is whole, with no temporary file beside it
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
