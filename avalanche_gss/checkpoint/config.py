@@ -52,7 +52,9 @@ def _describe(value: Any, names: Mapping[int, str], depth: int = 0) -> Any:
     if isinstance(value, torch.Tensor):
         if id(value) in names:
             return names[id(value)]
-        return value.tolist() if value.numel() <= 16 else f"<tensor {list(value.shape)}>"
+        if value.requires_grad or value.numel() > 16:  # a parameter (values change): its shape
+            return f"<tensor {list(value.shape)}>"
+        return value.tolist()
     if isinstance(value, (list, tuple)):
         return [_describe(v, names, depth) for v in value]
     if isinstance(value, Mapping):
