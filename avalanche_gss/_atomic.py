@@ -92,9 +92,9 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
     except OSError as err:
         raise _named(err, shown) from err
     try:
-        # mkstemp makes the file 0600; give it the permissions open() would (0666 & ~umask).
-        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as file:
+            # mkstemp makes the file 0600; give it the permissions open() would (0666 & ~umask).
+            os.fchmod(file.fileno(), 0o666 & ~_umask())
             write(file)
             file.flush()
             os.fsync(file.fileno())
