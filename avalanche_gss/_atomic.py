@@ -49,33 +49,65 @@ def remove_stale_temporaries(folder: str | os.PathLike[str], prefix: str, suffix
     return removed
 
 
+def resolve_target(path: str | os.PathLike[str]) -> Path:
+    """The file that writing ``path`` must replace: ``path``, or where its links lead.
+
+    A symbolic link (or a chain of them, or a link in a parent folder) is followed, so
+    that :func:`atomic_write` replaces the file the link points to, in that file's folder,
+    and the link keeps pointing there; a dangling link gives its target's path.
+    """
+    return Path(os.path.realpath(path))
+
+
+def _named(err: OSError, shown: str) -> OSError:
+    """``err`` as one line that names the file (same ``errno``, so the same subclass)."""
+    reason = err.strerror or " ".join(str(err).split()) or type(err).__name__
+    if err.errno is None:
+        return OSError(f"cannot write {shown}: {reason}")
+    return OSError(err.errno, f"cannot write {shown}: {reason}")
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object], *,
                  prefix: str, suffix: str, sync_dir: bool = False) -> None:
     """Write ``path`` through a temporary file in its folder, fsynced, then ``os.replace``.
+
+    A ``path`` that is a symbolic link is written through (:func:`resolve_target`): the
+    file it points to is replaced atomically, in that file's folder, and the link stays.
 
     :param path: the file to (re)write.
     :param write: writes the content to the open binary file it is given.
     :param prefix: the temporary file's name prefix (leftovers of killed writes carry it).
     :param suffix: the temporary file's name suffix.
     :param sync_dir: also fsync the folder, so that the rename itself survives a crash.
+    :raises OSError: the file could not be written (a full disk, no permission): one line
+        naming ``path`` (and the file it links to), with the system's ``errno``; the
+        previous file is left as it was and the temporary file is removed.
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+    target = resolve_target(path)
+    shown = os.fspath(path)
+    if shown != os.fspath(target):
+        shown = f"{shown} (-> {target})"
     try:
-        # mkstemp makes the file 0600; give it the permissions open() would (0666 & ~umask).
-        os.fchmod(fd, 0o666 & ~_umask())
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
+    except OSError as err:
+        raise _named(err, shown) from err
+    try:
         with os.fdopen(fd, "wb") as file:
+            # mkstemp makes the file 0600; give it the permissions open() would (0666 & ~umask).
+            os.fchmod(file.fileno(), 0o666 & ~_umask())
             write(file)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        os.replace(tmp, target)
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _named(err, shown) from err
         raise
     if not sync_dir:
         return
     try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
+        dir_fd = os.open(target.parent, os.O_RDONLY)
     except OSError:
         return
     try:

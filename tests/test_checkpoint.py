@@ -11,18 +11,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from avalanche.benchmarks import nc_benchmark
+from avalanche.benchmarks.utils import _make_taskaware_tensor_classification_dataset
 from avalanche.checkpointing import maybe_load_checkpoint, save_checkpoint
 from avalanche.core import SupervisedPlugin
+from avalanche.models import IncrementalClassifier, MTSimpleMLP
+from avalanche.training import Naive
+from torch import nn
 
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.checkpoint import (
     FORMAT_VERSION,
+    CheckpointError,
     load_state,
     read_state,
     save_state,
     strategy_state_dict,
     train_resumable,
 )
+from avalanche_gss.checkpoint.model import model_layout
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.clust import FSSClust, GSSClust
@@ -32,6 +39,7 @@ from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPConstrained
 from avalanche_gss.methods.rand import Rand
 from avalanche_gss.methods.reservoir import Reservoir
 from avalanche_gss.models import MLP
+from avalanche_gss.training import quiet_evaluator
 
 BUILDERS = {
     "Reservoir": lambda **kw: Reservoir(mem_size=30, **kw),
@@ -281,3 +289,120 @@ def test_avalanche_checkpoint_helpers_resume_our_strategies(tmp_path):
     # And that file cannot be read without unpickling arbitrary objects
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path, weights_only=True)
+
+
+# ------------------------------------------------------------------ models that grow
+def _growing_mlp():
+    """The tests' MLP shape, with Avalanche's IncrementalClassifier as its output layer."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), IncrementalClassifier(32))
+
+
+def _task_stream():
+    """Five experiences of two classes each, task labels 0..4 (a new head for each)."""
+    def data(seed):
+        gen = torch.Generator().manual_seed(seed)
+        y = torch.arange(10).repeat_interleave(8)
+        x = torch.randn(len(y), 6, generator=gen) + y[:, None].float()
+        return _make_taskaware_tensor_classification_dataset(x, y, task_labels=0)
+
+    return nc_benchmark(data(0), data(1), 5, task_labels=True, shuffle=False,
+                        fixed_class_order=list(range(10))).train_stream
+
+
+def _gss_incremental(plugins=()):
+    torch.manual_seed(0)
+    model = _growing_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return GSSGreedy(model=model, optimizer=optimizer, mem_size=30, n=5, n_iter=2, seed=0,
+                     plugins=list(plugins))
+
+
+def _naive_multi_head(plugins=()):
+    torch.manual_seed(0)
+    model = MTSimpleMLP(input_size=6, hidden_size=16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return Naive(model=model, optimizer=optimizer, train_mb_size=4, train_epochs=1,
+                 evaluator=quiet_evaluator(), plugins=list(plugins))
+
+
+GROWING = {  # name: (strategy builder, stream, head weight that grows, its initial outputs)
+    "IncrementalClassifier+GSS-Greedy": (_gss_incremental, lambda: tiny_stream()[1][:14],
+                                         "3.classifier.weight", 2),
+    "MTSimpleMLP+Naive": (_naive_multi_head, _task_stream,
+                          "classifier.classifiers.1.classifier.weight", None),
+}
+
+
+def _killed_growing_run(kind, path):
+    torch.set_num_threads(1)
+    make, stream, _, _ = GROWING[kind]
+    train_resumable(make([KillAt(3 if kind == "MTSimpleMLP+Naive" else 10)]), stream(), path,
+                    every=2 if kind == "MTSimpleMLP+Naive" else 4)
+    os._exit(3)
+
+
+def _same_model(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for key in sa:
+        assert sa[key].shape == sb[key].shape and torch.equal(sa[key], sb[key]), key
+    # the task modules' output width and seen tasks (outside the state_dict)
+    assert model_layout(a) == model_layout(b)
+
+
+def _same_optimizer(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]  # same parameters, in the same order
+    assert sa["state"].keys() == sb["state"].keys()
+    for index, state in sa["state"].items():
+        assert state.keys() == sb["state"][index].keys()
+        assert all(torch.equal(state[k], sb["state"][index][k]) for k in state), index
+
+
+@pytest.mark.parametrize("kind", list(GROWING))
+def test_a_model_whose_head_grew_resumes_bit_for_bit(tmp_path, kind):
+    make, stream, head, initial = GROWING[kind]
+    every = 2 if kind == "MTSimpleMLP+Naive" else 4
+    path = tmp_path / "run.ckpt"
+    # Given a run killed (SIGKILL) after its head grew: new classes (and, for the
+    # multi-head model, new tasks) came before the last checkpoint
+    assert _fork(_killed_growing_run, kind, path) == -signal.SIGKILL
+    saved = read_state(path)
+    assert saved["experiences"] == (2 if kind == "MTSimpleMLP+Naive" else 8)
+    assert head in saved["model"]  # the second task's head exists
+    if initial is not None:
+        assert saved["model"][head].shape[0] > initial  # the head has more outputs
+    # When a freshly built strategy resumes it
+    resumed = make()
+    assert train_resumable(resumed, stream(), path, every=every) == len(stream())
+    # Then it ends as the uninterrupted run: model (grown heads, masks), optimizer
+    reference = make()
+    reference.train(stream())
+    _same_model(resumed.model, reference.model)
+    _same_optimizer(resumed.optimizer, reference.optimizer)
+    assert [p for g in resumed.optimizer.param_groups for p in g["params"]] == \
+        list(resumed.model.parameters())  # the grown ones
+    # And reloading the finished run's checkpoint with the same settings is accepted
+    again = make()
+    assert train_resumable(again, stream(), path, every=every) == len(stream())
+    _same_model(again.model, reference.model)
+
+
+@pytest.mark.parametrize("kind", list(GROWING))
+def test_a_grown_checkpoint_of_another_configuration_leaves_the_model_as_it_was(tmp_path, kind):
+    make, stream, head, initial = GROWING[kind]
+    path = tmp_path / "run.ckpt"
+    grown = make()
+    grown.train(stream()[:8])  # a second task: new classes (and a new head)
+    save_state(grown, path, experiences=8)
+    other = make()
+    other.optimizer.param_groups[0]["lr"] = 0.5
+    before = {k: v.clone() for k, v in other.model.state_dict().items()}
+    with pytest.raises(CheckpointError, match="lr: 0.05 in the file, 0.5 here"):
+        load_state(other, path)
+    after = other.model.state_dict()
+    assert head in read_state(path)["model"] and list(before) == list(after)
+    assert head not in before or before[head].shape[0] == initial
+    assert all(torch.equal(before[k], after[k]) for k in before)  # not grown, not loaded
+    assert [p for g in other.optimizer.param_groups for p in g["params"]] == \
+        list(other.model.parameters())

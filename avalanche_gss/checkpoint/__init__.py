@@ -20,21 +20,26 @@ loaded. The file is a header line, the SHA-256 of the rest, then ``torch.save``'
 to a temporary name in the same folder, synced and renamed over the previous one
 (``os.replace``), so a process killed while saving leaves the previous checkpoint intact
 (and at most a ``.<name>.*.tmp`` file behind, removed by the next save once it is an hour
-old).
+old). A path that is a symbolic link is written through (the file it points to is
+replaced and the link stays); a failed write raises an ``OSError`` naming the file.
 
 Each file also carries the configuration it was made with (:func:`strategy_config`:
-strategy and plugin classes, buffer class, size, options and seed, replay seed, model
-parameter shapes, optimizer type and hyper-parameters, iterations per batch, the
-stream's length and any ``identity`` the caller adds) and a SHA-256 checksum of its
-whole payload. Loading refuses, with one line naming the file and the first difference,
-a file made by another configuration, and a damaged or altered one.
+strategy and plugin classes, every option of the buffer's and of its plugin's
+constructor (retrieval included), loss, model tensor shapes, optimizer type and
+hyper-parameters, iterations per batch, the stream's length and any ``identity`` the
+caller adds) and a SHA-256 checksum of its whole payload. A model whose Avalanche heads
+grew (``IncrementalClassifier``, ``MultiHeadClassifier``) is grown to the saved shapes
+before the comparison (:mod:`~avalanche_gss.checkpoint.model`). Loading refuses, with one
+line naming the file and the first difference, a file made by another configuration, and
+a damaged or altered one.
 
 Avalanche's ``save_checkpoint``/``maybe_load_checkpoint`` also work on this library's
 strategies; they pickle the whole strategy with ``dill``, so loading one of their files
 runs whatever code it names: load only files you trust (README, "Reliability").
 
 The pieces: :mod:`~avalanche_gss.checkpoint.state` (the state), ``config`` (the
-configuration), ``files`` (the file format) and ``resume`` (:func:`train_resumable`).
+configuration), ``model`` (models that grow), ``files`` (the file format) and ``resume``
+(:func:`train_resumable`).
 """
 
 from avalanche_gss.checkpoint.config import strategy_config

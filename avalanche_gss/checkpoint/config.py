@@ -2,31 +2,123 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
+from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.checkpoint.state import _plugin_state
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["strategy_config", "first_difference"]
+__all__ = ["UNRECORDED_OPTIONS", "strategy_config", "first_difference"]
 
-_BUFFER_OPTIONS = ("n", "variant", "memory_grads", "gate", "candidate_draw", "group_size",
-                   "recent_size", "solver", "time_limit", "restarts", "slack", "features",
-                   "squared")
-"""Buffer attributes that configure a policy (recorded when present and plain values)."""
+UNRECORDED_OPTIONS: Mapping[str, str] = {
+    "device": "where the run computes; the state is moved to the strategy's device, and "
+              "the bit-for-bit promise holds on one device",
+    "evaluator": "metrics and loggers read the run and change nothing it learns",
+    "eval_mb_size": "the size of evaluation mini-batches; training never uses it",
+    "plugins": "the plugins that hold state are recorded by class (\"plugins\"); plugins "
+               "without state (loggers, callbacks) may differ between a run and its resume",
+}
+"""Constructor options that the configuration does not record, and why: none of them
+changes what a run learns. Every other option of the library's buffers, strategies,
+plugins and retrievals is recorded (``tests/test_checkpoint_config.py`` walks their
+signatures)."""
+
+_MISSING = object()
 
 
 def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
+def _describe(value: Any, names: Mapping[int, str], depth: int = 0) -> Any:
+    """A plain description of an option's value, equal for equal settings.
+
+    Plain values as they are; a model parameter by its name; a generator by its seed; a
+    function by its dotted name; a module or another object by its class and its public
+    plain attributes (a loss's ``reduction``, a retrieval's ``candidates``).
+    """
+    if _plain(value):
+        return value
+    if isinstance(value, torch.Generator):
+        return int(value.initial_seed())
+    if isinstance(value, torch.Tensor):
+        if id(value) in names:
+            return names[id(value)]
+        if value.requires_grad or value.numel() > 16:  # a parameter (values change): its shape
+            return f"<tensor {list(value.shape)}>"
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_describe(v, names, depth) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _describe(v, names, depth) for k, v in value.items()}
+    if inspect.isroutine(value) or isinstance(value, type):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', value)}"
+    described: dict[str, Any] = {"class": type(value).__qualname__}
+    if depth == 0:
+        for key, attr in sorted(getattr(value, "__dict__", {}).items()):
+            if key.startswith("_") or (key == "training" and isinstance(value, nn.Module)):
+                continue
+            if _plain(attr) or (isinstance(attr, (list, tuple)) and all(map(_plain, attr))):
+                described[key] = _describe(attr, names, depth + 1)
+    return described
+
+
+def _option(owner: Any, name: str) -> Any:
+    """The value of constructor option ``name`` as ``owner`` keeps it (``_MISSING``: not kept).
+
+    ``seed`` is the seed of the owner's ``generator``; an option kept by the owner's
+    ``clustering`` (GSS-Clust's ``growth``) is read there.
+    """
+    generator = getattr(owner, "generator", None)
+    if name == "seed" and isinstance(generator, torch.Generator):
+        return int(generator.initial_seed())
+    if name in getattr(owner, "__dict__", {}) or hasattr(type(owner), name):
+        return getattr(owner, name)
+    clustering = getattr(owner, "clustering", None)
+    if clustering is not None and hasattr(clustering, name):
+        return getattr(clustering, name)
+    return _MISSING
+
+
+def _options(owner: Any, names: Mapping[int, str], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``owner``'s class and every option of its constructor that it keeps, described."""
+    recorded: dict[str, Any] = {"class": type(owner).__qualname__}
+    try:
+        parameters = inspect.signature(type(owner)).parameters.values()
+    except (TypeError, ValueError):  # no readable signature: the class alone
+        return recorded
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) \
+                or parameter.name in skip or parameter.name in UNRECORDED_OPTIONS:
+            continue
+        value = _option(owner, parameter.name)
+        if value is not _MISSING:
+            recorded[parameter.name] = _describe(value, names)
+    return recorded
+
+
 def strategy_config(strategy: SupervisedTemplate, *, stream_length: int | None = None,
                     identity: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a checkpoint must have been made with to be loaded into ``strategy``.
+
+    Every option that changes what the run learns: the strategy's class, the classes of
+    its plugins that hold state, iterations, mini-batch size and epochs, the loss and
+    periodic evaluation; the buffer's class and every option of its constructor (size,
+    seed, ``n``, ``victim``, ...), those of the plugin that holds it (replay batch size
+    and seed, the retrieval and its options such as MIR's ``candidates``, ``joint``, the
+    constrained update's ``margin``); the model's tensor shapes; the optimizer's class
+    and hyper-parameters. Options are read from the objects' attributes of the same name
+    as the constructor's parameters; a function (``loss_fn``) is recorded by its dotted
+    name, parameters (``params``) by their names in the model. Not recorded:
+    :data:`UNRECORDED_OPTIONS`.
 
     :param strategy: a strategy (fresh, or the one being saved).
     :param stream_length: the number of experiences of the stream it learns, if known.
@@ -34,35 +126,29 @@ def strategy_config(strategy: SupervisedTemplate, *, stream_length: int | None =
         as they are.
     :return: plain values only (strings, numbers, lists, dicts).
     """
+    names = {id(p): name for name, p in strategy.model.named_parameters()}
     config: dict[str, Any] = {"strategy": type(strategy).__qualname__}
     config["plugins"] = [type(p).__qualname__ for p in strategy.plugins
                          if _plugin_state(p) is not None]
     config["n_iter"] = getattr(strategy, "n_iter", None)
     config["train_mb_size"] = getattr(strategy, "train_mb_size", None)
+    config["train_epochs"] = getattr(strategy, "train_epochs", None)
+    config["criterion"] = _describe(criterion_of(strategy) if hasattr(strategy, "_criterion")
+                                    else None, names)
+    config["eval_every"] = getattr(strategy, "eval_every", None)
+    config["peval_mode"] = next((p.peval_mode for p in strategy.plugins
+                                 if hasattr(p, "peval_mode")), None)  # Avalanche's PeriodicEval
     for plugin in strategy.plugins:
         policy = getattr(plugin, "storage_policy", None)
         if isinstance(policy, OnlineBuffer):
-            buffer: dict[str, Any] = {"class": type(policy).__qualname__,
-                                      "max_size": int(policy.max_size),
-                                      "seed": int(policy.generator.initial_seed())}
-            for name in _BUFFER_OPTIONS:
-                value = getattr(policy, name, None)
-                if value is not None and _plain(value):
-                    buffer[name] = value
-            clustering = getattr(policy, "clustering", None)
-            if clustering is not None and _plain(getattr(clustering, "growth", None)):
-                buffer["growth"] = clustering.growth
-            config["buffer"] = buffer
-            generator = getattr(plugin, "generator", None)
-            if isinstance(generator, torch.Generator):
-                config["replay_seed"] = int(generator.initial_seed())
-            config["replay_batch_size"] = getattr(plugin, "replay_batch_size", None)
+            config["buffer"] = _options(policy, names)
+            config["buffer_plugin"] = _options(plugin, names, skip=("storage_policy",))
             break
     config["model"] = {name: list(t.shape) for name, t in strategy.model.state_dict().items()}
     optimizer = strategy.optimizer
     config["optimizer"] = {
         "class": type(optimizer).__qualname__,
-        "param_groups": [{k: v for k, v in group.items() if k != "params" and _plain(v)}
+        "param_groups": [{k: _describe(v, names) for k, v in group.items() if k != "params"}
                          for group in optimizer.param_groups],
     }
     if stream_length is not None:

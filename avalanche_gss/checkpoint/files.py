@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
+from avalanche_gss._atomic import atomic_write, remove_stale_temporaries, resolve_target
 from avalanche_gss.checkpoint.config import first_difference, strategy_config
+from avalanche_gss.checkpoint.model import grow_model
 from avalanche_gss.checkpoint.state import (
     FORMAT_VERSION,
     load_strategy_state_dict,
@@ -43,24 +44,28 @@ def save_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
     The state is :func:`strategy_state_dict`'s, the configuration
     :func:`strategy_config`'s. The file is written under a temporary name in the same
     folder, flushed to disk and renamed over ``path``: at every moment ``path`` is either
-    the previous checkpoint or the new one.
+    the previous checkpoint or the new one. A ``path`` that is a symbolic link keeps
+    pointing where it pointed: the file it leads to is replaced, in that file's folder.
 
     :param strategy: the strategy, between ``train`` calls.
     :param path: checkpoint file (its folder is created if needed).
     :param experiences: how many experiences of the stream the strategy has learnt.
     :param stream_length: the stream's length, if known (part of the configuration).
     :param identity: more values identifying the run (see :func:`strategy_config`).
+    :raises OSError: the file cannot be written (a full disk, no permission): one line
+        naming it; the previous checkpoint is left whole.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent, f".{path.name}.", ".tmp")
+    target = resolve_target(path)
+    remove_stale_temporaries(target.parent, f".{target.name}.", ".tmp")
     state = {**strategy_state_dict(strategy), "experiences": int(experiences),
              "config": strategy_config(strategy, stream_length=stream_length,
                                        identity=identity)}
     buffer = io.BytesIO()
     torch.save(state, buffer)
     data = _pack(buffer.getvalue())
-    atomic_write(path, lambda file: file.write(data), prefix=f".{path.name}.", suffix=".tmp",
+    atomic_write(path, lambda file: file.write(data), prefix=f".{target.name}.", suffix=".tmp",
                  sync_dir=True)
 
 
@@ -112,6 +117,10 @@ def load_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
                identity: dict[str, Any] | None = None) -> int:
     """Load a :func:`save_state` checkpoint into ``strategy`` (``weights_only=True``).
 
+    A model whose Avalanche heads grew during the saved run (``IncrementalClassifier``,
+    ``MultiHeadClassifier``, e.g. in ``MTSimpleMLP``) is grown to the saved shapes before
+    the configuration is compared; a refused file leaves the model as it was.
+
     :param strategy: a freshly built strategy, configured as the one that was saved.
     :param path: the checkpoint file.
     :param stream_length: the stream's length, if known (compared with the file's).
@@ -123,12 +132,16 @@ def load_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
     """
     state = read_state(path)
     saved = state["config"]
+    # Heads that grew during the run (Avalanche's IncrementalClassifier and
+    # MultiHeadClassifier) are part of the state: grow them before comparing shapes.
+    shrink = grow_model(strategy.model, state["model"])
     fresh = strategy_config(strategy, stream_length=stream_length, identity=identity)
     if "stream_length" not in saved or stream_length is None:
         saved.pop("stream_length", None)
         fresh.pop("stream_length", None)
     difference = first_difference(saved, fresh)
     if difference is not None:
+        shrink()  # a refused file leaves the strategy as it was
         raise CheckpointError(f"{path} was made by another configuration: {difference}")
     load_strategy_state_dict(strategy, state)
     return int(state["experiences"])

@@ -9,6 +9,13 @@ import numpy as np
 import torch
 
 from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.checkpoint.model import (
+    grow_model,
+    model_layout,
+    optimizer_layout,
+    restore_model_layout,
+    restore_optimizer_params,
+)
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
@@ -79,7 +86,9 @@ def strategy_state_dict(strategy: SupervisedTemplate) -> dict[str, Any]:
 
     :param strategy: an Avalanche strategy (e.g. :class:`~avalanche_gss.methods.gss_iqp.GSSIQP`);
         call it between ``train`` calls, not inside the training loop.
-    :return: ``{"format", "model", "optimizer", "plugins", "clock", "skipped_steps", "rng"}``.
+    :return: ``{"format", "model", "model_layout", "optimizer", "plugins", "clock",
+        "skipped_steps", "rng"}``; ``model_layout`` holds what a model that grows keeps
+        outside its ``state_dict`` and the names of the optimizer's parameters, in order.
     """
     plugins = []
     for plugin in strategy.plugins:
@@ -90,6 +99,9 @@ def strategy_state_dict(strategy: SupervisedTemplate) -> dict[str, Any]:
     return {
         "format": FORMAT_VERSION,
         "model": strategy.model.state_dict(),
+        "model_layout": {"task_modules": model_layout(strategy.model),
+                         "optimizer_params": optimizer_layout(strategy.model,
+                                                              strategy.optimizer)},
         "optimizer": strategy.optimizer.state_dict(),
         "plugins": plugins,
         "clock": {name: int(getattr(clock, name)) for name in _CLOCK_COUNTERS},
@@ -101,7 +113,10 @@ def strategy_state_dict(strategy: SupervisedTemplate) -> dict[str, Any]:
 def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]) -> None:
     """Restore :func:`strategy_state_dict`'s output into a strategy built the same way.
 
-    The stored buffer tensors are moved to ``strategy.device``.
+    The stored buffer tensors are moved to ``strategy.device``. A model whose Avalanche
+    heads grew during the run (``IncrementalClassifier``, ``MultiHeadClassifier``) is
+    grown to the saved shapes first, and the optimizer given the grown parameters
+    (:mod:`~avalanche_gss.checkpoint.model`).
 
     :param strategy: a freshly built strategy with the same model, optimizer and plugins.
     :param state: what :func:`strategy_state_dict` returned (or :func:`load_state` read).
@@ -117,7 +132,11 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
     if names != saved:
         raise ValueError(f"the checkpoint holds the state of plugins {saved}, "
                          f"this strategy has {names}")
+    grow_model(strategy.model, state["model"])
     strategy.model.load_state_dict(state["model"])
+    layout = state.get("model_layout", {})
+    restore_model_layout(strategy.model, layout.get("task_modules", {}))
+    restore_optimizer_params(strategy.model, strategy.optimizer, layout.get("optimizer_params"))
     if getattr(strategy, "optimized_param_id", None) is None and callable(
         getattr(strategy, "make_optimizer", None)
     ):
