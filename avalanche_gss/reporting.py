@@ -289,13 +289,14 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
                  else "Each cell: our accuracy (one seed, so no spread)")
     if paper or paper_avg:
         cell_text += " (the paper's number in parentheses)"
-    varied = [m for m in _VARIANT_NOTES if any(r["method"] == m and "variant" in r
-                                               for r in report["rows"])]
+    authors = [m for m in _VARIANT_NOTES if any(r["method"] == m and r.get("variant") ==
+                                                "authors" for r in report["rows"])]
     cb_gss = [r for r in report["rows"] if r["method"] == "CB-GSS"]
     explained = (
-        (" (paper): the method as the paper writes it; (authors): as the authors' code "
-         "does it (" + "; ".join(f"{m}: {_VARIANT_NOTES[m]}" for m in varied) + ")."
-         if varied else "")
+        (" (paper): the method as the paper writes it." if any(
+            r.get("variant") == "paper" for r in report["rows"]) else "")
+        + (" (authors): as the authors' code does it (" + "; ".join(
+            f"{m}: {_VARIANT_NOTES[m]}" for m in authors) + ")." if authors else "")
         + (" (mir): replay batches chosen by Maximally Interfered Retrieval (Aljundi, "
            "Caccia et al., NeurIPS 2019) among "
            f"{report['protocol'].get('mir_candidates', 50)} random buffer samples, instead of "

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import ArrayDataset, load_dataset, load_mnist_5k, load_npz
-from avalanche_gss.benchmarks import datasets
+from avalanche_gss.benchmarks import ArrayDataset, datasets, load_dataset, load_mnist_5k, load_npz
 from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
 
 REPO = Path(__file__).resolve().parents[2]
