@@ -183,6 +183,18 @@ def _finish(report: dict[str, Any], paths: dict[str, str], md: str | None = None
     return show_outputs(paths)
 
 
+def _overrides(configs: Sequence[dict[str, Any]], lr: float, n_iter: int
+               ) -> dict[str, dict[str, Any]]:
+    """Each method's learning rate and iterations per batch where they are not the figure's.
+
+    The authors' scripts give GEM, iCaRL and the baselines their own.
+    """
+    by_method = settings_by_method([c["settings"] for c in configs])
+    found = {m: {k: s[k] for k, base in (("lr", lr), ("n_iter", n_iter)) if s[k] != base}
+             for m, s in by_method.items()}
+    return {m: o for m, o in found.items() if o}
+
+
 def _label(method: str, keys: dict[str, Any]) -> str:
     return method + (f" ({keys['variant']})" if "variant" in keys else "")
 
@@ -353,6 +365,8 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
             **stream, "lr": args.lr or _DISJOINT.lr, "n_iter": args.n_iter or _DISJOINT.n_iter,
             "settings_by_method": settings_by_method([c["settings"] for c in configs]),
+            "method_overrides": _overrides(configs, args.lr or _DISJOINT.lr,
+                                           args.n_iter or _DISJOINT.n_iter),
             "batch_size": 10, "replay_batch_size": 10,
             "task_aware": [m for m in chosen["methods"] if m in TASK_AWARE],
             "task_ends": ends, "quick": args.quick,
