@@ -17,9 +17,9 @@ Outputs, in ``--out``:
   ranking, each stream's protocol and the provenance (data source, seeds, command,
   versions).
 - ``which_buffer.png``: accuracy against training seconds, one panel per stream family.
-- ``which_buffer_composition.md`` / ``.json`` / ``.csv``: what each policy's buffer holds at every
-  task end of the disjoint stream and of the first imbalanced sequence run (each task's
-  share of the stored samples), traced during the same runs.
+- ``which_buffer_composition.md`` / ``.json`` / ``.csv``: what each policy's buffer holds
+  at every task end of the disjoint stream and of the first imbalanced sequence run (each
+  task's share of the stored samples), traced during the same runs.
 """
 
 from __future__ import annotations
@@ -322,14 +322,13 @@ def _protocol_lines(report: dict[str, Any]) -> list[str]:
              f"{protocol['replay_batch_size']}; the {protocol['model']} model; each stream "
              "with its protocol's learning rate and iterations per batch:", ""]
     for s in protocol["streams"]:
-        text = protocol_line({"stream": {**s["stream"], "blurry": s.get("blur") and {
-            "keep": s["blur"]}}, "lr": s["lr"], "n_iter": s["n_iter"]},
-            prefix=f"- {s['name']} ({PROTOCOLS[s['protocol']].paper_ref}'s {s['family']} "
-                   f"stream): ")
+        stream = {**s["stream"], "blurry": s.get("blur") and {"keep": s["blur"]}}
+        name = f"- {s['name']} ({PROTOCOLS[s['protocol']].paper_ref}'s {s['family']} stream): "
+        text = protocol_line({"stream": stream, "lr": s["lr"], "n_iter": s["n_iter"]},
+                             prefix=name) or name
         if s["deviations"]:
-            text = f"{text} Deviations from the paper's protocol: " + "; ".join(
-                s["deviations"]) + "."
-        lines.append(text or f"- {s['name']}")
+            text += " Deviations from the paper's protocol: " + "; ".join(s["deviations"]) + "."
+        lines.append(text)
     return lines
 
 
