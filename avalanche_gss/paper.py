@@ -1,8 +1,10 @@
 """The numbers the paper reports, to print beside ours (accuracies in percent).
 
 Keys are ``(method, column)``; values ``(mean, std)`` or ``(mean, None)`` where the paper
-gives no deviation. Sources: Tables 1-4 and the appendix tables of
-``paper/gss-neurips2019.tex``.
+gives no deviation. ``python -m reproduce`` shows them only beside runs on data verified to
+be the paper's dataset (``ArrayDataset.verified_as``: torchvision's MNIST or CIFAR-10 files
+by their MD5s, the 5,000 offline MNIST digits by their content hash). Sources: Tables 1-4
+and the appendix tables of ``paper/gss-neurips2019.tex``.
 """
 
 from __future__ import annotations

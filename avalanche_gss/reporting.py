@@ -2,8 +2,9 @@
 
 ``rows_from_runs`` groups runs that differ only by seed into one row; ``write_outputs``
 writes ``<experiment>.json``, ``.csv`` and ``.md`` (ours beside the paper's number in
-every cell the paper has, when the runs used the paper's data); ``provenance`` says what
-produced them (versions, commit, device, threads).
+every cell the paper has, when the runs used data verified to be the paper's);
+``protocol_line`` states the protocol a run followed; ``provenance`` says what produced
+them (versions, commit, device, threads).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from avalanche_gss._atomic import atomic_write
 from avalanche_gss.experiments import RunResult
 
 __all__ = ["DIVERGED_SHARE", "diverged", "rows_from_runs", "write_outputs", "write_text",
-           "format_cell", "provenance", "provenance_line"]
+           "format_cell", "provenance", "provenance_line", "protocol_line", "data_lines",
+           "shared_places"]
 
 
 def _std(values: Sequence[float]) -> float | None:
@@ -89,6 +91,91 @@ def provenance_line(info: dict[str, Any]) -> str:
             + f", torch {info.get('torch')}, Avalanche {info.get('avalanche')}, "
             f"Python {info.get('python')}; device {info.get('device')} "
             f"({info.get('accelerator')}), {info.get('threads')} torch thread(s) per run.")
+
+
+def _sizes(values: Sequence[int]) -> str:
+    """``"800"`` when every task has the same count, else ``"2000/200/200"``."""
+    if not values:
+        return "?"
+    if len(set(values)) == 1:
+        return f"{values[0]:,}"
+    return "/".join(f"{v:,}" for v in values)
+
+
+def _setting_words(key: str, value: Any) -> str:
+    return {"lr": f"learning rate {value}",
+            "n_iter": f"{value} iteration{'s' if value != 1 else ''} per batch"}.get(
+                key, f"{key} {value}")
+
+
+def protocol_line(protocol: dict[str, Any], prefix: str = "Protocol: ") -> str | None:
+    """One Markdown line stating the protocol as run, deviating from the paper's or not.
+
+    Tasks, training and test samples per task, learning rate, iterations per batch, buffer
+    sizes ``M``, batch sizes and seeds, and each method's own learning rate or iterations
+    where they differ (``method_overrides``).
+
+    :param protocol: a report's ``protocol``: ``stream`` (a split's ``protocol``:
+        ``train_sizes``, ``test_sizes``, and ``major``/``minor`` for imbalanced streams,
+        ``blurry``) or those keys at its top level, ``lr``, ``n_iter``, ``buffer_sizes``,
+        and optionally ``seeds``, ``batch_size``, ``replay_batch_size``,
+        ``method_overrides``.
+    :param prefix: the line's first words.
+    :return: the line, or ``None`` when the protocol lacks the learning rate (nothing run).
+    """
+    if "lr" not in protocol or "n_iter" not in protocol:
+        return None
+    stream = protocol.get("stream") or protocol
+    train, test = stream.get("train_sizes", []), stream.get("test_sizes", [])
+    n_tasks = len(train) or stream.get("n_tasks", "?")
+    if "major" in stream:
+        samples = (f"{n_tasks} tasks, {stream['major']:,} training samples in the sequence's "
+                   f"own task and {stream['minor']:,} in each other")
+    else:
+        samples = f"{n_tasks} tasks of {_sizes(train)} training samples"
+    samples += f", {_sizes(test)} test samples per task"
+    if stream.get("blurry"):
+        samples += f", {stream['blurry'].get('keep', 0):.0%} of each task's samples kept (blurry)"
+    sizes = protocol.get("buffer_sizes")
+    parts = [samples, _setting_words("lr", protocol["lr"]),
+             _setting_words("n_iter", protocol["n_iter"])]
+    if sizes:
+        parts.append("M = " + "/".join(map(str, sizes)))
+    batch = [f"batches of {protocol['batch_size']}"] if "batch_size" in protocol else []
+    if "replay_batch_size" in protocol:
+        batch.append(f"replay batches of {protocol['replay_batch_size']}")
+    if batch:
+        parts.append(", ".join(batch))
+    seeds = protocol.get("seeds")
+    if seeds:
+        parts.append(("seeds " if len(seeds) > 1 else "seed ") + " ".join(map(str, seeds)))
+    overrides = [f"{method}: " + ", ".join(_setting_words(k, v) for k, v in o.items())
+                 for method, o in (protocol.get("method_overrides") or {}).items() if o]
+    line = prefix + "; ".join(parts) + "."
+    if overrides:
+        line += " Methods with their own settings (the authors' scripts): " \
+                + "; ".join(overrides) + "."
+    return line
+
+
+def data_lines(report: dict[str, Any]) -> list[str]:
+    """The Markdown lines that say what the data were: source, then how they were checked.
+
+    :param report: a report with ``data_source`` and, optionally, ``data_verification``.
+    """
+    lines = [f"Data: {report['data_source']}", ""]
+    if report.get("data_verification"):
+        lines += [f"Data check: {report['data_verification']}.", ""]
+    return lines
+
+
+def shared_places(keys: Sequence[Any]) -> list[str]:
+    """Places in a ranking sorted best first, ties sharing theirs: ``["1", "=2", "=2", "4"]``.
+
+    :param keys: each entry's ranking key, in ranking order; equal keys tie.
+    """
+    keys = list(keys)
+    return [("=" if keys.count(key) > 1 else "") + str(keys.index(key) + 1) for key in keys]
 
 
 def rows_from_runs(runs: Sequence[tuple[dict[str, Any], RunResult]]) -> list[dict[str, Any]]:
@@ -168,6 +255,26 @@ def format_cell(mean: float, std: float | None) -> str:
     return f"{mean:.1f} ± {std:.1f}"
 
 
+_VARIANT_NOTES = {
+    "GSS-Greedy": "batch-level gate, mini-batch buffer gradients, min-max draw",
+    "GSS-Clust": "threshold growth 1.01 instead of doubling",
+    "FSS-Clust": "logits and squared distances instead of the penultimate layer",
+}
+"""What the authors' variant of each method changes, for the tables' notes."""
+
+
+def _legend(columns: list[tuple[str, Any]], row_key: str, avg: bool) -> str:
+    """One line naming what the table's rows and columns are."""
+    what = {"buffer_size": "M=m: a memory (buffer) of m samples",
+            "sequence": "Seqk: Table 4's imbalanced sequence k (task k has the most samples)"
+            }.get(row_key, f"{row_key}=v: runs with {row_key} v")
+    text = ("Rows: methods, with their variant, retrieval or update in parentheses where "
+            "there are several; columns: " + (what if columns else "none"))
+    if avg:
+        text += "; Avg: the mean over those columns, ± the std across them"
+    return text + "."
+
+
 def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: str,
               paper: dict[tuple[str, Any], tuple[float, float | None]],
               paper_avg: dict[str, tuple[float, float | None]] | None = None) -> str:
@@ -182,28 +289,36 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
                  else "Each cell: our accuracy (one seed, so no spread)")
     if paper or paper_avg:
         cell_text += " (the paper's number in parentheses)"
-    lines = [
-        f"# {report['experiment']}: {report['title']}",
-        "",
-        f"Data: {report['data_source']}",
-        "",
-        cell_text + "."
-        + (" (paper): the method as the paper writes it; (authors): as the authors' code "
-           "does it (GSS-Greedy: batch-level gate, mini-batch buffer gradients, min-max draw; "
-           "GSS-Clust: threshold growth 1.01 instead of doubling; FSS-Clust: logits and "
-           "squared distances instead of the penultimate layer)."
-           if any("variant" in r for r in report["rows"]) else "")
+    authors = [m for m in _VARIANT_NOTES if any(r["method"] == m and r.get("variant") ==
+                                                "authors" for r in report["rows"])]
+    cb_gss = [r for r in report["rows"] if r["method"] == "CB-GSS"]
+    explained = (
+        (" (paper): the method as the paper writes it." if any(
+            r.get("variant") == "paper" for r in report["rows"]) else "")
+        + (" (authors): as the authors' code does it (" + "; ".join(
+            f"{m}: {_VARIANT_NOTES[m]}" for m in authors) + ")." if authors else "")
         + (" (mir): replay batches chosen by Maximally Interfered Retrieval (Aljundi, "
            "Caccia et al., NeurIPS 2019) among "
            f"{report['protocol'].get('mir_candidates', 50)} random buffer samples, instead of "
-           "drawn uniformly; a paper number beside it is the method's with uniform draws."
+           "drawn uniformly" + ("; a paper number beside it is the method's with uniform "
+                                "draws" if paper else "") + "."
            if any(r.get("retrieval") == "mir" for r in report["rows"]) else "")
         + (" (other-classes): each replay step draws the buffer samples whose class the "
            "incoming batch does not hold first." if any(
                r.get("retrieval") == "other-classes" for r in report["rows"]) else "")
         + (" CB-GSS replays the classes the incoming batch does not hold first (its own "
-           "retrieval); CB-GSS (random): with the paper's uniform replay."
-           if any(r["method"] == "CB-GSS" for r in report["rows"]) else ""),
+           "retrieval)." if any("retrieval" not in r for r in cb_gss) else "")
+        + (" CB-GSS (random): CB-GSS with the paper's uniform replay draws."
+           if any(r.get("retrieval") == "random" for r in cb_gss) else ""))
+    protocol = protocol_line(report["protocol"])
+    lines = [
+        f"# {report['experiment']}: {report['title']}",
+        "",
+        *data_lines(report),
+        *([protocol, ""] if protocol else []),
+        cell_text + "." + explained,
+        "",
+        _legend(columns, row_key, paper_avg is not None),
         "",
         "| method | " + " | ".join(label for label, _ in columns)
         + (" | Avg |" if paper_avg is not None else " |"),

@@ -143,17 +143,25 @@ def test_titles_name_the_data_and_the_buffer_sizes_run():
     from avalanche_gss.benchmarks import ArrayDataset
     from avalanche_gss.reproduce.protocols import PROTOCOLS
 
-    def named(name):
+    def named(name, verified_as=None):
         x, y = torch.rand(20, 3, 4, 4), torch.arange(20) % 10
-        return ArrayDataset(name, "test", x, y, x, y, 10)
+        return ArrayDataset(name, "test", x, y, x, y, 10, verified_as=verified_as)
 
     title, own = PROTOCOLS["table3"].heading(named("cifar10-standin"), (100,))
     assert "M = 100 " in title and "M = 1000" not in title and not own
     assert "stand-in" in title and "not shown" in title
-    title, own = PROTOCOLS["table3"].heading(named("cifar10"))
+    title, own = PROTOCOLS["table3"].heading(named("cifar10", "cifar10"))
     assert title == "disjoint CIFAR-10, M = 1000 (paper Table 3)" and own
-    title, own = PROTOCOLS["table4"].heading(named("mnist"), (200,))
+    title, own = PROTOCOLS["table4"].heading(named("mnist", "mnist"), (200,))
     assert title.startswith("imbalanced disjoint MNIST, M = 200,") and own
+    # The offline digits are a subset of MNIST, and the title says so.
+    title, own = PROTOCOLS["table1"].heading(named("mnist", "mnist-5k"), (300,))
+    assert title.startswith("disjoint MNIST (5,000-digit subset),") and own
+    # Data in MNIST's layout that were not verified to be MNIST are not the paper's.
+    title, own = PROTOCOLS["table1"].heading(named("mnist"), (300,))
+    assert "not verified as MNIST" in title and "not shown" in title and not own
+    title, own = PROTOCOLS["table3"].heading(named("cifar10"))
+    assert "not verified as CIFAR-10" in title and not own
     title, own = PROTOCOLS["table1"].heading(named("blobs"), (20,))
     assert "disjoint blobs" in title and "MNIST" in title and not own  # "numbers are for MNIST"
 
@@ -226,3 +234,126 @@ def test_a_method_s_own_retrieval_is_its_unlabelled_row():
         ("CB-GSS", "other-classes", ()), ("CB-GSS", "random", (("retrieval", "random"),)),
         ("Reservoir", "other-classes", (("retrieval", "other-classes"),)),
         ("Reservoir", "random", ())]
+
+
+# ------------------------------------------------------------------ what ran, said exactly
+
+
+def _cli(*args, cwd):
+    """``python -m avalanche_gss.reproduce ARGS`` as a user runs it, outside the checkout."""
+    import os
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _wrote(stdout, *paths):
+    """The one "Wrote ..." line of a run's stdout, checked to name every path."""
+    lines = [line for line in stdout.splitlines() if line.startswith("Wrote ")]
+    assert len(lines) == 1, stdout[-2000:]
+    for path in paths:
+        assert str(path) in lines[0], (path, lines[0])
+    return lines[0]
+
+
+def _idx(path, array):
+    import struct
+
+    import numpy as np
+
+    header = struct.pack(">I", 0x0800 + array.ndim) + b"".join(
+        struct.pack(">I", d) for d in array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.mark.slow
+def test_other_data_in_mnist_s_layout_get_no_paper_column(tmp_path):
+    import json
+
+    import numpy as np
+
+    # torchvision's MNIST layout (extracted files), holding other images.
+    raw = tmp_path / "root" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    _idx(raw / "train-images-idx3-ubyte", rng.integers(0, 256, (200, 28, 28)))
+    _idx(raw / "train-labels-idx1-ubyte", np.arange(200) % 10)
+    _idx(raw / "t10k-images-idx3-ubyte", rng.integers(0, 256, (50, 28, 28)))
+    _idx(raw / "t10k-labels-idx1-ubyte", np.arange(50) % 10)
+    work = tmp_path / "work"
+    work.mkdir()
+    res = _cli("table1", "--quick", "--data", "mnist", "--root", tmp_path / "root",
+               "--methods", "Rand", "--n-iter", 1, "--out", "o", cwd=work)
+    assert res.returncode == 0, res.stderr[-3000:]
+    md = (work / "o" / "table1.md").read_text()
+    assert "(37.5 ± 1.3)" not in md and "paper's number in parentheses" not in md
+    report = json.loads((work / "o" / "table1.json").read_text())
+    assert not report["protocol"]["paper_numbers_shown"] and report["data_verified_as"] is None
+    assert "not verified as MNIST" in report["title"]
+    assert "Data check: not verified as MNIST" in md and "absent" in md
+    _wrote(res.stdout, *(f"o/table1.{ext}" for ext in ("json", "csv", "md")))
+
+
+@pytest.mark.slow
+def test_composition_writes_json_csv_md_with_a_legend_and_says_so(tmp_path):
+    import csv
+    import json
+
+    res = _cli("composition", "--quick", "--methods", "Reservoir", "--n-iter", 1,
+               "--root", tmp_path / "empty", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "o"
+    _wrote(res.stdout, *(f"o/composition.{ext}" for ext in ("json", "csv", "md")))
+    report = json.loads((out / "composition.json").read_text())
+    assert report["data_verified_as"] == "mnist-5k" and len(report["data_sha256"]) == 64
+    with open(out / "composition.csv") as f:
+        lines = list(csv.DictReader(f))
+    assert len(lines) == len(report["rows"][0]["trace"]) == 10  # 4,000 samples, every 400
+    assert lines[-1]["samples"] == "4000" and lines[0]["method"] == "Reservoir"
+    assert sum(int(lines[-1][f"stored_T{k}"]) for k in range(1, 6)) == 300
+    md = (out / "composition.md").read_text()
+    assert "MNIST (5,000-digit subset)" in md.splitlines()[0]
+    for words in ("samples: the stream's training samples seen so far",
+                  "stored per task:", "score q10/q50/q90: the 10%, 50% and 90% quantiles",
+                  "admitted: the share of the samples offered",
+                  "Protocol: 5 tasks of 800 training samples, 200 test samples per task; "
+                  "learning rate 0.05; 1 iteration per batch; M = 300"):
+        assert words in md, words
+    # The offline digits stand in for MNIST: said once, as one warning.
+    assert res.stderr.count("torchvision MNIST not found") == 1, res.stderr
+
+
+def test_every_table_states_its_protocol_and_a_legend_and_only_notes_rows_it_has(tmp_path):
+    rows = rows_from_runs([({}, result("CB-GSS")), ({}, result("Reservoir"))])
+    protocol = {"lr": 0.05, "n_iter": 3, "buffer_sizes": [300], "seeds": [0],
+                "batch_size": 10, "replay_batch_size": 10,
+                "stream": {"train_sizes": [800] * 5, "test_sizes": [200] * 5},
+                "method_overrides": {"Single": {"n_iter": 1}}}
+    report = {**report_of(rows), "protocol": protocol}
+    paths = write_outputs(report, str(tmp_path / "a"), columns=[("M=300", 300)],
+                          row_key="buffer_size", paper={})
+    md = Path(paths["md"]).read_text()
+    assert ("Protocol: 5 tasks of 800 training samples, 200 test samples per task; learning "
+            "rate 0.05; 3 iterations per batch; M = 300; batches of 10, replay batches of 10; "
+            "seed 0. Methods with their own settings (the authors' scripts): Single: 1 "
+            "iteration per batch.") in md
+    assert "columns: M=m: a memory (buffer) of m samples" in md
+    # CB-GSS with its own retrieval: its note, and no word of a "CB-GSS (random)" row.
+    assert "CB-GSS replays the classes" in md and "CB-GSS (random)" not in md
+    assert "GSS-Clust" not in md and "(authors)" not in md  # no variant rows, no note
+    rows += rows_from_runs([({"retrieval": "random"}, result("CB-GSS", retrieval="random"))])
+    paths = write_outputs({**report, "rows": rows}, str(tmp_path / "b"),
+                          columns=[("M=300", 300)], row_key="buffer_size", paper={})
+    md = Path(paths["md"]).read_text()
+    assert "| CB-GSS (random) | 50.0 |" in md and "CB-GSS (random): CB-GSS with the paper's" in md
+    # Table 4: imbalanced counts, the sequences and the Avg column named.
+    protocol["stream"] = {"train_sizes": [2000, 200, 200, 200, 200], "test_sizes": [1000] * 5,
+                          "major": 2000, "minor": 200}
+    rows = rows_from_runs([({"sequence": 1}, result("Reservoir"))])
+    paths = write_outputs({**report_of(rows), "protocol": protocol}, str(tmp_path / "c"),
+                          columns=[("Seq1", 1)], row_key="sequence", paper={}, paper_avg={})
+    md = Path(paths["md"]).read_text()
+    assert "5 tasks, 2,000 training samples in the sequence's own task and 200 in each" in md
+    assert "Seqk: Table 4's imbalanced sequence k" in md and "Avg: the mean over" in md

@@ -87,10 +87,15 @@ def test_a_tiny_run_writes_every_output_and_resumes(tmp_path, monkeypatch, capsy
             "--streams", "disjoint", "imbalanced-1", "--buffer-sizes", "30", "--n-iter", "1",
             "--out", str(out)]
     assert main(argv) == 0
-    for name in ("which_buffer.md", "which_buffer.csv", "which_buffer.json",
-                 "which_buffer.png", "which_buffer_composition.md",
-                 "which_buffer_composition.json"):
+    names = ("which_buffer.json", "which_buffer.csv", "which_buffer.md", "which_buffer.png",
+             "which_buffer_composition.json", "which_buffer_composition.csv",
+             "which_buffer_composition.md")
+    for name in names:
         assert (out / name).stat().st_size > 0, name
+    stdout = capsys.readouterr().out
+    assert "| Reservoir |" in stdout
+    wrote = [line for line in stdout.splitlines() if line.startswith("Wrote")]
+    assert len(wrote) == 1 and all(str(out / name) in wrote[0] for name in names), wrote
     assert (out / "which_buffer.png").read_bytes()[:8] == PNG_MAGIC
     report = json.loads((out / "which_buffer.json").read_text())
     assert report["experiment"] == "which-buffer"
@@ -130,7 +135,9 @@ def test_a_tiny_run_writes_every_output_and_resumes(tmp_path, monkeypatch, capsy
             assert sum(shares) == pytest.approx(1.0)
             assert all(s == 0 for s in shares[k + 1:])  # no sample of a task not yet seen
     assert "after T5" in (out / "which_buffer_composition.md").read_text()
-    assert "| Reservoir |" in capsys.readouterr().out
+    with open(out / "which_buffer_composition.csv") as f:
+        shares = list(csv.DictReader(f))
+    assert len(shares) == 4 * 5 and shares[0]["after_task"] == "1"  # 4 runs x 5 task ends
     # Again: every run comes from the cache (the same measured seconds), nothing reruns.
     assert len(list((out / "cache" / "which-buffer").glob("*.json"))) == 4
     assert main(argv) == 0
@@ -263,3 +270,51 @@ def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
     assert len(lines) == 1 and lines[0].startswith("python -m reproduce: error:"), res.stderr
     for name in names:
         assert name in lines[0], (name, lines[0])
+
+
+def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch):
+    from avalanche_gss.reproduce.which_buffer import _markdown
+
+    def row(policy, stream, acc):
+        return {"policy": policy, "stream": stream, "buffer_size": 300, "avg_mean": acc,
+                "avg_std": None, "train_seconds_mean": 1.0, "seeds": [0]}
+
+    # Three policies with the same mean rank (3.00), one ahead of them.
+    rows = [row("A", "s", 90.0), row("B", "s", 80.0), row("C", "s", 70.0), row("D", "s", 60.0),
+            row("A", "t", 90.0), row("B", "t", 70.0), row("C", "t", 60.0), row("D", "t", 80.0),
+            row("A", "u", 90.0), row("B", "u", 60.0), row("C", "u", 80.0), row("D", "u", 70.0)]
+    policies = ["A", "B", "C", "D"]
+    table, best = ranking(rows, policies, [("s", 300), ("t", 300), ("u", 300)])
+    assert [t["mean_rank"] for t in table] == [1.0, 3.0, 3.0, 3.0]
+    stream = {"train_sizes": [500] * 5, "test_sizes": [200] * 5}
+    streams = [{"name": "disjoint", "family": "disjoint", "protocol": "table1", "blur": None,
+                "lr": 0.05, "n_iter": 3, "stream": stream, "deviations": []},
+               {"name": "imbalanced-1", "family": "imbalanced", "protocol": "table4",
+                "blur": None, "lr": 0.05, "n_iter": 3, "deviations": ["fewer"],
+                "stream": {"train_sizes": [500, 50, 50, 50, 50], "test_sizes": [200] * 5,
+                           "major": 500, "minor": 50}}]
+    report = {"title": "t", "data_source": "digits", "data_verification": "checked",
+              "command": "python -m reproduce which-buffer", "rows": rows, "best": best,
+              "ranking": table,
+              "protocol": {"policies": policies, "seeds": [0], "workers": 1, "streams": streams,
+                           "buffer_sizes": [300], "model": "mlp", "batch_size": 10,
+                           "replay_batch_size": 10},
+              "provenance": {"threads": 1}}
+    for p in policies:
+        monkeypatch.setitem(POLICIES, p, {"method": "Reservoir"})
+    md = _markdown(report, [("s", 300), ("t", 300), ("u", 300)], "plot.png")
+    ranked = [line.split(" | ")[:3] for line in md.splitlines() if line.startswith("| ")
+              and line.split(" | ")[1] in policies and "(" not in line]
+    assert ranked == [["| 1", "A", "1.00"], ["| =2", "B", "3.00"], ["| =2", "C", "3.00"],
+                      ["| =2", "D", "3.00"]], ranked
+    assert "share it, e.g. =2, and are listed by mean accuracy" in md
+    assert [t["place"] for t in table] == ["1", "=2", "=2", "=2"]
+    # The protocol of every stream, in words, and what the data were checked to be.
+    assert ("Protocol: M = 300; seed 0; batches of 10, replay batches of 10; the mlp model"
+            in md)
+    assert ("- disjoint (Table 1's disjoint stream): 5 tasks of 500 training samples, 200 "
+            "test samples per task; learning rate 0.05; 3 iterations per batch.") in md
+    assert "500 training samples in the sequence's own task and 50 in each other" in md
+    assert "Deviations from the paper's protocol: fewer." in md
+    assert "Data check: checked." in md
+    assert "CB-GSS" not in md  # no text about rows that are not there

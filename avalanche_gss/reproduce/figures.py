@@ -43,7 +43,9 @@ from avalanche_gss.experiments import run as run_one
 from avalanche_gss.plotting import Panel, Series, plot_curves, plot_panels
 from avalanche_gss.plotting import plot_surrogate_vs_solid_angle as plot_surrogate
 from avalanche_gss.reporting import (
+    data_lines,
     format_cell,
+    protocol_line,
     provenance,
     provenance_line,
     rows_from_runs,
@@ -62,11 +64,12 @@ from avalanche_gss.reproduce.common import (
     settings_for,
 )
 from avalanche_gss.reproduce.protocols import (
-    DATA_LABELS,
     PAPER_DATA,
     PROTOCOLS,
+    data_label,
     disjoint_stream,
 )
+from avalanche_gss.reproduce.tables import show_outputs
 from avalanche_gss.solid_angle import SurrogateStudy, surrogate_vs_solid_angle
 from avalanche_gss.sweep import run_sweep
 
@@ -153,8 +156,14 @@ def _base_config(args: argparse.Namespace, data_name: str, samples_per_task: int
 
 
 def _data_label(data: ArrayDataset) -> tuple[str, bool]:
-    """How the data are named in titles, and whether they are the paper's (MNIST)."""
-    return DATA_LABELS.get(data.name, data.name), data.name in PAPER_DATA["mnist"]
+    """How the data are named in titles; whether they were verified to be MNIST (or subset)."""
+    return data_label(data), data.verified_as in PAPER_DATA["mnist"]
+
+
+def _data_fields(data: ArrayDataset) -> dict[str, Any]:
+    """What a figure's report says of its data: name, source, content hash, check."""
+    return {"dataset": data.name, "data_source": data.source, **data_identity(data),
+            "data_verified_as": data.verified_as, "data_verification": data.verification}
 
 
 def _stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: int,
@@ -173,10 +182,19 @@ def _finish(report: dict[str, Any], paths: dict[str, str], md: str | None = None
     if md is not None:
         write_text(paths["md"], md)
     write_text(paths["json"], json.dumps(report, indent=1))
-    with open(paths["md"]) as f:
-        print(f.read())
-    print("Wrote " + ", ".join(paths.values()))
-    return 0
+    return show_outputs(paths)
+
+
+def _overrides(configs: Sequence[dict[str, Any]], lr: float, n_iter: int
+               ) -> dict[str, dict[str, Any]]:
+    """Each method's learning rate and iterations per batch where they are not the figure's.
+
+    The authors' scripts give GEM, iCaRL and the baselines their own.
+    """
+    by_method = settings_by_method([c["settings"] for c in configs])
+    found = {m: {k: s[k] for k, base in (("lr", lr), ("n_iter", n_iter)) if s[k] != base}
+             for m, s in by_method.items()}
+    return {m: o for m, o in found.items() if o}
 
 
 def _label(method: str, keys: dict[str, Any]) -> str:
@@ -264,6 +282,11 @@ def figure2(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         f"{chosen['n_samples']:,} Gaussian draws in the span (standard error <= "
         f"{0.5 / chosen['n_samples'] ** 0.5:.1e}, appendix A). The paper reports a monotonic "
         "relation (log scale); a positive Spearman correlation is that relation.", "",
+        "Columns: k: vectors per set (the buffer size of Eq. 4); dim: their dimension; "
+        "Pearson and Spearman (rank) correlations of the surrogate with the solid angle; "
+        "Pearson (surrogate, log10 angle): with the angle's logarithm (estimates of 0 left "
+        "out); sign: of the Pearson and Spearman correlations; estimates = 0: sets whose "
+        "Monte Carlo estimate is 0.", "",
         "| k (vectors) | dim | Pearson | Spearman (rank) | Pearson (surrogate, log10 angle) "
         "| sign (Pearson / Spearman) | estimates = 0 |",
         "|---|---|---|---|---|---|---|",
@@ -315,7 +338,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     data_name = args.data or _DISJOINT.dataset
     spt, every = chosen["samples_per_task"], chosen["every_samples"]
     data, split, stream = _stream_protocol(args, data_name, spt, chosen["seeds"][0])
-    data_label, own = _data_label(data)
+    shown_as, own = _data_label(data)
     runs, configs = [], []
     for seed in chosen["seeds"]:
         for method in chosen["methods"]:
@@ -336,14 +359,16 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     cmd = command(argv)
     report: dict[str, Any] = {
         "experiment": "figure4",
-        "title": f"test accuracy along disjoint {data_label}, every {every} samples "
+        "title": f"test accuracy along disjoint {shown_as}, every {every} samples "
                  + ("(paper Figure 4a)" if own else "(protocol of paper Figure 4a)"),
-        "dataset": data.name, "data_source": data.source, **data_identity(data),
+        **_data_fields(data),
         "command": cmd, "provenance": provenance(args.device, args.threads),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
             **stream, "lr": args.lr or _DISJOINT.lr, "n_iter": args.n_iter or _DISJOINT.n_iter,
             "settings_by_method": settings_by_method([c["settings"] for c in configs]),
+            "method_overrides": _overrides(configs, args.lr or _DISJOINT.lr,
+                                           args.n_iter or _DISJOINT.n_iter),
             "batch_size": 10, "replay_batch_size": 10,
             "task_aware": [m for m in chosen["methods"] if m in TASK_AWARE],
             "task_ends": ends, "quick": args.quick,
@@ -369,7 +394,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         series.append(Series(label, row["samples"], row["curve_mean"], row["curve_std"], style))
     paths["png"] = plot_curves(
         series, os.path.join(args.out, "figure4.png"), vlines=ends[:-1],
-        title=f"Disjoint {data.name}: test accuracy (mean over all tasks), "
+        title=f"Disjoint {shown_as}: test accuracy (mean over all tasks), "
               f"{len(chosen['seeds'])} seed(s)")
     paths["curves_csv"] = os.path.join(args.out, "figure4_curves.csv")
     with io.StringIO(newline="") as f:
@@ -422,7 +447,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     data_name = args.data or _DISJOINT.dataset
     spt = chosen["samples_per_task"]
     data, split, stream = _stream_protocol(args, data_name, spt, chosen["seeds"][0])
-    data_label, own = _data_label(data)
+    shown_as, own = _data_label(data)
     runs: list[dict[str, Any]] = []
     configs = []
     for seed in chosen["seeds"]:
@@ -456,10 +481,10 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {
         "experiment": "figure5",
         "title": "GSS-Greedy: final average accuracy vs n and vs batch size on disjoint "
-                 f"{data_label} " + ("(paper Figure 5)" if own else
+                 f"{shown_as} " + ("(paper Figure 5)" if own else
                                 "(protocol of paper Figure 5; the paper's number is for "
                                 "MNIST and is not shown)"),
-        "dataset": data.name, "data_source": data.source, **data_identity(data),
+        **_data_fields(data),
         "command": cmd, "provenance": provenance(args.device, args.threads),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
@@ -477,9 +502,12 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     }
     paths = write_outputs(report, args.out, columns=[], row_key="n", paper={})
     panels = []
-    md = [f"# figure5: {report['title']}", "", f"Data: {data.source}", "",
-          f"Stream: 5 tasks, {split.protocol.get('samples_per_task', spt)} training samples "
-          "each (the paper: 1000).", "",
+    line = protocol_line({**report["protocol"], "batch_size": chosen["batch_size"]})
+    md = [f"# figure5: {report['title']}", "", *data_lines(report),
+          f"{line} The paper: 1000 training samples per task.", "",
+          f"Columns: n=v: GSS-Greedy scores each sample against v buffer gradients (batches "
+          f"of {chosen['batch_size']}); batch_size=v: incoming batches of v samples (n = "
+          f"{chosen['n']}). Rows: the method, with its variant in parentheses.", "",
           "Each cell: final average accuracy over the 5 tasks, "
           + (f"mean ± std over {len(chosen['seeds'])} seeds" if len(chosen["seeds"]) > 1
              else "one seed (no spread)")
@@ -519,7 +547,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         panels.append(Panel(f"vs {name} ({title})", xlabel, "average accuracy (%)", series,
                             logx=True))
     paths["png"] = plot_panels(panels, os.path.join(args.out, "figure5.png"),
-                               title=f"GSS-Greedy ablation, disjoint {data.name}")
+                               title=f"GSS-Greedy ablation, disjoint {shown_as}")
     deviations = stream["deviations"]
     if deviations:
         md += ["Deviations from the paper's protocol:", ""] + [f"- {d}" for d in deviations]

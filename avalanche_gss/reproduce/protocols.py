@@ -96,12 +96,13 @@ class Protocol:
 
         ``{data}`` in the title becomes the data's name, ``{m}`` the buffer sizes run.
 
-        The paper's numbers stand beside ours only on the paper's own dataset (MNIST, also
-        as the 5,000-digit subset; CIFAR-10); on other data the title says whose protocol
-        it follows and that the paper's numbers are left out.
+        The paper's numbers stand beside ours only on data verified to be the paper's own
+        dataset (``data.verified_as``: MNIST, also as the 5,000-digit subset; CIFAR-10); on
+        other data the title says whose protocol it follows and that the paper's numbers
+        are left out.
         """
-        own = data.name in PAPER_DATA[self.dataset]
-        label = DATA_LABELS.get(data.name, data.name)
+        own = data.verified_as in PAPER_DATA[self.dataset]
+        label = data_label(data)
         sizes = "/".join(map(str, buffer_sizes or self.buffer_sizes))
         title = self.title.format(data=label, m=sizes)
         if own:
@@ -116,7 +117,21 @@ DATA_LABELS = {"mnist": "MNIST", "mnist-5k": "MNIST (5,000-digit subset)",
 """How a dataset is named in titles (an ``.npz`` file: its stem)."""
 
 PAPER_DATA = {"mnist": ("mnist", "mnist-5k"), "cifar10": ("cifar10",)}
-"""The datasets the paper's numbers were measured on, by a protocol's default dataset."""
+"""The datasets the paper's numbers were measured on (``ArrayDataset.verified_as`` values),
+by a protocol's default dataset."""
+
+
+def data_label(data: ArrayDataset) -> str:
+    """How ``data`` are named in titles: by what they were verified to be, else by name.
+
+    Files in a published dataset's layout that were not verified to be it are named so
+    (``"mnist data not verified as MNIST"``).
+    """
+    if data.verified_as is not None:
+        return DATA_LABELS[data.verified_as]
+    if data.name in PAPER_DATA:
+        return f"{data.name} data not verified as {DATA_LABELS[data.name]}"
+    return DATA_LABELS.get(data.name, data.name)
 
 
 def _class_counts(data: ArrayDataset, n_tasks: int, per_task: int) -> int:

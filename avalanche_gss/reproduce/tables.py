@@ -205,6 +205,8 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         "dataset": data.name,
         "data_source": data.source,
         **identity,
+        "data_verified_as": data.verified_as,
+        "data_verification": data.verification,
         "command": command(argv),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
@@ -244,8 +246,8 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     return show_outputs(paths, bad)
 
 
-def show_outputs(paths: dict[str, str], diverged: Sequence[str]) -> int:
-    """Print the Markdown report and the files written; say which runs diverged.
+def show_outputs(paths: dict[str, str], diverged: Sequence[str] = ()) -> int:
+    """Print the Markdown report and one line naming the files written; flag divergence.
 
     :param paths: the files written, the Markdown one under ``"md"``.
     :param diverged: a label for each run that diverged.
@@ -274,7 +276,7 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
     if args.experiment == "composition":
         from avalanche_gss.reproduce.composition import composition
 
-        return composition(args)
+        return composition(args, argv)
     from avalanche_gss.reproduce.figures import FIGURES
 
     try:

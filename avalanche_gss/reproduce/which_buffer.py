@@ -17,9 +17,9 @@ Outputs, in ``--out``:
   ranking, each stream's protocol and the provenance (data source, seeds, command,
   versions).
 - ``which_buffer.png``: accuracy against training seconds, one panel per stream family.
-- ``which_buffer_composition.md`` / ``.json``: what each policy's buffer holds at every
-  task end of the disjoint stream and of the first imbalanced sequence run (each task's
-  share of the stored samples), traced during the same runs.
+- ``which_buffer_composition.md`` / ``.json`` / ``.csv``: what each policy's buffer holds
+  at every task end of the disjoint stream and of the first imbalanced sequence run (each
+  task's share of the stored samples), traced during the same runs.
 """
 
 from __future__ import annotations
@@ -40,11 +40,14 @@ from avalanche_gss.experiments import BUFFER_METHODS, RunResult, RunSettings, de
 from avalanche_gss.plotting import Panel, Series, plot_panels
 from avalanche_gss.reporting import (
     DIVERGED_SHARE,
+    data_lines,
     diverged,
     format_cell,
+    protocol_line,
     provenance,
     provenance_line,
     rows_from_runs,
+    shared_places,
     write_text,
 )
 from avalanche_gss.reproduce.common import (
@@ -66,7 +69,7 @@ from avalanche_gss.reproduce.policies import (
     STREAM_GROUPS,
     STREAMS,
 )
-from avalanche_gss.reproduce.protocols import BLURRY_KEEP, DATA_LABELS, PROTOCOLS
+from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS, data_label
 from avalanche_gss.reproduce.tables import RESULTS_VERSION, check_model, show_outputs
 from avalanche_gss.sweep import config_key, run_sweep
 
@@ -261,9 +264,11 @@ def ranking(rows: Sequence[dict[str, Any]], policies: Sequence[str],
     :param rows: the report's rows (one per policy, stream and buffer size).
     :param policies: the policies, in table order.
     :param columns: ``(stream, buffer size)`` of each column.
-    :return: the policies sorted by mean rank (each with ``mean_rank``, ``wins``,
-        ``mean_accuracy``, ``mean_train_seconds``, ``time_vs_fastest``: the mean over
-        the columns of its time over the column's fastest), and each column's best
+    :return: the policies sorted by mean rank, then by mean accuracy (each with
+        ``mean_rank``, ``place``: its place, ``"=2"`` when it shares its mean rank at two
+        decimals with others, ``wins``, ``mean_accuracy``, ``mean_train_seconds``,
+        ``time_vs_fastest``: the mean over the columns of its time over the column's
+        fastest), and each column's best
         policies (highest mean accuracy at the table's precision), keyed ``stream M=m``.
     """
     cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in rows}
@@ -294,7 +299,10 @@ def ranking(rows: Sequence[dict[str, Any]], policies: Sequence[str],
          "mean_train_seconds": statistics.fmean(secs[p]),
          "time_vs_fastest": statistics.fmean(slow[p])}
         for p in policies if ranks[p]]
-    table.sort(key=lambda t: (t["mean_rank"], -t["mean_accuracy"]))
+    table.sort(key=lambda t: (round(t["mean_rank"], 2), -t["mean_accuracy"]))
+    for t, place in zip(table, shared_places([round(t["mean_rank"], 2) for t in table]),
+                        strict=True):
+        t["place"] = place
     return table, best
 
 
@@ -302,6 +310,26 @@ def _cell(row: dict[str, Any], bold: bool) -> str:
     acc = format_cell(row["avg_mean"], row["avg_std"])
     mark = " ‡" if any(row.get("diverged", [])) else ""
     return (f"**{acc}**" if bold else acc) + f" ({row['train_seconds_mean']:.1f} s){mark}"
+
+
+def _protocol_lines(report: dict[str, Any]) -> list[str]:
+    """The protocol as run: what every stream shares, then one line per stream."""
+    protocol = report["protocol"]
+    seeds = protocol["seeds"]
+    lines = [f"Protocol: M = {'/'.join(map(str, protocol['buffer_sizes']))}; "
+             + ("seeds " if len(seeds) > 1 else "seed ") + " ".join(map(str, seeds))
+             + f"; batches of {protocol['batch_size']}, replay batches of "
+             f"{protocol['replay_batch_size']}; the {protocol['model']} model; each stream "
+             "with its protocol's learning rate and iterations per batch:", ""]
+    for s in protocol["streams"]:
+        stream = {**s["stream"], "blurry": s.get("blur") and {"keep": s["blur"]}}
+        name = f"- {s['name']} ({PROTOCOLS[s['protocol']].paper_ref}'s {s['family']} stream): "
+        text = protocol_line({"stream": stream, "lr": s["lr"], "n_iter": s["n_iter"]},
+                             prefix=name) or name
+        if s["deviations"]:
+            text += " Deviations from the paper's protocol: " + "; ".join(s["deviations"]) + "."
+        lines.append(text)
+    return lines
 
 
 def _markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]],
@@ -315,8 +343,10 @@ def _markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]],
               else "one seed, so no spread")
     lines = [
         f"# {NAME}: {report['title']}", "",
-        f"Data: {report['data_source']}", "",
-        f"Each cell: final average accuracy over the stream's tasks ({spread}), and in "
+        *data_lines(report),
+        *_protocol_lines(report), "",
+        "Columns: a stream (see Protocol) at a buffer size M. Each cell: final average "
+        f"accuracy over the stream's tasks ({spread}), and in "
         "parentheses the mean training time of one run in seconds (evaluation excluded). "
         "**Bold**: the best policy of the column. Times are wall-clock on this machine "
         f"with {report['protocol']['workers']} run(s) at a time and "
@@ -332,15 +362,20 @@ def _markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]],
             cells.append(_cell(r, p in best.get(f"{s} M={m}", [])) if r else "-")
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     lines += ["", "## Ranking", "",
-              f"Policies by mean rank over the {len(columns)} column(s) above (1 = best; "
-              "policies tied at the table's precision share their mean rank). Time vs "
+              f"Policies by mean rank over the {len(columns)} column(s) above. Columns: "
+              "rank: the policy's place (policies with the same mean rank share it, e.g. =2, "
+              "and are listed by mean accuracy); mean rank: its rank in each column (1 = "
+              "best accuracy; policies tied at the table's precision share their mean rank), "
+              "averaged over the columns; columns won: the columns where it has the best "
+              "accuracy (a tie counts for each); mean accuracy: over the columns; mean train "
+              "s per run: training seconds of one run, averaged over the columns; time vs "
               "fastest: each run's training time over the fastest policy's in the same "
               "column, averaged over the columns.", "",
               "| rank | policy | mean rank | columns won | mean accuracy | mean train s "
               "per run | time vs fastest |",
               "|---|---|---|---|---|---|---|"]
-    for i, t in enumerate(report["ranking"], 1):
-        lines.append(f"| {i} | {t['policy']} | {t['mean_rank']:.2f} | {t['wins']} / "
+    for t in report["ranking"]:
+        lines.append(f"| {t['place']} | {t['policy']} | {t['mean_rank']:.2f} | {t['wins']} / "
                      f"{t['columns']} | {t['mean_accuracy']:.1f} | "
                      f"{t['mean_train_seconds']:.2f} | {t['time_vs_fastest']:.2f}× |")
     lines += ["", "Policies (RunSettings keywords):", ""]
@@ -350,18 +385,6 @@ def _markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]],
         if "retrieval" not in POLICIES[p] and own != "random":
             keywords += f" (its own retrieval: {own})"
         lines.append(f"- {p}: {keywords}")
-    lines += ["", "Streams (each with its protocol's learning rate and iterations per "
-              "batch):", ""]
-    for s in report["protocol"]["streams"]:
-        sizes = s["stream"].get("train_sizes", [])
-        text = (f"- {s['name']}: {s['family']}, {PROTOCOLS[s['protocol']].paper_ref}'s "
-                f"stream ({s['protocol']}), {len(sizes)} tasks of "
-                f"{'/'.join(map(str, sorted(set(sizes), reverse=True)))} training samples"
-                + (f", {s['blur']:.0%} of each task kept (blurry)" if s.get("blur") else "")
-                + f"; lr {s['lr']}, n_iter {s['n_iter']}")
-        if s["deviations"]:
-            text += " (" + "; ".join(s["deviations"]) + ")"
-        lines.append(text)
     bad = [r for r in rows if any(r.get("diverged", []))]
     if bad:
         lines += ["", f"‡: a run skipped more than {DIVERGED_SHARE:.0%} of its training "
@@ -432,9 +455,26 @@ def _figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
     return plot_panels(panels, path, title=title)
 
 
+def _composition_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per traced run and task end: each task's share of the stored samples."""
+    n_tasks = max((len(r["train_sizes"]) for r in rows), default=0)
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(["policy", "method", "stream", "buffer_size", "seed", "after_task",
+                     *[f"share_T{k + 1}" for k in range(n_tasks)], "admitted_in_task"])
+    for r in rows:
+        for k, (shares, took) in enumerate(zip(r["task_end_shares"], r["task_end_admitted"],
+                                               strict=True)):
+            if shares is None:
+                continue
+            writer.writerow([r["policy"], r["method"], r["stream"], r["buffer_size"], r["seed"],
+                             k + 1, *[f"{v:.4f}" for v in shares], f"{took:.4f}"])
+    return buffer.getvalue()
+
+
 def _composition(report: dict[str, Any], runs: list[dict[str, Any]],
                  results: list[dict[str, Any]], out: str) -> dict[str, str]:
-    """Write ``which_buffer_composition.json`` and ``.md`` from the traced runs."""
+    """Write ``which_buffer_composition.json``, ``.csv`` and ``.md`` from the traced runs."""
     shown = traced_streams([s["name"] for s in report["protocol"]["streams"]])
     rows = []
     for r, result in zip(runs, results, strict=True):
@@ -454,7 +494,8 @@ def _composition(report: dict[str, Any], runs: list[dict[str, Any]],
     traced = [s for s in shown if any(r["stream"] == s for r in rows)]
     comp = {"experiment": f"{NAME}-composition",
             "title": f"buffer composition at each task end ({', '.join(traced) or 'none'})",
-            **{k: report[k] for k in ("dataset", "data_source", "data_sha256", "command",
+            **{k: report[k] for k in ("dataset", "data_source", "data_sha256",
+                                      "data_verified_as", "data_verification", "command",
                                       "provenance")},
             "protocol": {k: report["protocol"][k] for k in ("policies", "seeds",
                                                            "buffer_sizes")},
@@ -463,13 +504,19 @@ def _composition(report: dict[str, Any], runs: list[dict[str, Any]],
                       "right after task k+1 ends; task_end_admitted[k]: share of task k+1's "
                       "samples the buffer took in",
             "rows": rows}
-    paths = {"composition_json": os.path.join(out, f"{STEM}_composition.json"),
-             "composition_md": os.path.join(out, f"{STEM}_composition.md")}
+    paths = {f"composition_{ext}": os.path.join(out, f"{STEM}_composition.{ext}")
+             for ext in ("json", "csv", "md")}
     write_text(paths["composition_json"], json.dumps(comp, indent=1))
+    write_text(paths["composition_csv"], _composition_csv(rows))
     seeds = report["protocol"]["seeds"]
+    streams = [s for s in report["protocol"]["streams"] if s["name"] in traced]
     lines = [f"# {NAME}: what each policy's buffer holds at every task end", "",
-             f"Data: {report['data_source']}", "",
-             "Each cell: the share (%) of the stored samples from tasks 1, 2, ... right "
+             *data_lines(report),
+             *_protocol_lines({**report, "protocol": {**report["protocol"],
+                                                      "streams": streams}}), "",
+             "Columns: after Tk: right after task k ends; final accuracy per task: test "
+             "accuracy (%) on each task at the end of the stream. Each cell: the share (%) of "
+             "the stored samples from tasks 1, 2, ... right "
              "after that task ends, and in parentheses the share of that task's samples the "
              "buffer took in; "
              + (f"mean over {len(seeds)} seeds" if len(seeds) > 1 else "one seed")
@@ -566,7 +613,7 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
                         "stream": {k: v for k, v in split.protocol.items()
                                    if k != "deviations"},
                         "deviations": split.protocol.get("deviations", [])})
-    label = DATA_LABELS.get(data.name, data.name)
+    label = data_label(data)
     sizes = "/".join(map(str, chosen["buffer_sizes"]))
     report: dict[str, Any] = {
         "experiment": NAME,
@@ -575,6 +622,8 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
         "dataset": data.name,
         "data_source": data.source,
         **identity,
+        "data_verified_as": data.verified_as,
+        "data_verification": data.verification,
         "command": command(argv),
         "protocol": {
             "policies": list(chosen["policies"]),

