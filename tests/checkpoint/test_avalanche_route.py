@@ -187,3 +187,19 @@ def test_a_restored_buffer_takes_new_samples_from_datasets():
     assert torch.equal(before[0], state["plugins"][0]["storage_policy"]["x"][:MEM])
     sx, sy = buffer.tensors()
     assert torch.equal(after[0], sx) and torch.equal(after[1], sy)
+
+
+def test_offering_a_stream_dataset_leaves_it_as_it_was():
+    # Given an experience's dataset, which split_online_stream's stream keeps for good
+    data = _experience_data()
+    groups = (data._flat_data._transform_groups.transform_groups,
+              data._flat_data._frozen_transform_groups.transform_groups)
+    before = [dict(g) for g in groups]
+    # When a buffer takes its samples, through both of Avalanche's entry points
+    buffer = methods.get("Reservoir").buffer(40, seed=0)
+    buffer.update_from_dataset(data)
+    buffer.post_adapt(None, data)
+    # Then reading them added nothing to it (each entry a reader adds stays as long as
+    # the stream: memory that grew with every experience)
+    assert [dict(g) for g in groups] == before
+    assert len(buffer) == 20
