@@ -44,7 +44,7 @@ from avalanche_gss.benchmarks import tensor_dataset
 from avalanche_gss.training import quiet_evaluator
 
 REFERENCE = "avalanche-reservoir"
-IMPLS = ("Reservoir", "GSS-Greedy", REFERENCE)
+IMPLS = ("Reservoir", "GSS-Greedy", "CB-GSS", REFERENCE)
 CASE = "replay-plugin"
 
 
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--buffer-size", type=int, default=300)
     parser.add_argument("--dim", type=int, default=64, help="input features")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--slack-mb", type=float, default=0.5,
+    parser.add_argument("--slack-mb", type=float, default=0.1,
                         help="RSS growth above the reference's still counted as within it")
     args = parser.parse_args(argv)
     if args.every % 10 or args.samples % (5 * args.every):
