@@ -8,6 +8,14 @@
   tensors. Avalanche keeps transform groups in its private flat-data tree
   (``_flat_data``, ``_transform_groups``, ``_frozen_transform_groups``, ``_datasets``);
   no public attribute tells whether a dataset transforms its samples.
+* :func:`reading_copy`: a dataset to read a stream's dataset through without leaving
+  anything in it. Reading an item of an ``AvalancheDataset`` inserts the current transform
+  group into its transform groups' ``defaultdict`` (private ``_transform_groups``), which
+  allocates that dict's table: ~250 bytes per dataset, kept as long as the dataset is. The
+  streams of ``split_online_stream`` keep every experience they generated, so reading each
+  experience's dataset grew memory by that much per experience for the whole run. Its
+  ``_shallow_clone_dataset`` (what its own ``train()`` / ``eval()`` copies are made of)
+  reads the same items with the same transforms and leaves the original as it was.
 * :func:`criterion_of`: the loss module a strategy was built with. Avalanche 0.6 keeps it
   in ``strategy._criterion``; its public ``criterion()`` computes the loss of the current
   mini-batch instead, and a replay step on other samples, or a check of what kind of loss
@@ -31,7 +39,7 @@ from avalanche.benchmarks.utils import (
 )
 from torch import Tensor
 
-__all__ = ["tensor_dataset", "has_transforms", "criterion_of", "is_active"]
+__all__ = ["tensor_dataset", "has_transforms", "reading_copy", "criterion_of", "is_active"]
 
 
 def tensor_dataset(x: Tensor, y: Tensor, task_labels: Tensor | int = 0) -> AvalancheDataset:
@@ -69,6 +77,16 @@ def has_transforms(dataset: Any) -> bool:
     if getattr(node, "target_transform", None) is not None:
         return True
     return any(has_transforms(child) for child in getattr(node, "_datasets", ()))
+
+
+def reading_copy(dataset: Any) -> Any:
+    """A shallow copy of ``dataset`` that reads its items, leaving ``dataset`` unchanged.
+
+    :param dataset: an ``AvalancheDataset`` (copied) or any dataset (returned as is).
+    """
+    if isinstance(dataset, AvalancheDataset):
+        return dataset._shallow_clone_dataset()
+    return dataset
 
 
 def criterion_of(strategy: Any) -> Any:

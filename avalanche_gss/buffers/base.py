@@ -24,7 +24,7 @@ from avalanche.benchmarks import CLExperience
 from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 
-from avalanche_gss._avalanche import has_transforms
+from avalanche_gss._avalanche import has_transforms, reading_copy
 from avalanche_gss.benchmarks.online import dataset_tensors
 from avalanche_gss.buffers.columns import ReadsMixin
 from avalanche_gss.buffers.rows import Rows, model_device
@@ -70,7 +70,7 @@ class _DatasetFeed:
         :param device: where to score; the model's device by default.
         :param batch_size: samples offered at once (:attr:`dataset_batch_size` by default).
         """
-        x, y, t = dataset_tensors(new_data)
+        x, y, t = dataset_tensors(reading_copy(new_data))
         self._offer_source(new_data, x, y, t, model, device, batch_size,
                            plain=not has_transforms(new_data))
 
@@ -116,7 +116,7 @@ class _DatasetFeed:
             self._offer_source(exp.dataset, x, y, t, model, device, len(y) or None, plain=True)
             return
         data = exp.dataset if isinstance(exp, CLExperience) else exp
-        x, y, t = dataset_tensors(data)
+        x, y, t = dataset_tensors(reading_copy(data))  # the stream may keep `data` for good
         self._offer_source(data, x, y, t, model, device, None, plain=not has_transforms(data))
 
     def update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:

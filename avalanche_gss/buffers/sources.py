@@ -200,10 +200,27 @@ class SourcesMixin:
         for sid in torch.unique(src).tolist():
             mask = src == sid
             if sid < 0:  # given as tensors: served from the stored ones
-                x, y, t = self.rows(slots[mask])
-                parts.append(tensor_dataset(x.cpu(), y.cpu(), t.cpu()))
+                parts_t, order_t = self._tensor_parts(slots[mask])
+                parts += parts_t
+                order += order_t
             else:
                 parts.append(self._sources[sid].subset(idx[mask].tolist()))
+                order.append(slots[mask])
+        return parts, order
+
+    def _tensor_parts(self, slots: Tensor) -> tuple[list[Any], list[Tensor]]:
+        """Datasets over the stored tensors of ``slots``: one per task label.
+
+        Each has one task label, as the stream's own datasets: Avalanche keeps it as a
+        constant sequence, and its concatenation fails when a per-sample label list
+        (a dataset built with a task label per sample) comes before such a sequence.
+        """
+        x, y, t = (v.cpu() for v in self.rows(slots))
+        parts: list[Any] = []
+        order: list[Tensor] = []
+        for task in torch.unique(t).tolist():
+            mask = t == task
+            parts.append(tensor_dataset(x[mask], y[mask], int(task)))
             order.append(slots[mask])
         return parts, order
 

@@ -1,0 +1,165 @@
+"""Resident memory along a 100,000-sample stream on the README's Avalanche route.
+
+Case ``replay-plugin``: a synthetic stream (10 classes, ``--dim``-d inputs: noisy class
+prototypes) made into Avalanche's ``class_incremental_benchmark`` (5 experiences, seed 0)
+and split into 10-sample experiences by ``split_online_stream`` (seed 0), learnt by
+Avalanche's stock ``Naive`` strategy with ``ReplayPlugin(mem_size=M, batch_size=10,
+storage_policy=...)`` and a small ``SimpleMLP``, in one ``strategy.train(stream)`` call.
+Every ``--every`` samples the script records the process's resident memory (after a
+garbage collection).
+
+Impls, each in a fresh process, one after the other: this library's buffers
+(``Reservoir``, ``GSS-Greedy``, ``CB-GSS``, ...: any name of the registry) and Avalanche's
+own ``ReservoirSamplingBuffer`` (``avalanche-reservoir``), the reference: the stream, the
+strategy and the dataloaders are Avalanche's in every impl, so what differs is the buffer.
+``Naive.train`` walks the whole stream before learning it (its default evaluation streams),
+so the stream's experiences exist before the first measurement; growth from the first
+point to the last is what the buffer and the learning add. The verdict: each buffer's RSS
+growth from the first point to the last is within Avalanche's buffer's plus ``--slack-mb``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import gc
+import json
+import multiprocessing
+import platform
+import resource
+import sys
+import time
+from typing import Any
+
+import torch
+from avalanche.benchmarks import class_incremental_benchmark, split_online_stream
+from avalanche.core import SupervisedPlugin
+from avalanche.models import SimpleMLP
+from avalanche.training import Naive
+from avalanche.training.plugins import ReplayPlugin
+from avalanche.training.storage_policy import ReservoirSamplingBuffer
+
+from avalanche_gss import methods
+from avalanche_gss.benchmarks import tensor_dataset
+from avalanche_gss.training import quiet_evaluator
+
+REFERENCE = "avalanche-reservoir"
+IMPLS = ("Reservoir", "GSS-Greedy", "CB-GSS", REFERENCE)
+CASE = "replay-plugin"
+
+
+def rss_mb() -> float:
+    """The process's resident memory, from Linux's procfs."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+class Probe(SupervisedPlugin):
+    """Resident memory each time another ``every`` samples were learnt."""
+
+    def __init__(self, every: int, impl: str) -> None:
+        super().__init__()
+        self.every, self.impl = every, impl
+        self.samples = 0
+        self.records: list[dict[str, Any]] = []
+        self.start = time.perf_counter()
+
+    def after_training_exp(self, strategy: Any, **kwargs: Any) -> None:
+        self.samples += len(strategy.experience.dataset)
+        if self.samples >= self.every * (len(self.records) + 1):  # experiences may be short
+            gc.collect()
+            self.records.append({"case": CASE, "impl": self.impl, "samples": self.samples,
+                                 "rss_mb": rss_mb(),
+                                 "seconds": time.perf_counter() - self.start})
+
+
+def route(samples: int, dim: int, seed: int) -> Any:
+    """The README's route on a synthetic data set of ``samples`` training samples."""
+    gen = torch.Generator().manual_seed(seed)
+    protos = torch.rand(10, dim, generator=gen)
+    y = torch.randint(0, 10, (samples + 1000,), generator=gen)
+    x = torch.randn(len(y), dim, generator=gen).mul_(0.35).add_(protos[y])
+    bench = class_incremental_benchmark(
+        {"train": tensor_dataset(x[:samples], y[:samples]),
+         "test": tensor_dataset(x[samples:], y[samples:])},
+        num_experiences=5, seed=seed)
+    return split_online_stream(bench.train_stream, experience_size=10, seed=seed)
+
+
+def run_impl(impl: str, samples: int, every: int, mem: int, dim: int,
+             seed: int) -> list[dict[str, Any]]:
+    """One impl over the whole stream, in this (fresh) process."""
+    torch.set_num_threads(1)
+    stream = route(samples, dim, seed)
+    torch.manual_seed(seed)
+    model = SimpleMLP(num_classes=10, input_size=dim, hidden_size=64)
+    buffer = (ReservoirSamplingBuffer(mem) if impl == REFERENCE
+              else methods.get(impl).buffer(mem, seed=seed))
+    probe = Probe(every, impl)
+    strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                     train_mb_size=10, train_epochs=1, evaluator=quiet_evaluator(),
+                     plugins=[ReplayPlugin(mem_size=mem, batch_size=10, storage_policy=buffer),
+                              probe])
+    strategy.train(stream)
+    for r in probe.records:
+        r.update(buffer_size=mem, dim=dim)
+    return probe.records
+
+
+def summarise(records: list[dict[str, Any]], slack_mb: float) -> dict[str, dict[str, Any]]:
+    growth = {}
+    for impl in dict.fromkeys(r["impl"] for r in records):
+        rs = [r for r in records if r["impl"] == impl]
+        growth[impl] = (rs[0]["samples"], rs[0]["rss_mb"], rs[-1]["samples"], rs[-1]["rss_mb"])
+    ref = growth.get(REFERENCE)
+    out: dict[str, dict[str, Any]] = {}
+    for impl, (n0, first, n1, last) in growth.items():
+        out[impl] = {"samples_first": n0, "rss_first_mb": first, "samples_last": n1,
+                     "rss_last_mb": last, "rss_growth_mb": last - first}
+        if ref is not None:
+            out[impl]["within_reference"] = last - first <= ref[3] - ref[1] + slack_mb
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None, help="write the records here")
+    parser.add_argument("--samples", type=int, default=100_000, help="stream length")
+    parser.add_argument("--every", type=int, default=10_000, help="samples per measurement")
+    parser.add_argument("--impls", nargs="+", default=list(IMPLS),
+                        choices=[*methods.NAMES, REFERENCE])
+    parser.add_argument("--buffer-size", type=int, default=300)
+    parser.add_argument("--dim", type=int, default=64, help="input features")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slack-mb", type=float, default=0.1,
+                        help="RSS growth above the reference's still counted as within it")
+    args = parser.parse_args(argv)
+    if args.every % 10 or args.samples % (5 * args.every):
+        parser.error("--every must be a multiple of 10 and --samples of 5 * --every")
+    records: list[dict[str, Any]] = []
+    spawn = multiprocessing.get_context("spawn")
+    for impl in args.impls:  # one fresh process each: clean RSS, no shared allocator state
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+            records += pool.submit(run_impl, impl, args.samples, args.every, args.buffer_size,
+                                   args.dim, args.seed).result()
+    print(f"{'impl':<20} {'samples':>8} {'RSS MB':>8} {'seconds':>8}")
+    for r in records:
+        print(f"{r['impl']:<20} {r['samples']:>8} {r['rss_mb']:8.1f} {r['seconds']:8.0f}")
+    summary = summarise(records, args.slack_mb)
+    for impl, s in summary.items():
+        verdict = ("" if "within_reference" not in s else
+                   f"; within {REFERENCE}'s growth (+{args.slack_mb} MB): {s['within_reference']}")
+        print(f"{impl}: RSS {s['rss_first_mb']:.1f} MB at {s['samples_first']} -> "
+              f"{s['rss_last_mb']:.1f} MB at {s['samples_last']} "
+              f"({s['rss_growth_mb']:+.1f} MB){verdict}")
+    machine = (f"{platform.node()} {platform.machine()} torch {torch.__version__} "
+               "threads 1")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"benchmark": "replay_route_memory", "machine": machine,
+                       "records": records, "summary": summary}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
