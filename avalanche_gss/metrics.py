@@ -1,4 +1,4 @@
-"""Avalanche ``PluginMetric``s that watch the replay buffer during an online run.
+r"""Avalanche ``PluginMetric``\ s that watch the replay buffer during an online run.
 
 * :class:`BufferCompositionMetric`: how many stored samples each class (and, given a side
   mapping, each task) holds, and the buffer's fill. The learner never sees task ids; the
@@ -11,7 +11,7 @@
 
 Online streams have thousands of 10-sample experiences, so both emit every ``every``
 training experiences (after the buffer saw the experience) and once more at the end of
-each ``train`` call, as ``MetricValue``s that any Avalanche logger accepts (scalars, at
+each ``train`` call, as ``MetricValue``\ s that any Avalanche logger accepts (scalars, at
 ``x = strategy.clock.train_iterations`` like Avalanche's own training metrics). Use them
 through :func:`buffer_metrics` in an ``EvaluationPlugin``.
 """

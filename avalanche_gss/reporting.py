@@ -44,10 +44,20 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _git_commit() -> str | None:
-    """The commit of the checkout this package runs from (``+dirty`` with local edits)."""
+def _checkout() -> Path | None:
+    """The git checkout this package runs from; ``None`` when installed (site-packages)."""
     root = Path(__file__).resolve().parent.parent
-    if not (root / ".git").exists():
+    return root if (root / ".git").exists() else None
+
+
+def _git_commit() -> str | None:
+    """The commit of the checkout this package runs from (``+dirty`` with local edits).
+
+    ``None`` when the package is installed rather than run from a checkout, or when git
+    cannot tell.
+    """
+    root = _checkout()
+    if root is None:
         return None
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
@@ -63,14 +73,21 @@ def _git_commit() -> str | None:
 def provenance(device: str, threads: int) -> dict[str, Any]:
     """What produced a result: versions, commit (when known), machine, device, threads.
 
+    ``avalanche_gss`` is the installed distribution's version; ``source`` says whether the
+    code ran from a git checkout (then ``git_commit`` names its commit) or from an
+    installed package (a wheel: no commit, the version names the code).
+
     :param device: the device the runs trained on (``"cpu"``, ``"cuda"``...).
     :param threads: the torch threads each run used.
     """
     accelerator = "cpu"
     if device.startswith("cuda") and torch.cuda.is_available():
         accelerator = torch.cuda.get_device_name(torch.device(device))
+    from avalanche_gss import __version__
+
     return {
-        "avalanche_gss": _version("avalanche-gss"),
+        "avalanche_gss": _version("avalanche-gss") or __version__,
+        "source": "git checkout" if _checkout() is not None else "installed package",
         "git_commit": _git_commit(),
         "torch": torch.__version__,
         "avalanche": _version("avalanche-lib"),
@@ -86,8 +103,13 @@ def provenance(device: str, threads: int) -> dict[str, Any]:
 def provenance_line(info: dict[str, Any]) -> str:
     """One Markdown line of :func:`provenance`'s output."""
     commit = info.get("git_commit")
-    return (f"Produced by avalanche-gss {info.get('avalanche_gss')}"
-            + (f" (commit {commit})" if commit else " (commit unknown)")
+    if commit:
+        origin = f" (commit {commit})"
+    elif info.get("source") == "installed package":
+        origin = " (installed package, no git checkout)"
+    else:
+        origin = " (commit unknown)"
+    return (f"Produced by avalanche-gss {info.get('avalanche_gss')}" + origin
             + f", torch {info.get('torch')}, Avalanche {info.get('avalanche')}, "
             f"Python {info.get('python')}; device {info.get('device')} "
             f"({info.get('accelerator')}), {info.get('threads')} torch thread(s) per run.")

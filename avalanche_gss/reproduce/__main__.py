@@ -3,7 +3,8 @@
 The command line is parsed before torch or Avalanche is imported (``cli``), so ``--help``
 and a bad value answer at once; the experiments live in ``tables``, ``figures``,
 ``composition`` and ``which_buffer`` of this package. Installed, it is
-``python -m avalanche_gss.reproduce``; from a checkout, ``python -m reproduce`` too.
+``python -m avalanche_gss.reproduce`` or the ``avalanche-gss`` command; from a checkout,
+``python -m reproduce`` too.
 """
 
 from __future__ import annotations
@@ -11,16 +12,28 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from avalanche_gss.reproduce.cli import parse_args
+from avalanche_gss.reproduce.cli import PROG, parse_args
+
+SCRIPT = "avalanche-gss"
+"""The console script that ``pip install`` puts on the path (``[project.scripts]``)."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``python -m reproduce`` with ``argv`` (``sys.argv[1:]`` by default); exit status."""
-    args = parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run ``python -m reproduce`` with ``argv`` (``sys.argv[1:]`` by default); exit status.
+
+    :param argv: the arguments after the command.
+    :param prog: the command, as usage and error lines name it.
+    """
+    args = parse_args(argv, prog=prog)
     # torch, Avalanche: only after parsing
     from avalanche_gss.reproduce.tables import run_experiment
 
     return run_experiment(args, argv)
+
+
+def script() -> int:
+    """The ``avalanche-gss`` command: :func:`main` on ``sys.argv[1:]``, named as typed."""
+    return main(prog=SCRIPT)
 
 
 if __name__ == "__main__":

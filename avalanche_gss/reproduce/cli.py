@@ -56,6 +56,9 @@ REPLAY_BATCH = 10
 DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
 """``avalanche_gss.benchmarks.DATASET_NAMES``."""
 
+PROG = "python -m reproduce"
+"""The command as usage and error lines name it (the ``avalanche-gss`` script passes its own)."""
+
 DEVICE_HELP = "auto (CUDA when present, else cpu) | cpu | cuda | cuda:N"
 
 _EPILOG = textwrap.fill(
@@ -138,12 +141,15 @@ def _device(text: str) -> str:
     raise argparse.ArgumentTypeError(f"unknown device {text!r}; choose {DEVICE_HELP}")
 
 
-def make_parser() -> argparse.ArgumentParser:
-    """Return the parser of ``python -m reproduce``."""
+def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """Return the parser of ``python -m reproduce``.
+
+    :param prog: the command, as usage and error lines name it.
+    """
     width = max(map(len, EXPERIMENTS))
     listing = "\n".join(f"  {name:<{width}}  {line}" for name, line in EXPERIMENTS.items())
     parser = _Parser(
-        prog="python -m reproduce", formatter_class=_Formatter, epilog=_EPILOG,
+        prog=prog, formatter_class=_Formatter, epilog=_EPILOG,
         description="The paper's tables and figures from this library; each experiment "
                     "writes\nOUT/<experiment>.json, .csv and .md.\n\nexperiments:\n" + listing)
     parser.add_argument("experiment", choices=list(EXPERIMENTS), metavar="experiment",
@@ -239,12 +245,12 @@ def _refuse_repeats(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "once; give each value once")
 
 
-def _import_user_modules(argv: Sequence[str]) -> None:
+def _import_user_modules(argv: Sequence[str], prog: str) -> None:
     """Import the ``--import`` modules and read the entry points of the method registry.
 
     Only the standard library is imported when there are neither.
     """
-    pre = _Parser(prog="python -m reproduce", add_help=False)
+    pre = _Parser(prog=prog, add_help=False)
     pre.add_argument("--import", action="append", default=[], dest="imports")
     try:
         methods.names()  # the entry points
@@ -258,14 +264,15 @@ def _import_user_modules(argv: Sequence[str]) -> None:
             pre.error(f"argument --import {spec}: {type(err).__name__}: {text}")
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.Namespace:
     """Parse and check the command line (``sys.argv[1:]`` by default).
 
     :param argv: the arguments after ``python -m reproduce``.
+    :param prog: the command, as usage and error lines name it.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    _import_user_modules(argv)  # before the parser lists --methods and --policies choices
-    parser = make_parser()
+    _import_user_modules(argv, prog)  # before the parser lists --methods and --policies choices
+    parser = make_parser(prog)
     args = parser.parse_args(argv)
     _refuse_repeats(parser, args)
     if args.experiment == "which-buffer":
