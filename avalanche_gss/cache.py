@@ -168,6 +168,8 @@ class ResultCache:
         :param config: the job's config.
         :param result: what the job returned (JSON-serialisable).
         :param seconds: the job's wall time.
+        :raises OSError: the entry cannot be written (a full disk, a read-only or foreign
+            folder), naming the entry's file.
         """
         canonical = json.loads(canonical_json(config))
         try:
@@ -188,5 +190,10 @@ class ResultCache:
         except TypeError as err:
             raise TypeError(f"the result of job {dict(config)} is not JSON-serialisable") from err
         path = self.path(config)
-        atomic_write(path, lambda f: f.write(text.encode()), prefix=".tmp-", suffix=".json")
+        try:
+            atomic_write(path, lambda f: f.write(text.encode()), prefix=".tmp-", suffix=".json")
+        except OSError as err:  # name the entry, unless the error already does
+            if str(path) in str(err):
+                raise
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
         return path

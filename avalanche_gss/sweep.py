@@ -33,8 +33,8 @@ from tqdm import tqdm
 
 from avalanche_gss.cache import ResultCache, canonical_json, config_key
 
-__all__ = ["ResultCache", "SweepError", "available_cpus", "config_key", "run_sweep",
-           "worker_threads"]
+__all__ = ["ResultCache", "SweepError", "UncachedResultWarning", "available_cpus",
+           "config_key", "run_sweep", "worker_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,14 @@ class SweepError(RuntimeError):
         more = f"\n  ... and {len(failures) - 10} more" if len(failures) > 10 else ""
         super().__init__(f"{len(failures)} job(s) failed (their configs are in .failures):\n"
                          + "\n".join(lines) + more)
+
+
+class UncachedResultWarning(RuntimeWarning):
+    """A finished job's result could not be stored (full disk, read-only or foreign folder).
+
+    The sweep keeps the result and returns it with the others; only a rerun would compute
+    it again. The message names the cache file.
+    """
 
 
 def available_cpus() -> int:
@@ -93,16 +101,28 @@ def _init_worker(threads: int, parent: int | None = None) -> None:
 
 def _execute(
     fn: JobFn, config: dict[str, Any], cache_dir: str, threads: int | None = None
-) -> dict[str, Any]:
-    """Run one job where it was sent and store its result there (module-level: picklable)."""
+) -> tuple[dict[str, Any], str | None]:
+    """Run one job where it was sent and store its result there (module-level: picklable).
+
+    :return: the result, and why it could not be stored (``None`` when it was): a job
+        whose result cannot be written to the cache still succeeds, and the process that
+        collects it warns.
+    """
     if threads is not None and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
     start = time.perf_counter()
     result = fn(dict(config))
     if not isinstance(result, Mapping):
         raise TypeError(f"job function returned {type(result).__name__}, not a dict")
-    ResultCache(cache_dir).put(config, result, time.perf_counter() - start)
-    return dict(result)
+    try:
+        ResultCache(cache_dir).put(config, result, time.perf_counter() - start)
+    except OSError as err:
+        where = os.fsdecode(err.filename or os.path.join(cache_dir, f"{config_key(config)}.json"))
+        reason = " ".join((err.strerror or str(err)).split())
+        said = reason if where in reason else f"{where} ({reason})"
+        return dict(result), (f"could not cache a finished result: {said}; it is kept for "
+                              "this sweep only")
+    return dict(result), None
 
 
 def run_sweep(
@@ -122,7 +142,9 @@ def run_sweep(
     Finished jobs are skipped (their stored result is returned), so an interrupted sweep
     is resumed by calling it again with the same ``cache_dir``. Identical configs run
     once. A failing job does not stop the others: after all ran, :class:`SweepError`
-    lists the failures (rerunning retries only them).
+    lists the failures (rerunning retries only them). A result that cannot be stored (a
+    full disk, a read-only cache folder) is still returned, with an
+    :class:`UncachedResultWarning` naming the file.
 
     :param jobs: the configs (JSON-serialisable dicts, e.g. ``{"method": "GSS-Greedy",
         "buffer_size": 300, "seed": 0}``).
@@ -151,6 +173,7 @@ def run_sweep(
         setting: ``run_sweep`` never changes it.
     :return: ``fn``'s result for each job, in the order of ``jobs``.
     :raises SweepError: if some jobs failed.
+    :raises OSError: ``cache_dir`` cannot be created (before any job runs).
     """
     if launcher not in ("local", "submitit"):
         raise ValueError(f"launcher must be 'local' or 'submitit', got {launcher!r}")
@@ -256,24 +279,29 @@ class _Jobs:
         self.failures = failures
         self.bar = bar
 
-    def collect(self, key: str, result: Callable[[], dict[str, Any]], *,
+    def collect(self, key: str, result: Callable[[], tuple[dict[str, Any], str | None]], *,
                 traceback: bool = False) -> None:
         """Store the result of job ``key``, or log and keep its failure; advance the bar.
 
+        A result that could not be cached is kept, with an :class:`UncachedResultWarning`.
+
         :param key: the job's cache key.
-        :param result: returns the job's result or raises its error.
+        :param result: returns what :func:`_execute` returns, or raises the job's error.
         :param traceback: log the error with its traceback (it was raised in this
             process), not only its repr.
         """
         cfg = self.todo[key]
         try:
-            self.results[key] = result()
+            self.results[key], uncached = result()
         except Exception as err:  # reported together in SweepError
             if traceback:
                 logger.exception("job %s failed", cfg)
             else:
                 logger.error("job %s failed: %r", cfg, err)
             self.failures.append((cfg, err))
+        else:
+            if uncached is not None:
+                warnings.warn(uncached, UncachedResultWarning, stacklevel=2)
         self.bar.update()
 
 

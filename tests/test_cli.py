@@ -132,6 +132,10 @@ def test_installed_outside_the_repository_and_help_is_light(outside):
     (["--device", "gpu"], ["--device", "'gpu'", "cpu"]),
     (["--workers", "0"], ["--workers", "'0'"]),
     (["--data", "missing.npz"], ["missing.npz"]),
+    (["--buffer-sizes", "99999999999999999999"],
+     ["--buffer-sizes", "'99999999999999999999'", "10000000"]),
+    (["--n-iter", "1000000"], ["--n-iter", "'1000000'", "1000"]),
+    (["--threads", "99999999999999999999"], ["--threads", "'99999999999999999999'", "1024"]),
 ])
 def test_bad_values_get_one_line_naming_them(outside, args, names):
     res = cli("table1", "--quick", *args, cwd=outside, timeout=60)
@@ -263,3 +267,103 @@ def test_a_diverged_run_is_flagged_in_every_output(outside):
     with open(outside / "o" / "table1.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows[0]["diverged"] == "True" and int(rows[0]["skipped_steps"]) > 0
+
+
+def toy_table(outside, *extra):
+    """``table1 --quick`` on a small data file, Rand only (a few seconds when it runs)."""
+    data = outside / "blobs.npz"
+    if not data.exists():
+        toy_npz(data)
+    return cli("table1", "--quick", "--data", data, "--methods", "Rand", "--buffer-sizes", 20,
+               *extra, cwd=outside, timeout=120)
+
+
+def refused_at_once(res, outside, *names):
+    """One line naming every ``name``, exit status 2, nothing run and nothing left behind."""
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr[-2000:]
+    assert lines[0].startswith("python -m reproduce: error:")
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    assert not (outside / "results").exists() and not (outside / "new").exists()
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--cache", "file"], ["--cache file", "is not a directory"]),
+    (["--out", "file/sub"], ["--out file/sub", "not a directory"]),
+    (["--tensorboard", "file"], ["--tensorboard file", "is not a directory"]),
+    (["--out", "new/o", "--cache", "file/c"], ["--cache file/c", "not a directory"]),
+    # sysfs refuses new files to root too (EPERM), or is mounted read-only (EROFS)
+    (["--out", "/sys/avalanche-gss-probe"], ["--out /sys/avalanche-gss-probe",
+                                              "not writable ("]),
+])
+def test_a_folder_that_cannot_be_written_is_refused_before_any_run(outside, args, names):
+    (outside / "file").write_text("a file, not a folder")
+    refused_at_once(toy_table(outside, *args), outside, *names)
+    assert (outside / "file").read_text() == "a file, not a folder"
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A read-only file system (a tmpfs mounted ro): chmod does not stop root."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {mount.stderr.strip()}")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_out_on_a_read_only_file_system_is_refused_before_any_run(outside, read_only):
+    res = toy_table(outside, "--out", read_only / "results")
+    refused_at_once(res, outside, f"--out {read_only / 'results'}",
+                    "not writable (Read-only file system)")
+
+
+FULL_DISK = """
+import errno, os, runpy, sys
+import avalanche_gss.cache
+
+def full(path, write, **kwargs):  # as a full disk fails: in write(), naming no file
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+avalanche_gss.cache.atomic_write = full
+sys.argv[0] = "reproduce"
+runpy.run_module("avalanche_gss.reproduce", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_full_disk_for_the_cache_keeps_the_results_and_writes_the_outputs(outside):
+    # The cache's writes fail as on a full disk, in the command's own process.
+    toy_npz(outside / "blobs.npz")
+    cmd, env = _command(["table1", "--quick", "--data", "blobs.npz", "--methods", "Rand",
+                         "Reservoir", "--buffer-sizes", 20, "--out", "o"], outside)
+    cmd[1:3] = ["-c", FULL_DISK]
+    res = subprocess.run(cmd, cwd=outside, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    warned = [line for line in res.stderr.splitlines() if "could not cache" in line]
+    assert len(warned) == 2, res.stderr[-3000:]
+    for line in warned:
+        assert line.startswith("python -m reproduce: warning:") and "o/cache/table1/" in line
+        assert "No space left on device" in line
+    assert "Traceback" not in res.stderr
+    rows = json.loads((outside / "o" / "table1.json").read_text())["rows"]
+    assert sorted(r["method"] for r in rows) == ["Rand", "Reservoir"]
+    assert (outside / "o" / "table1.md").exists() and (outside / "o" / "table1.csv").exists()
+    assert not list((outside / "o" / "cache" / "table1").glob("*.json"))
+
+
+@pytest.mark.slow
+def test_an_output_that_cannot_be_written_is_one_line_naming_it(outside):
+    (outside / "o" / "table1.json" / "in-the-way").mkdir(parents=True)  # a folder, not a file
+    res = toy_table(outside, "--out", "o")
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("python -m reproduce: error:") and "o/table1.json" in last, last
+    assert "Is a directory" in last
+    assert "Traceback" not in res.stderr
+    assert len(list((outside / "o" / "cache" / "table1").glob("*.json"))) == 1  # run kept

@@ -7,6 +7,8 @@ import torch
 
 from avalanche_gss.benchmarks import ArrayDataset, load_npz
 from avalanche_gss.experiments import RunSettings
+from avalanche_gss.reproduce import tables
+from avalanche_gss.reproduce.cli import parse_args
 from avalanche_gss.reproduce.protocols import PROTOCOLS
 from avalanche_gss.reproduce.tables import check_model
 
@@ -80,3 +82,21 @@ def test_images_too_small_for_resnet_with_a_one_sample_buffer_are_refused_up_fro
         check_model(data, [run])
     check_model(data, [{"settings": RunSettings(method="Reservoir", buffer_size=20,
                                                 model="resnet18")}])
+
+
+def test_a_buffer_larger_than_the_training_data_is_refused_before_any_run(tmp_path,
+                                                                         monkeypatch):
+    data = blobs(tmp_path / "blobs.npz", per_class=30)  # 300 training samples
+    args = parse_args(["table1", "--quick", "--data", str(data), "--methods", "Rand",
+                       "--buffer-sizes", "20", "301", "--out", str(tmp_path / "o")])
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(tables, "run_sweep", no_run)
+    with pytest.raises(SystemExit) as refused:
+        tables.table(args)
+    message = str(refused.value.code)
+    assert message == ("python -m reproduce: error: argument --buffer-sizes: 301 is more than "
+                       f"the 300 training samples of {data}; give at most 300")
+    assert not (tmp_path / "o").exists()

@@ -13,7 +13,7 @@ import re
 import sys
 import textwrap
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from avalanche_gss import methods  # the registry's names only: no torch, no Avalanche
@@ -87,14 +87,39 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; give one >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; give an integer >= 1")
-    return value
+MAX_BUFFER = 10_000_000
+"""The largest ``--buffer-sizes`` / ``--mir-candidates`` value taken while parsing; once the
+data are loaded, a table experiment also refuses a buffer larger than their training set."""
+
+MAX_ITER = 1000
+"""The most iterations per incoming batch (``--n-iter``)."""
+
+MAX_PROCS = 1024
+"""The most ``--threads`` and ``--workers``."""
+
+
+def _count(high: int, hint: str = "") -> Callable[[str], int]:
+    """A type function that takes an integer from 1 to ``high`` (``hint``: said when above)."""
+
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not an integer; give one >= 1 (at most {high})") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not allowed; give an integer >= 1 (at most {high})")
+        if value > high:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is too large; give an integer from 1 to {high}{hint}")
+        return value
+
+    return count
+
+
+_procs = _count(MAX_PROCS)
+_buffer_size = _count(MAX_BUFFER, " (and at most the data's training samples)")
 
 
 def _seed(text: str) -> int:
@@ -184,10 +209,10 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                              "(imbalanced: sequences 1-5; default: all)")
     parser.add_argument("--seeds", nargs="+", type=_seed, default=None, metavar="SEED",
                         help="seeds (default: the experiment's, 0 1 2)")
-    parser.add_argument("--buffer-sizes", nargs="+", type=_positive_int, default=None,
+    parser.add_argument("--buffer-sizes", nargs="+", type=_buffer_size, default=None,
                         metavar="M",
                         help="buffer sizes M (default: the experiment's)")
-    parser.add_argument("--n-iter", type=_positive_int, default=None,
+    parser.add_argument("--n-iter", type=_count(MAX_ITER), default=None,
                         help="iterations per incoming batch of the buffer methods "
                              "(default: the experiment's, 3)")
     parser.add_argument("--lr", type=_positive_float, default=None,
@@ -206,16 +231,16 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                              "incoming batch does not hold first); each is its own row "
                              "(default: each method's own: other-classes for CB-GSS, "
                              "random for the others)")
-    parser.add_argument("--mir-candidates", type=_positive_int, default=None, metavar="C",
+    parser.add_argument("--mir-candidates", type=_count(MAX_BUFFER), default=None, metavar="C",
                         help="buffer samples MIR scores per replay step (default: 50, the "
                              "MIR authors' on MNIST and CIFAR-10)")
     parser.add_argument("--out", default="results", help="output folder")
     parser.add_argument("--quick", action="store_true", help="a short version of the run")
     parser.add_argument("--device", type=_device, default="auto", help=DEVICE_HELP)
-    parser.add_argument("--threads", type=_positive_int, default=1,
+    parser.add_argument("--threads", type=_procs, default=1,
                         help="torch threads per run (part of a run's identity: results "
                              "can differ with it)")
-    parser.add_argument("--workers", type=_positive_int, default=1,
+    parser.add_argument("--workers", type=_procs, default=1,
                         help="runs in parallel processes")
     parser.add_argument("--cache", default=None,
                         help="finished runs are kept here, keyed by their full "
@@ -264,6 +289,63 @@ def _import_user_modules(argv: Sequence[str], prog: str) -> None:
             pre.error(f"argument --import {spec}: {type(err).__name__}: {text}")
 
 
+def unwritable(folder: str) -> str | None:
+    """Say why files cannot be written in ``folder``, or return ``None`` if they can.
+
+    Missing folders are created for the test and removed again, so that a command refused
+    later, before any run, leaves nothing behind; the test writes and removes a probe file
+    (permission bits alone say nothing when running as root).
+
+    :param folder: the output, cache or TensorBoard folder a command names.
+    """
+    created = []
+    parent = os.path.abspath(folder)
+    while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    try:
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            return "exists and is not a directory"
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".avalanche-gss-probe-{os.getpid()}")
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"probe")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except NotADirectoryError:
+        return "not a directory (a part of the path is a file)"
+    except OSError as err:
+        return f"not writable ({err.strerror or err})"
+    finally:
+        for path in created:  # innermost first
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+    return None
+
+
+def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, before any run, an output, cache or TensorBoard folder that cannot be written.
+
+    :param parser: reports the refusal (one line, naming the option and the folder).
+    :param args: the parsed command line.
+    """
+    folders = [("--out", args.out)]
+    if args.cache is not None:
+        folders.append(("--cache", args.cache))
+    elif args.experiment != "composition":  # the default cache: OUT/cache/EXPERIMENT
+        folders.append(("--out", os.path.join(args.out, "cache", args.experiment)))
+    if args.tensorboard is not None:
+        folders.append(("--tensorboard", args.tensorboard))
+    for flag, folder in folders:
+        why = unwritable(folder)
+        if why is not None:
+            parser.error(f"{flag} {folder}: {why}")
+
+
 def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.Namespace:
     """Parse and check the command line (``sys.argv[1:]`` by default).
 
@@ -306,4 +388,5 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
             args.root is not None or args.download):
         parser.error("argument --root/--download: they apply to mnist and cifar10, not to "
                      f"an .npz file ({args.data})")
+    check_paths(parser, args)
     return args

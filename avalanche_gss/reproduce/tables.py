@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,7 +44,7 @@ from avalanche_gss.reproduce.common import (
 )
 from avalanche_gss.reproduce.jobs import run_job
 from avalanche_gss.reproduce.protocols import PROTOCOLS, Protocol
-from avalanche_gss.sweep import SweepError, config_key, run_sweep
+from avalanche_gss.sweep import SweepError, UncachedResultWarning, config_key, run_sweep
 
 log = logging.getLogger("reproduce")
 
@@ -149,6 +151,59 @@ def check_model(data: Any, runs: Sequence[dict[str, Any]]) -> None:
                 "inputs or buffer sizes") from None
 
 
+def check_buffer_sizes(sizes: Sequence[int] | None, data: Any, name: str) -> None:
+    """Refuse, before any run, a buffer size (``--buffer-sizes``) above the data's training set.
+
+    :param sizes: the buffer sizes the command line gives (``None``: the experiment's own).
+    :param data: the loaded data (an ``ArrayDataset``).
+    :param name: the data as the command line names them.
+    :raises ValueError: naming the first size too large and the bound.
+    """
+    samples = len(data.y_train)
+    too_large = [m for m in sizes or () if m > samples]
+    if too_large:
+        raise ValueError(f"{too_large[0]} is more than the {samples} training samples of "
+                         f"{name}; give at most {samples}")
+
+
+_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+
+
+def _unwritten(err: OSError, out: str) -> int:
+    """Report, in one line naming the file, an output that could not be written; exit status.
+
+    :raises OSError: ``err`` again when it names no file and is no disk or permission error.
+    """
+    where = err.filename2 or err.filename
+    reason = " ".join((err.strerror or str(err)).split())
+    if where is not None:
+        line = f"{os.fsdecode(where)}: {reason}"
+    elif reason.startswith("cannot write "):  # the atomic writer names its file
+        line = reason
+    elif err.errno in _DISK_ERRORS:
+        line = f"--out {out}: {reason}"
+    else:
+        raise err
+    print(f"{_PROG}: error: {line}", file=sys.stderr)
+    return 1
+
+
+def _one_line_cache_warnings() -> None:
+    """Show a result that could not be cached as one line naming the file (command line only)."""
+    shown = warnings.formatwarning
+    if getattr(shown, "one_line_cache_warnings", False):
+        return  # installed by an earlier command in this process
+
+    def formatwarning(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, line: str | None = None) -> str:
+        if issubclass(category, UncachedResultWarning):
+            return f"{_PROG}: warning: {message}\n"
+        return shown(message, category, filename, lineno, line)
+
+    formatwarning.one_line_cache_warnings = True  # type: ignore[attr-defined]
+    warnings.formatwarning = formatwarning
+
+
 def _label(config: dict[str, Any]) -> str:
     try:
         return run_label(RunSettings(**config["settings"]))
@@ -173,6 +228,10 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     protocol = PROTOCOLS[args.experiment]
     data_name, data = resolve_data(args, protocol)
     runs, chosen = plan(args, protocol)
+    try:
+        check_buffer_sizes(args.buffer_sizes, data, data_name)
+    except ValueError as err:
+        raise SystemExit(f"{_PROG}: error: argument --buffer-sizes: {err}") from None
     try:
         protocol.check(data)
         check_model(data, runs)
@@ -267,19 +326,20 @@ def show_outputs(paths: dict[str, str], diverged: Sequence[str] = ()) -> int:
 def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     """Run the experiment the parsed command line names; return the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    _one_line_cache_warnings()
     try:
         args.device = resolve_device(args.device)
     except ValueError as err:
         raise SystemExit(f"{_PROG}: error: argument --device: {err}") from None
     # The command line's own setting (--threads, default 1), not a library side effect.
     torch.set_num_threads(args.threads)
-    if args.experiment == "composition":
-        from avalanche_gss.reproduce.composition import composition
-
-        return composition(args, argv)
     from avalanche_gss.reproduce.figures import FIGURES
 
     try:
+        if args.experiment == "composition":
+            from avalanche_gss.reproduce.composition import composition
+
+            return composition(args, argv)
         if args.experiment == "which-buffer":
             from avalanche_gss.reproduce.which_buffer import which_buffer
 
@@ -289,3 +349,5 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
         return table(args, argv)
     except SweepError as err:
         return _failed(err)
+    except OSError as err:  # an output (or a cache folder) that cannot be written
+        return _unwritten(err, args.out)
