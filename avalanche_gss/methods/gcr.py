@@ -17,8 +17,10 @@ __all__ = ["GCRBuffer", "GCR", "METHODS"]
 
 
 class GCRBuffer(GradientScored, RecentMergeBuffer):
-    """``GCR``: Gradient Coreset based Replay (Tiwari, Killamsetty, Iyer, Shenoy, CVPR 2022,
-    arXiv:2111.11210), adapted to a task-free stream and a fixed-size buffer.
+    """``GCR``: Gradient Coreset based Replay, adapted to a task-free stream and a fixed buffer.
+
+    Tiwari, Killamsetty, Iyer and Shenoy, "GCR: Gradient Coreset Based Replay Buffer
+    Selection for Continual Learning", CVPR 2022 (arXiv:2111.11210).
 
     The buffer is a weighted coreset: each stored sample carries a weight (kept in
     :attr:`scores`). Incoming samples wait in a recent buffer (the

@@ -18,8 +18,10 @@ __all__ = ["OCSBuffer", "OCS", "METHODS"]
 
 
 class OCSBuffer(GradientScored, OnlineBuffer):
-    """``OCS``: Online Coreset Selection (Yoon, Madaan, Yang, Hwang, ICLR 2022,
-    arXiv:2106.01085), adapted to a task-free stream and a fixed-size buffer.
+    """``OCS``: Online Coreset Selection, adapted to a task-free stream and a fixed buffer.
+
+    Yoon, Madaan, Yang and Hwang, "Online Coreset Selection for Rehearsal-based Continual
+    Learning", ICLR 2022 (arXiv:2106.01085).
 
     Each incoming batch's per-sample gradients (the gradient engine's exact Gram, model in
     eval mode, state untouched) score each sample by minibatch similarity, sample
