@@ -91,7 +91,7 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
         if k <= self.max_size:
             return torch.arange(k)
         gram = self._gram(model, union.x, union.y, union.t)  # (K, K)
-        usable = usable_rows(self, torch.isfinite(gram).all(1).cpu(), n_stored)  # (K',)
+        usable = usable_rows(self, torch.isfinite(gram.diagonal()).cpu(), n_stored)  # (K',)
         if usable is None:
             return torch.arange(n_stored)
         if len(usable) <= self.max_size:

@@ -47,8 +47,9 @@ class OCSBuffer(GradientScored, OnlineBuffer):
       averages over all ``B`` samples including the sample itself, which rescales it by
       ``(B-1)/B`` relative to the other terms.
 
-    Samples whose score is not finite are not stored. The stored scores are the samples'
-    OCS scores when they were selected.
+    Samples whose gradient is not finite are left out of the scores and not stored; if a
+    drawn buffer sample's gradient is not finite, no sample of the batch is stored. The
+    stored scores are the samples' OCS scores when they were selected.
 
     :param max_size: number of slots ``M``.
     :param k: samples kept per incoming batch (top-``k`` by score).
@@ -100,8 +101,17 @@ class OCSBuffer(GradientScored, OnlineBuffer):
         if c:
             bx, by, bt = self.rows(self.sample_slots(c))
             x, y, t = (torch.cat([a, b.to(a.device)]) for a, b in ((x, bx), (y, by), (t, bt)))
-        gram = self._gram(model, x, y, t)
-        return ocs_scores(gram.double(), len(rows), self.tau).float()
+        gram = self._gram(model, x, y, t).double()
+        b = len(rows)
+        ok = torch.isfinite(gram.diagonal())  # a NaN/inf gradient has a non-finite norm
+        scores = torch.full((b,), float("nan"), dtype=torch.float64, device=gram.device)
+        if not bool(ok[b:].all()) or not bool(ok[:b].any()):
+            return scores.float()  # the coreset gradient, or every sample's, is unusable
+        idx = torch.cat([ok[:b].nonzero().flatten(), b + torch.arange(len(ok) - b,
+                                                                      device=gram.device)])
+        sub = gram[idx[:, None], idx[None, :]]
+        scores[ok[:b]] = ocs_scores(sub, int(ok[:b].sum()), self.tau)
+        return scores.float()
 
     def state_dict(self) -> dict[str, Any]:
         """:meth:`OnlineBuffer.state_dict` plus the number of samples selected so far."""

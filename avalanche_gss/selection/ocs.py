@@ -21,10 +21,10 @@ __all__ = ["ocs_scores", "ocs_topk"]
 
 
 def _cos(ip: Tensor, sq_a: Tensor, sq_b: Tensor) -> Tensor:
-    """``ip / (|a| |b|)``, 0 where a norm is 0 (a zero gradient has no direction)."""
+    """``ip / (|a| |b|)``, 0 where a norm is 0 (a zero gradient has no direction); NaN stays."""
     den = sq_a.clamp_min(0).sqrt() * sq_b.clamp_min(0).sqrt()
-    return torch.where(den > 0, ip / torch.where(den > 0, den, torch.ones_like(den)),
-                       torch.zeros_like(ip))
+    zero = den == 0
+    return torch.where(zero, torch.zeros_like(ip), ip / torch.where(zero, 1.0, den))
 
 
 def ocs_scores(gram: Tensor, n_batch: int, tau: float = 1.0) -> Tensor:
@@ -35,7 +35,8 @@ def ocs_scores(gram: Tensor, n_batch: int, tau: float = 1.0) -> Tensor:
         no coreset yet, ``A = 0``).
     :param n_batch: ``B >= 1``.
     :param tau: weight of the coreset affinity.
-    :return: ``(B,)`` scores, in ``gram``'s dtype. With ``B = 1`` the diversity is 0.
+    :return: ``(B,)`` scores, in ``gram``'s dtype. With ``B = 1`` the diversity is 0. A
+        non-finite gradient makes scores NaN: leave such samples out of ``gram``.
     """
     if gram.dim() != 2 or gram.shape[0] != gram.shape[1]:
         raise ValueError(f"gram must be square, got shape {tuple(gram.shape)}")

@@ -120,3 +120,19 @@ def test_a_union_that_fits_is_kept_whole_with_weight_one():
         buf.add(*_data(10, i), model)
     assert buf.size == 20 and buf.weights.tolist() == [1.0] * 20
     assert buf.last_result is None
+
+
+def _nan_for_label_3(logits, y):
+    loss = torch.nn.functional.cross_entropy(logits, y, reduction="none")
+    return loss * torch.where(y == 3, float("nan"), 1.0)  # NaN gradient for label 3 only
+
+
+def test_waiting_samples_with_a_non_finite_gradient_are_dropped_at_the_merge():
+    model = _model(0)
+    buf = GCRBuffer(6, recent_size=10, loss_fn=_nan_for_label_3)
+    x, y = _data(10, 5)
+    y[:3], y[3:] = 3, y[3:] % 3
+    with pytest.warns(RuntimeWarning, match="3 waiting sample"):
+        buf.add(x, y, model)
+    assert buf.size == 6 and buf.n_rejected == 3 and 3 not in buf.y[: buf.size].tolist()
+    assert bool(torch.isfinite(buf.weights).all())

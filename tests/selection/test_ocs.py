@@ -102,3 +102,20 @@ def test_a_full_buffer_takes_the_selected_by_reservoir_and_checkpoints_the_count
     assert other.n_selected == 12
     with pytest.raises(ValueError, match="k must be >= 1"):
         OCSBuffer(4, k=0)
+
+
+def test_samples_with_a_non_finite_gradient_are_not_stored():
+    def nan_for_label_3(logits, y):
+        loss = torch.nn.functional.cross_entropy(logits, y, reduction="none")
+        return loss * torch.where(y == 3, float("nan"), 1.0)  # NaN gradient for label 3 only
+
+    buf = OCSBuffer(20, k=10, loss_fn=nan_for_label_3)
+    x, y = _data(10, 5)
+    y[:3], y[3:] = 3, y[3:] % 3
+    with pytest.warns(RuntimeWarning, match="non-finite gradient"):
+        slots = buf.add(x, y, _model(0))
+    assert slots[:3].tolist() == [-1, -1, -1] and buf.size == 7 and buf.n_rejected == 3
+    # the others are scored among themselves, as if the three had not come
+    want = _paper_scores(_loop_grads(_model(0), x[3:], y[3:]), 7, buf.tau)
+    torch.testing.assert_close(buf.last_scores[3:].double(), want, rtol=1e-4, atol=1e-5)
+    assert bool(torch.isnan(buf.last_scores[:3]).all())
