@@ -42,8 +42,9 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
       stored weights stand for the data that were dropped before;
     - OMP always chooses exactly ``M`` samples, so the buffer stays full; a union that
       fits is kept whole, the waiting samples with weight 1;
-    - the weights are unconstrained ridge least squares (the authors can restrict them to
-      be non-negative).
+    - the weights are unconstrained ridge least squares: GRAD-MATCH's OMP (``positive``)
+      also drops samples whose weight turns negative, which is not done here; ``lam``
+      (0.5) is this library's default.
 
     GCR also changes the training loss (weighted replay and distillation terms); that is
     not yet provided: the weights only steer the selection, and replay is uniform and

@@ -11,8 +11,11 @@ adds the candidate of largest ``<g_i, r>`` and re-fits ``W`` by ridge least squa
 ``(G_X G_X^T + lam I) W = G_X b``. Only inner products appear, so the pool's Gram ``K``
 suffices: ``<g_i, b> = (K w)_i``, ``<g_i, r> = (K w)_i - (K_{:,X} W)_i``. Pure tensor code.
 
-The weights are the unconstrained ridge solution (the authors' OMP can restrict them to be
-non-negative; that variant is not implemented here).
+Differences from GRAD-MATCH's ``OrthogonalMP_REG_Parallel`` (``positive=True``), whose
+choice rule (largest signed projection) and ridge fit this follows: it also drops a chosen
+sample whenever its weight turns negative, and stops once the residual is below a
+tolerance; here neither: the weights are the unconstrained ridge solution and exactly
+``k`` samples are chosen.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ def omp_select(gram: Tensor, pool_weights: Tensor, k: int, lam: float = 0.5) -> 
     :param pool_weights: ``(N,)`` weights ``w`` of the target ``b = sum_i w_i g_i``.
     :param k: samples to choose, ``0 <= k <= N``; exactly ``k`` are chosen (a zero
         residual does not stop the pursuit, so a buffer stays full).
-    :param lam: ridge regularisation ``lam >= 0`` of the weights.
+    :param lam: ridge regularisation ``lam >= 0`` of the weights (0.5: this library's
+        default, not a value taken from the paper).
     :raises ValueError: shapes disagree, ``k`` is out of range or ``lam < 0``.
     """
     if gram.dim() != 2 or gram.shape[0] != gram.shape[1]:
