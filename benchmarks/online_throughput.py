@@ -34,6 +34,12 @@ Cases ``cbrs-mlp-disjoint``, ``cbrs-oc-mlp-disjoint`` and ``cb-gss-mlp-disjoint`
 its default replay of the classes the batch does not hold), and ``floor`` the bare
 reservoir loop.
 
+Cases ``ocs-mlp-disjoint`` and ``gcr-mlp-disjoint``: ``library`` is
+:class:`~avalanche_gss.methods.ocs.OCS` (each batch's per-sample Gram with 10 buffer
+gradients, top 2 of the batch into a reservoir) and :class:`~avalanche_gss.methods.gcr.GCR`
+(orthogonal matching pursuit over the Gram of buffer and 100 waiting samples), ``floor``
+the bare reservoir loop.
+
 Each record also carries the final average test accuracy (mean over tasks), so that the
 library and the bare loop can be compared on what they learn, not only on time. Repeats
 use seeds 0, 1, 2, ... ``--device auto`` (the default) trains on CUDA when it is present.
@@ -87,8 +93,10 @@ from avalanche_gss.benchmarks import (
 from avalanche_gss.experiments import resolve_device
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
+from avalanche_gss.methods.gcr import GCR
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP
+from avalanche_gss.methods.ocs import OCS
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP, make_model
 
@@ -261,6 +269,8 @@ CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
                                                 cls=partial(CBRS, retrieval="other-classes")),
                              "floor": run_floor},
     "cb-gss-mlp-disjoint": {"library": partial(run_library, cls=CBGSS), "floor": run_floor},
+    "ocs-mlp-disjoint": {"library": partial(run_library, cls=OCS), "floor": run_floor},
+    "gcr-mlp-disjoint": {"library": partial(run_library, cls=GCR), "floor": run_floor},
     "reservoir-resnet-cifar": {"library": _resnet_library, "floor": _resnet_floor},
     "gss-greedy-resnet-cifar": {"library": partial(_resnet_library, cls=GSSGreedy),
                                 "floor": _resnet_floor},

@@ -45,6 +45,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "cbrs": ("CBRS",),
     "gdumb": ("GDumb",),
     "cb_gss": ("CB-GSS",),
+    "ocs": ("OCS",),
+    "gcr": ("GCR",),
 }
 """This package's method files and the names each defines (for contributors: a new file
 here and one line in this table)."""

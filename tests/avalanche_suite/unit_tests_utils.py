@@ -20,6 +20,8 @@ from avalanche_gss import (
     RandBuffer,
     ReservoirBuffer,
 )
+from avalanche_gss.methods.gcr import GCRBuffer
+from avalanche_gss.methods.ocs import OCSBuffer
 
 
 def get_fast_benchmark(
@@ -79,11 +81,13 @@ BUFFERS = {
     "gss_iqp": lambda m, r=RECENT: GSSIQPBuffer(m, recent_size=r),
     "gss_clust": lambda m, r=RECENT: GSSClustBuffer(m, recent_size=r),
     "fss_clust": lambda m, r=RECENT: FSSClustBuffer(m, recent_size=r),
+    "ocs": lambda m, r=RECENT: OCSBuffer(m, k=5),
+    "gcr": lambda m, r=RECENT: GCRBuffer(m, recent_size=r),
 }
 """Factories ``(max_size, recent_size=RECENT) -> buffer`` for every avalanche-gss buffer
 (``recent_size`` is ignored by the buffers that have no recent buffer)."""
 
-FILLING = ["reservoir", "rand", "gss_greedy_paper", "gss_greedy_authors", "gss_iqp"]
+FILLING = ["reservoir", "rand", "gss_greedy_paper", "gss_greedy_authors", "gss_iqp", "gcr"]
 """The buffers that hold ``min(max_size, samples seen)`` once their recent buffer merged.
 
 GSS-Clust and FSS-Clust keep the centres of an online clustering: by design they may hold
@@ -93,5 +97,6 @@ buffer is "always fully filled" does not apply to them.
 
 CLUSTERING = ["gss_clust", "fss_clust"]
 
-SCORED = {"gss_greedy_paper", "gss_greedy_authors", "gss_iqp", "gss_clust", "fss_clust"}
+SCORED = {"gss_greedy_paper", "gss_greedy_authors", "gss_iqp", "gss_clust", "fss_clust", "ocs",
+          "gcr"}
 """The buffers that score samples with the model (``update_from_dataset`` needs ``model=``)."""

@@ -1,5 +1,7 @@
 """Buffer invariants shared by every storage policy, and the Avalanche glue."""
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -7,11 +9,14 @@ from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.methods.cbrs import CBRSBuffer
 from avalanche_gss.methods.gdumb import GDumbBuffer
 from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
+from avalanche_gss.methods.ocs import OCSBuffer
 from avalanche_gss.methods.rand import RandBuffer
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
 
-POLICIES = [ReservoirBuffer, RandBuffer, GSSGreedyBuffer, CBRSBuffer, GDumbBuffer]
+# OCS keeps k of each batch of 10: k=5 fills the 25 slots within the tests' 80 samples
+POLICIES = [ReservoirBuffer, RandBuffer, GSSGreedyBuffer, CBRSBuffer, GDumbBuffer,
+            partial(OCSBuffer, k=5)]
 
 
 def _batches(n_batches, batch=10, seed=0):

@@ -24,7 +24,7 @@ def _loss(logits, y):
 
 
 BUILTIN = ("Rand", "Reservoir", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust", "CBRS",
-           "GDumb", "CB-GSS")
+           "GDumb", "CB-GSS", "OCS", "GCR")
 
 
 def _builtin(names):
@@ -69,6 +69,8 @@ OPTIONS = {
     "CBRS": {},
     "CB-GSS": {"n": 7, "victim": "random", "loss_fn": _loss, "params": _PARAMS},
     "GDumb": {},
+    "OCS": {"k": 3, "n": 7, "tau": 0.5, "loss_fn": _loss, "params": _PARAMS},
+    "GCR": {"recent_size": 7, "lam": 0.1, "loss_fn": _loss, "params": _PARAMS},
 }
 
 
