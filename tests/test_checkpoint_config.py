@@ -67,6 +67,7 @@ ALTERNATIVES: dict[str, Callable[[nn.Module], Any]] = {
     "criterion": lambda m: nn.CrossEntropyLoss(label_smoothing=0.1),
     "n_iter": lambda m: 2, "train_mb_size": lambda m: 5, "eval_every": lambda m: 1,
     "peval_mode": lambda m: "iteration",
+    "k": lambda m: 3, "tau": lambda m: 10.0, "lam": lambda m: 0.1,
 }
 
 
