@@ -15,10 +15,13 @@ $(STAMP): pyproject.toml
 reproduce: $(STAMP)
 	$(PY) -m reproduce table1 --quick --out results/quick
 
+# pytest-xdist: one test process per CPU (the suite is mostly single-threaded work).
+TEST_WORKERS ?= auto
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check avalanche_gss reproduce benchmarks tests docs/api
 	$(VENV)/bin/mypy avalanche_gss
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 quality: $(STAMP)
 	$(VENV)/bin/ruff check avalanche_gss reproduce benchmarks tests docs/api
