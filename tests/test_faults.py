@@ -224,6 +224,45 @@ def test_buffer_of_one_sample(tiny_split, name):
     assert len(s.storage_policy) == 1
 
 
+class BNMLP(nn.Module):
+    """An MLP with BatchNorm1d: one value per channel for a one-sample batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.BatchNorm1d(32),
+                                      nn.ReLU())
+        self.classifier = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+@pytest.mark.parametrize(("name", "retrieval", "joint"), [
+    ("Reservoir", "random", False), ("Reservoir", "mir", False), ("Reservoir", "random", True),
+    ("CBRS", "other-classes", False), ("GSS-Greedy", "random", False),
+    ("GSS-IQP", "random", False)])
+def test_buffer_of_one_sample_with_batchnorm(tiny_split, name, retrieval, joint):
+    # Given a BatchNorm model and M = 1: every replay batch holds a single sample
+    torch.manual_seed(0)
+    model = BNMLP()
+    s = STRATEGIES[name](model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                         mem_size=1, n_iter=2, retrieval=retrieval, joint=joint)
+    bn = model.features[2]
+    stats = []
+    bn.register_forward_hook(lambda m, args, out: stats.append(
+        (len(args[0]), m.training, m.running_mean.clone())))
+    # When it learns the stream, Then it runs
+    s.train(online_benchmark(tiny_split, batch_size=10).train_stream[:6])
+    assert len(s.storage_policy) == 1 and model.training
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    # And the one-sample replay steps normalised with the running statistics (eval mode
+    # for that layer, statistics left as they were), while the batches updated them
+    singles = [i for i, (n, _, _) in enumerate(stats) if n == 1 and i > 0]
+    assert singles and all(not stats[i][1] for i in singles)
+    assert all(torch.equal(stats[i - 1][2], stats[i][2]) for i in singles)
+    assert not torch.equal(bn.running_mean, torch.zeros(32))
+
+
 @pytest.mark.parametrize("variant", ["paper", "authors"])
 def test_n_larger_than_the_buffer_compares_with_every_stored_sample(tiny_split, variant):
     s = strategy("GSS-Greedy", mem_size=3, n=10, variant=variant)
@@ -292,23 +331,29 @@ def test_negative_or_float_labels_are_refused_by_every_buffer(stream):
         assert buf.n_seen == 0
 
 
-@pytest.mark.parametrize("name", ["GSS-Greedy", "GSS-IQP"])
-def test_a_failed_scoring_leaves_the_buffer_as_it_was(stream, name):
-    # Given a buffer fed directly, and a batch with a label the model does not have
+@pytest.mark.parametrize("name", list(GRADIENT_BUFFERS))
+def test_a_label_the_model_lacks_is_refused_and_the_buffer_goes_on(stream, name):
+    # Given a buffer fed directly with a 4-output model, and a batch holding label 7
     x, y = stream
-    model = mlp()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 4))
+    good = [(x[i : i + 10], y[i : i + 10] % 4) for i in range(0, 200, 10)]
     buf = GRADIENT_BUFFERS[name](10)
-    buf.add(x[:20], y[:20], model)
+    buf.add(*good[0], model)
     before = buf.state_dict()
-    bad_y = y[20:40].clone()
-    bad_y[4] = 12
-    # When scoring raises (PyTorch's cross-entropy: target out of bounds)
-    with pytest.raises(IndexError, match="out of bounds"):
-        buf.add(x[20:40], bad_y, model)
-    # Then the samples, counters and recent buffer are those before the call
+    bad_y = good[1][1].clone()
+    bad_y[4] = 7
+    # When it is offered, Then it is refused before it enters the buffer or its recent buffer
+    with pytest.raises(ValueError, match="label 7 is outside the model's 4 outputs"):
+        buf.add(good[1][0], bad_y, model)
     after = buf.state_dict()
-    assert after["n_seen"] == before["n_seen"] and torch.equal(after["x"], before["x"])
-    assert getattr(buf, "n_recent", 0) == 0
+    assert after["n_seen"] == before["n_seen"] == 10
+    assert getattr(buf, "n_recent", 10) == 10  # GSS-IQP/Clust: only the first batch waits
+    assert torch.equal(after["generator"], before["generator"])
+    # And every later good batch is taken as usual: merges happen, n_seen moves
+    for bx, by in good[1:]:
+        buf.add(bx, by, model)
+    assert buf.n_seen == 200 and len(buf) > 0
 
 
 # ---------------------------------------------------------------- IQP solver

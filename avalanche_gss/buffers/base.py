@@ -17,7 +17,7 @@ the fast replay path uses when the stream's datasets have no transform.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from avalanche.benchmarks import CLExperience
@@ -26,13 +26,13 @@ from torch import Tensor, nn
 
 from avalanche_gss._avalanche import has_transforms, reading_copy
 from avalanche_gss.benchmarks.online import dataset_tensors
-from avalanche_gss.buffers.columns import ReadsMixin
+from avalanche_gss.buffers.columns import ReadsMixin, check_size
 from avalanche_gss.buffers.rows import Rows, model_device
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["OnlineBuffer", "check_batch", "reject"]
+__all__ = ["OnlineBuffer", "Checked", "check_batch", "reject"]
 
 
 class _DatasetFeed:
@@ -52,7 +52,7 @@ class _DatasetFeed:
         def _prune_sources(self) -> None: ...
 
         def _offer(self, rows: Rows, model: nn.Module | None,
-                   finite: Tensor | None | bool = True) -> Tensor: ...
+                   checked: Checked | None = None, *, stacklevel: int = 4) -> Tensor: ...
 
         def _input_like(self) -> Tensor | None: ...
 
@@ -88,15 +88,17 @@ class _DatasetFeed:
             x, y, t = (v.to(device, non_blocking=True) for v in (x, y, t))
         sid = self._register(data)
         n = len(y)
-        for start in range(0, n, step):
-            end = min(start + step, n)
-            rows = Rows(x[start:end], y[start:end], t[start:end],
-                        torch.full((end - start,), sid, dtype=torch.long),
-                        torch.arange(start, end), torch.full((end - start,), plain))
-            finite = check_batch(self, hx[start:end], hy[start:end],  # type: ignore[arg-type]
-                                 self._input_like(), stacklevel=4)
-            self.last_slots = self._offer(rows, model, finite)
-        self._prune_sources()
+        try:
+            for start in range(0, n, step):
+                end = min(start + step, n)
+                rows = Rows(x[start:end], y[start:end], t[start:end],
+                            torch.full((end - start,), sid, dtype=torch.long),
+                            torch.arange(start, end), torch.full((end - start,), plain))
+                checked = check_batch(self, hx[start:end], hy[start:end],  # type: ignore[arg-type]
+                                      self._input_like())
+                self.last_slots = self._offer(rows, model, checked, stacklevel=5)
+        finally:  # a refused batch leaves the batches before it stored, and no stale source
+            self._prune_sources()
 
     def post_adapt(self, agent_state: SupervisedTemplate, exp: Any) -> None:
         """Avalanche's hook: offer the experience's samples, scored with the current model.
@@ -139,23 +141,29 @@ class OnlineBuffer(_DatasetFeed, ReadsMixin, ExemplarsBuffer):
     stored) and, for a policy that scores samples (:attr:`scored`), :attr:`last_scores`
     the scores of the samples the policy was offered (those with finite inputs).
 
-    Bad input never reaches the storage: labels must be non-negative integers and inputs
-    must have the stored inputs' shape (``ValueError``, the buffer unchanged); samples with
-    a NaN or infinite input value are not stored (a ``RuntimeWarning`` says how many).
-    :attr:`n_rejected` counts them, with the samples a gradient-scored policy refuses
-    because their gradient is not finite.
+    Bad input never reaches the storage: labels must be integers in
+    ``[0, label_bound)`` and inputs must have the stored inputs' shape (``ValueError``);
+    samples with a NaN or infinite input value are not stored (a ``RuntimeWarning`` says
+    how many). :attr:`n_rejected` counts them, with the samples a gradient-scored policy
+    refuses because their gradient is not finite.
 
-    :param max_size: number of slots ``M``.
+    A call that raises, whatever the reason (bad input, a policy or a model that fails,
+    memory), leaves the buffer exactly as it was: samples, recent buffer, counters and
+    every generator's state (:meth:`_snapshot`).
+
+    :param max_size: number of slots ``M``, an integer >= 1 whose columns fit in the
+        memory available (else a ``MemoryError`` says how many bytes they need).
     :param seed: seed of the buffer's own ``torch.Generator`` (saved in :meth:`state_dict`).
     """
 
     scored = False
     """Whether the policy keeps a meaningful score per stored sample (``self.scores``)."""
 
+    label_bound = 2**31
+    """Labels must be below it (and >= 0); a policy whose state is indexed by label lowers it."""
+
     def __init__(self, max_size: int, *, seed: int = 0) -> None:
-        if int(max_size) < 1:
-            raise ValueError(f"buffer size must be >= 1, got {max_size}")
-        m = int(max_size)
+        m = check_size(max_size)
         ExemplarsBuffer.__init__(self, m)
         self.generator = torch.Generator().manual_seed(seed)
         self._init_columns(m)
@@ -209,28 +217,72 @@ class OnlineBuffer(_DatasetFeed, ReadsMixin, ExemplarsBuffer):
         self.last_slots = slots
         return slots
 
-    def _offer(self, rows: Rows, model: nn.Module | None,
-               finite: Tensor | None | bool = True) -> Tensor:
+    def _offer(self, rows: Rows, model: nn.Module | None, checked: Checked | None = None, *,
+               stacklevel: int = 4) -> Tensor:
         """Validate a batch, drop non-finite samples, let the policy place the rest.
 
-        :param finite: ``True`` (validate here), or what :func:`check_batch` returned for
-            the batch when the caller validated it (on the host, before moving it).
+        Anything that raises from here on leaves the buffer as it was (:meth:`_snapshot`).
+
+        :param checked: what :func:`check_batch` returned for the batch when the caller
+            validated it (on the host, before moving it); ``None``: validate here.
+        :param stacklevel: the caller's ``stacklevel`` for the warning about non-finite inputs.
         """
-        if finite is True:
-            finite = check_batch(self, rows.x, rows.y, self._input_like())
-        assert finite is None or isinstance(finite, Tensor)
+        if checked is None:
+            checked = check_batch(self, rows.x, rows.y, self._input_like())
         if len(rows) == 0:
             return torch.empty(0, dtype=torch.long)
-        slots = torch.full((len(rows),), -1, dtype=torch.long)
-        if finite is not None:  # samples with NaN/inf inputs are not offered
-            rows = rows.take(finite)
-        if len(rows):
-            assigned = self._admit(rows, model)
-            if finite is None:
-                slots = assigned
-            else:
-                slots[finite] = assigned
+        before = self._snapshot()
+        try:
+            self._check_labels(rows, checked.high, model)
+            finite = checked.finite
+            slots = torch.full((len(rows),), -1, dtype=torch.long)
+            if finite is not None:  # samples with NaN/inf inputs are not offered
+                bad = int((~finite).sum())
+                reject(self, bad, f"{bad} sample(s) with NaN or infinite inputs not stored",
+                       stacklevel=stacklevel + 1)
+                rows = rows.take(finite)
+            if len(rows):
+                assigned = self._admit(rows, model)
+                if finite is None:
+                    slots = assigned
+                else:
+                    slots[finite] = assigned
+        except BaseException:
+            self._rollback(before)
+            raise
         return slots
+
+    def _check_labels(self, rows: Rows, high: int, model: nn.Module | None) -> None:
+        """Refuse labels the policy cannot use with ``model`` (none here), before any change.
+
+        :param rows: the batch.
+        :param high: its largest label.
+        :param model: the learner given with it.
+        :raises ValueError: a label the policy cannot use.
+        """
+
+    def _snapshot(self) -> dict[str, Any]:
+        """What a call may change before it raises: the attributes and the generators' states.
+
+        Attributes are copied shallowly: what a call changes it replaces (counters, the
+        recent buffer, per-class tensors), except the slot columns, written in place last,
+        once nothing can fail. A policy with state kept in place elsewhere adds it here and
+        restores it in :meth:`_rollback`.
+        """
+        attrs = dict(self.__dict__)
+        return {"attrs": attrs,
+                "generators": {name: value.get_state() for name, value in attrs.items()
+                               if isinstance(value, torch.Generator)}}
+
+    def _rollback(self, snapshot: dict[str, Any]) -> None:
+        """Restore what :meth:`_snapshot` saved."""
+        attrs = snapshot["attrs"]
+        for name in [name for name in self.__dict__ if name not in attrs]:
+            delattr(self, name)
+        self.__dict__.update(attrs)
+        for name, state in snapshot["generators"].items():
+            getattr(self, name).set_state(state)
+        self._data.reset(self.max_size)  # the dataset view is rebuilt from the slots
 
 
 
@@ -243,21 +295,27 @@ def _task_tensor(task_labels: Tensor | int, b: int, device: torch.device) -> Ten
     return torch.full((b,), int(task_labels), dtype=torch.long, device=device)
 
 
-def check_batch(owner: OnlineBuffer, x: Tensor, y: Tensor, ref: Tensor | None, *,
-                stacklevel: int = 5) -> Tensor | None:
-    """Validate a batch; return the ``(B,)`` CPU mask of its finite samples (``None``: all).
+class Checked(NamedTuple):
+    """What :func:`check_batch` found in a valid batch."""
 
-    Samples with a NaN or infinite input are counted in ``owner.n_rejected``, with a
-    ``RuntimeWarning``. On a GPU it reads values on the host: validate the batch before
-    moving it there.
+    finite: Tensor | None
+    """``(B,)`` CPU mask of the samples whose inputs are all finite (``None``: all are)."""
+    high: int
+    """The largest label (``-1`` for an empty batch)."""
 
-    :param owner: the buffer the batch is offered to.
+
+def check_batch(owner: OnlineBuffer, x: Tensor, y: Tensor, ref: Tensor | None) -> Checked:
+    """Validate a batch; return which samples are finite and the largest label.
+
+    Nothing changes here: :meth:`OnlineBuffer._offer` counts the non-finite samples. On a
+    GPU it reads values on the host: validate the batch before moving it there.
+
+    :param owner: the buffer the batch is offered to (its :attr:`~OnlineBuffer.label_bound`).
     :param x: ``(B, *input_shape)`` inputs.
     :param y: ``(B,)`` labels.
     :param ref: stored inputs whose shape ``x`` must match, if any.
-    :param stacklevel: the warning's ``stacklevel`` (the default suits a call from
-        :meth:`OnlineBuffer._offer`).
-    :raises ValueError: sizes or shapes disagree, or labels are not non-negative integers.
+    :raises ValueError: sizes or shapes disagree, or labels are not integers in
+        ``[0, owner.label_bound)``.
     """
     if y.dim() != 1 or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
         raise ValueError(
@@ -271,18 +329,17 @@ def check_batch(owner: OnlineBuffer, x: Tensor, y: Tensor, ref: Tensor | None, *
             f"{tuple(ref.shape[1:])}"
         )
     if len(y) == 0:
-        return None
-    if int(y.min()) < 0:
-        raise ValueError(f"labels must be >= 0, got {int(y.min())}")
+        return Checked(None, -1)
+    low, high = (int(v) for v in torch.stack(torch.aminmax(y)).tolist())  # one read
+    if low < 0:
+        raise ValueError(f"labels must be >= 0, got {low}")
+    if high >= owner.label_bound:
+        raise ValueError(f"labels must be < {owner.label_bound} ({type(owner).__name__}"
+                         f".label_bound), got {high}")
     if not x.is_floating_point():
-        return None
+        return Checked(None, high)
     finite = torch.isfinite(x.reshape(len(y), -1)).all(dim=1).cpu()  # (B,)
-    if bool(finite.all()):
-        return None
-    bad = int((~finite).sum())
-    reject(owner, bad, f"{bad} sample(s) with NaN or infinite inputs not stored",
-           stacklevel=stacklevel)
-    return finite
+    return Checked(None if bool(finite.all()) else finite, high)
 
 
 def reject(owner: OnlineBuffer, count: int, message: str, *, stacklevel: int) -> None:

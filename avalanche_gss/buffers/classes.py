@@ -24,9 +24,10 @@ class ClassBalancedBuffer(OnlineBuffer):
     """A buffer whose policy balances classes by their labels (no task label needed).
 
     :attr:`class_seen` holds ``n_c``, the samples of class ``c`` offered to the policy so
-    far (those with finite inputs, as :attr:`n_seen`), indexed by label; it is part of
-    :meth:`state_dict`. Subclasses implement :meth:`_assign` and update it there;
-    :attr:`class_state` names the per-class tensors saved with the samples.
+    far (those with finite inputs, as :attr:`n_seen`), indexed by label (so labels must be
+    below :attr:`label_bound`, ``2**20``); it is part of :meth:`state_dict`. Subclasses
+    implement :meth:`_assign` and update it there; :attr:`class_state` names the per-class
+    tensors saved with the samples.
 
     :param max_size: number of slots ``M``.
     :param seed: seed of the buffer's generator.
@@ -34,6 +35,10 @@ class ClassBalancedBuffer(OnlineBuffer):
 
     class_state: tuple[str, ...] = ("class_seen",)
     """The per-class tensors :meth:`state_dict` saves and :meth:`load_state_dict` restores."""
+
+    label_bound = 2**20
+    """Labels must be below it: the per-class state is indexed by label (8 bytes per class
+    for :attr:`class_seen`, so at most 8 MiB); a subclass may raise it."""
 
     def __init__(self, max_size: int, *, seed: int = 0) -> None:
         super().__init__(max_size, seed=seed)

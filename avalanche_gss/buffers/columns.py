@@ -3,10 +3,19 @@
 ``x``, ``y``, ``t`` and ``scores`` live on the samples' device; ``src``, ``src_idx`` and
 ``plain`` (the provenance, :mod:`~avalanche_gss.buffers.sources`) on the CPU. Slots
 ``0 .. size-1`` hold the samples: the buffer is filled contiguously from slot 0.
+
+Sizes are checked before anything is allocated: a size must be an integer >= 1
+(:func:`check_size`), and the columns of ``M`` slots must fit in the memory available
+(:func:`available_bytes`), else a one-line ``MemoryError`` says how many bytes they need.
+Allocations are all made before any column is replaced, so a resize that fails changes
+nothing.
 """
 
 from __future__ import annotations
 
+import math
+import operator
+import os
 from typing import Any
 
 import torch
@@ -16,10 +25,82 @@ from typing_extensions import Self  # typing.Self is Python 3.11+
 from avalanche_gss.buffers.rows import Rows
 from avalanche_gss.buffers.sources import SourcesMixin
 
-__all__ = ["ColumnsMixin", "ReadsMixin"]
+__all__ = ["ColumnsMixin", "ReadsMixin", "available_bytes", "check_size"]
 
 _DEVICE_COLUMNS = ("x", "y", "t", "scores")
 _CPU_COLUMNS = (("src", -1), ("src_idx", 0), ("plain", True))
+_DEVICE_SLOT_BYTES = 8 + 8 + 4  # y, t (int64), scores (float32), beside the inputs x
+_CPU_SLOT_BYTES = 8 + 8 + 1 + 8  # src, src_idx, plain and the dataset view's position
+
+
+def check_size(value: Any, what: str = "buffer size") -> int:
+    """``value`` as an ``int`` >= 1: an ``int`` or an integral number (a NumPy integer).
+
+    :param value: the size given.
+    :param what: its name, for the error.
+    :raises ValueError: a float (even ``3.0``), a string, a bool, ``None``, or a value < 1.
+    """
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be an integer >= 1, got {value!r} "
+                         f"({type(value).__name__})") from None
+    if n < 1:
+        raise ValueError(f"{what} must be >= 1, got {n}")
+    return n
+
+
+def _read_int(path: str, key: str | None = None) -> int | None:
+    """An integer from a file of ``/proc`` or ``/sys`` (the value after ``key:``), if any."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    if key is None:
+        value = text.split()[0] if text.split() else ""
+    else:
+        line = next((ln for ln in text.splitlines() if ln.startswith(key + ":")), "")
+        value = line.split()[1] if len(line.split()) > 1 else ""
+    return int(value) if value.isdigit() else None
+
+
+def available_bytes(device: torch.device | str) -> int | None:
+    """Bytes that new storage on ``device`` can take; ``None``: unknown (nothing is checked).
+
+    CUDA: the device's free memory plus what PyTorch's cache holds unused. CPU: the
+    system's available memory (``MemAvailable``, else the physical memory), lowered to
+    what the process's address-space limit (``RLIMIT_AS``) and its cgroup's memory limit
+    leave, where those are set.
+
+    :param device: where the storage would live.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    if device.type != "cpu":
+        return None
+    limits: list[int] = []
+    meminfo = _read_int("/proc/meminfo", "MemAvailable")
+    if meminfo is not None:
+        limits.append(meminfo * 1024)
+    elif hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        pages = _read_int("/proc/self/statm")
+        if soft != resource.RLIM_INFINITY and pages is not None:
+            limits.append(max(0, soft - pages * resource.getpagesize()))
+    except ImportError:  # not on this platform
+        pass
+    cap, used = _read_int("/sys/fs/cgroup/memory.max"), _read_int("/sys/fs/cgroup/memory.current")
+    if cap is not None and used is not None:
+        limits.append(max(0, cap - used))
+    return min(limits) if limits else None
 
 
 class ColumnsMixin(SourcesMixin):
@@ -30,6 +111,7 @@ class ColumnsMixin(SourcesMixin):
     n_rejected: int
 
     def _init_columns(self, m: int) -> None:
+        self._check_storage(m, None)
         self.max_size: int = m
         self.x: Tensor | None = None  # (M, *input_shape) once the first batch arrived
         self.y: Tensor | None = None  # (M,) class labels
@@ -38,12 +120,51 @@ class ColumnsMixin(SourcesMixin):
         self.size = 0
         self._init_sources(m)
 
+    def _check_storage(self, m: int, x: Tensor | None) -> None:
+        """Refuse ``m`` slots whose columns would not fit in the memory available.
+
+        :param m: the number of slots.
+        :param x: inputs like those stored (``None``: none yet, their column is not counted).
+        :raises MemoryError: one line with the bytes needed and those available.
+        """
+        dev = torch.device("cpu") if x is None else x.device
+        row = 0 if x is None else math.prod(x.shape[1:]) * x.element_size()
+        need = {torch.device("cpu"): m * _CPU_SLOT_BYTES}
+        need[dev] = need.get(dev, 0) + m * (row + _DEVICE_SLOT_BYTES)
+        for device, n in need.items():
+            free = available_bytes(device)
+            if free is not None and n > free:
+                raise MemoryError(
+                    f"{type(self).__name__}: buffer size {m} needs {n:,} bytes of {device} "
+                    f"memory ({n // m:,} per slot) but {free:,} are available; the buffer "
+                    "is unchanged")
+
+    def _new_columns(self, m: int, like: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Allocate ``m`` slots of every column, shaped as ``like``'s (nothing is replaced).
+
+        :param like: a tensor of each device column to allocate, with its dtype and device.
+        :raises MemoryError: an allocation failed (one line; the buffer is unchanged).
+        """
+        try:
+            new = {name: torch.zeros((m, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                   for name, v in like.items()}
+            for name, fill in _CPU_COLUMNS:
+                new[name] = torch.full((m,), fill, dtype=getattr(self, name).dtype)
+        except (RuntimeError, MemoryError) as err:  # torch's out-of-memory errors
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise MemoryError(f"{type(self).__name__}: could not allocate {m} slots ({reason}); "
+                              "the buffer is unchanged") from err
+        return new
+
     def _allocate(self, like: Rows) -> None:
-        m, dev = self.max_size, like.x.device
-        self.x = torch.zeros((m, *like.x.shape[1:]), dtype=like.x.dtype, device=dev)
-        self.y = torch.zeros(m, dtype=torch.long, device=dev)
-        self.t = torch.zeros(m, dtype=torch.long, device=dev)
-        self.scores = torch.zeros(m, dtype=torch.float32, device=dev)
+        self._check_storage(self.max_size, like.x)
+        dev = like.x.device
+        columns = self._new_columns(self.max_size, {
+            "x": like.x, "y": torch.empty(0, dtype=torch.long, device=dev),
+            "t": torch.empty(0, dtype=torch.long, device=dev),
+            "scores": torch.empty(0, dtype=torch.float32, device=dev)})
+        for name in _DEVICE_COLUMNS:
+            setattr(self, name, columns[name])
 
     def _store(self, rows: Rows, slots: Tensor, scores: Tensor | None) -> None:
         """Write ``rows`` into ``slots`` (``-1``: not stored), checking the policy's answer.
@@ -72,13 +193,15 @@ class ColumnsMixin(SourcesMixin):
         assert self.x is not None and self.y is not None and self.t is not None
         dev = self.x.device
         idx = target.to(dev, non_blocking=True)  # a host index: no stream sync on CUDA
-        self.x[idx] = rows.x.to(dev)
-        self.y[idx] = rows.y.to(dev, torch.long)
-        self.t[idx] = rows.t.to(dev, torch.long)
-        if scores is not None and self.scores is not None:
+        x, y, t = rows.x.to(dev), rows.y.to(dev, torch.long), rows.t.to(dev, torch.long)
+        if scores is not None:
             # non_blocking only from the host: a device-to-host copy must be waited for
-            self.scores[idx] = scores.to(dev, torch.float32,
-                                         non_blocking=scores.device.type == "cpu")
+            scores = scores.to(dev, torch.float32, non_blocking=scores.device.type == "cpu")
+        self.x[idx] = x  # every copy is made: the writes cannot fail half-way
+        self.y[idx] = y
+        self.t[idx] = t
+        if scores is not None and self.scores is not None:
+            self.scores[idx] = scores
         self.src[target] = rows.src
         self.src_idx[target] = rows.idx
         self.plain[target] = rows.plain
@@ -109,29 +232,36 @@ class ColumnsMixin(SourcesMixin):
 
         Shrinking keeps a uniform random subset of the samples (:meth:`_kept_on_shrink`);
         growing keeps every sample, and the next incoming samples fill the free slots before
-        the policy decides again.
+        the policy decides again. The new columns are all allocated before any is replaced:
+        a resize that raises changes nothing.
+
+        :param strategy: the strategy (unused; Avalanche's signature).
+        :param new_size: the new ``max_size``, an integer >= 1.
+        :raises ValueError: ``new_size`` is not an integer >= 1.
+        :raises MemoryError: the columns of ``new_size`` slots do not fit in the memory
+            available (:func:`available_bytes`) or could not be allocated.
         """
-        if int(new_size) < 1:
-            raise ValueError(f"buffer size must be >= 1, got {new_size}")
-        new_size = int(new_size)
-        keep = torch.arange(self.size)
-        if self.size > new_size:
-            keep = self._kept_on_shrink(new_size)
-        n = len(keep)
-        for name in _DEVICE_COLUMNS:
-            old = getattr(self, name)
-            if old is not None:
-                new = torch.zeros((new_size, *old.shape[1:]), dtype=old.dtype, device=old.device)
-                new[:n] = old[keep.to(old.device)]
-                setattr(self, name, new)
-        for name, fill in _CPU_COLUMNS:
-            old = getattr(self, name)
-            new = torch.full((new_size,), fill, dtype=old.dtype)
-            new[:n] = old[keep]
+        new_size = check_size(new_size)
+        self._check_storage(new_size, self.x)
+        columns = self._new_columns(new_size, {name: getattr(self, name) for name in
+                                               _DEVICE_COLUMNS if getattr(self, name) is not None})
+        drawn = self.generator.get_state()
+        try:
+            keep = torch.arange(self.size)
+            if self.size > new_size:
+                keep = self._kept_on_shrink(new_size)
+            for name, new in columns.items():
+                old = getattr(self, name)
+                new[: len(keep)] = old[keep.to(old.device)]
+            self._data.reset(new_size)
+        except BaseException:
+            self.generator.set_state(drawn)
+            self._data.reset(self.max_size)
+            raise
+        for name, new in columns.items():
             setattr(self, name, new)
-        self.size = n
+        self.size = len(keep)
         self.max_size = new_size
-        self._data.reset(new_size)
 
 
 class ReadsMixin(ColumnsMixin):

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from typing_extensions import Self  # typing.Self is Python 3.11+
 
 from avalanche_gss.buffers.base import OnlineBuffer, reject
+from avalanche_gss.buffers.columns import check_size
 from avalanche_gss.buffers.rows import Rows
 
 __all__ = ["RecentMergeBuffer", "usable"]
@@ -40,9 +41,7 @@ class RecentMergeBuffer(OnlineBuffer):
 
     def __init__(self, max_size: int, *, recent_size: int = 100, seed: int = 0) -> None:
         super().__init__(max_size, seed=seed)
-        if int(recent_size) < 1:
-            raise ValueError(f"recent_size must be >= 1, got {recent_size}")
-        self.recent_size = int(recent_size)
+        self.recent_size = check_size(recent_size, "recent_size")
         self.recent: Rows | None = None  # R < recent_size waiting samples between calls
 
     @property
@@ -84,24 +83,30 @@ class RecentMergeBuffer(OnlineBuffer):
             where a sample was not kept or still waits.
         """
         b = len(rows)
-        before = (self.recent, self.n_seen)
         rows = rows.detached()
         self.recent = rows if self.recent is None else Rows.cat(self.recent, rows)
         self.n_seen += b
         if self.n_recent < self.recent_size:
             return torch.full((b,), -1, dtype=torch.long)
-        try:
-            return self.merge_recent(model)[-b:]
-        except Exception:  # a failed selection leaves the buffer as it was before the call
-            self.recent, self.n_seen = before
-            raise
+        return self.merge_recent(model)[-b:]  # a failure: the caller restores the buffer
 
     def merge_recent(self, model: nn.Module | None = None) -> Tensor:
         """Run the selection on ``M_b U M_r`` now, whatever the recent buffer holds.
 
+        A selection that raises leaves the buffer, the waiting samples and the generators
+        as they were.
+
         :param model: the learner.
         :return: ``(R,)`` slot taken by each recent sample, ``-1`` where it was dropped.
         """
+        before = self._snapshot()
+        try:
+            return self._merge(model)
+        except BaseException:
+            self._rollback(before)
+            raise
+
+    def _merge(self, model: nn.Module | None) -> Tensor:
         recent = self.recent
         if recent is None:
             return torch.empty(0, dtype=torch.long)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from avalanche_gss.buffers.rows import labels_on, model_device, task_labels_for
+from avalanche_gss.buffers.rows import Rows, labels_on, model_device, task_labels_for
 from avalanche_gss.gradients import eval_mode, sample_gram
 
 __all__ = ["GradientScored", "model_features"]
@@ -32,6 +32,46 @@ class GradientScored:
 
     loss_fn: Any = None
     params: list[nn.Parameter] | None = None
+    _width: tuple[Any, int | None] | None = None  # (model key, its number of outputs)
+
+    def _check_labels(self, rows: Rows, high: int, model: nn.Module | None) -> None:
+        """Refuse a batch with a label the model has no output for, before anything changes.
+
+        The scores are the model's cross-entropy on the labels (the default ``loss_fn``),
+        which PyTorch refuses for a label beyond the outputs, and only when the sample is
+        scored: at a later merge for GSS-IQP and GSS-Clust, or once the buffer holds
+        samples for GSS-Greedy and CB-GSS. Checked here for every batch offered with a
+        model; a custom ``loss_fn`` is trusted with its labels.
+
+        :raises ValueError: ``high`` is not below the model's number of outputs.
+        """
+        if model is None or self.loss_fn is not None or high < 0:
+            return
+        outputs = self._outputs(model, rows)
+        if outputs is not None and high >= outputs:
+            raise ValueError(
+                f"label {high} is outside the model's {outputs} outputs (labels must be in "
+                f"[0, {outputs - 1}]): {self.method} scores samples by their cross-entropy; "
+                "the batch is refused")
+
+    def _outputs(self, model: nn.Module, rows: Rows) -> int | None:
+        """The model's number of outputs (``None``: not a ``(N, C)`` output).
+
+        One forward of one sample, eval mode and no gradient (the model's state is not
+        touched), remembered while the model and its parameters' shapes stay the same (a
+        growing classifier is measured again).
+        """
+        key = (id(model), tuple(p.shape for p in model.parameters()))
+        if self._width is not None and self._width[0] == key:
+            return self._width[1]
+        dev = model_device(model) or rows.x.device
+        x = rows.x[:1].to(dev)
+        labels = labels_on(model, rows.t[:1], dev)
+        with eval_mode(model), torch.no_grad():
+            out = model(x) if labels is None else model(x, labels)
+        outputs = int(out.shape[1]) if isinstance(out, Tensor) and out.dim() == 2 else None
+        self._width = (key, outputs)
+        return outputs
 
     def _check_model(self, model: nn.Module | None) -> nn.Module:
         """Return ``model`` if it has gradients to compare.

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from avalanche_gss.buffers import GradientScored, Rows
 from avalanche_gss.buffers.base import reject
+from avalanche_gss.buffers.columns import check_size
 from avalanche_gss.methods.cbrs import CBRSBuffer
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.cbrs import cbrs_plan, place_by_weight
@@ -75,8 +76,7 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
                  loss_fn: Any = None, params: list[nn.Parameter] | None = None,
                  seed: int = 0) -> None:
         super().__init__(max_size, seed=seed)
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+        n = check_size(n, "n")
         if victim not in ("score", "random"):
             raise ValueError(f"victim must be 'score' or 'random', got {victim!r}")
         self.n = n

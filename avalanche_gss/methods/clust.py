@@ -78,6 +78,14 @@ class ClustBuffer(RecentMergeBuffer):
         super().resize(strategy, new_size)
         self.clustering.capacity = self.max_size
 
+    def _snapshot(self) -> dict[str, Any]:
+        """:meth:`RecentMergeBuffer._snapshot` plus the clustering's threshold and generator."""
+        return {**super()._snapshot(), "clustering": self.clustering.state_dict()}
+
+    def _rollback(self, snapshot: dict[str, Any]) -> None:
+        super()._rollback(snapshot)
+        self.clustering.load_state_dict(snapshot["clustering"])
+
     def state_dict(self) -> dict[str, Any]:
         """:meth:`RecentMergeBuffer.state_dict` plus the clustering's threshold and RNG."""
         state = super().state_dict()

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from avalanche_gss.buffers import GradientScored, OnlineBuffer, Rows, Variant
 from avalanche_gss.buffers.base import reject
+from avalanche_gss.buffers.columns import check_size
 from avalanche_gss.buffers.presets import resolve
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.greedy import CandidateDraw, Gate, greedy_slots, memory_scores
@@ -75,10 +76,8 @@ class GSSGreedyBuffer(GradientScored, OnlineBuffer):
         seed: int = 0,
     ) -> None:
         super().__init__(max_size, seed=seed)
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if group_size < 1:
-            raise ValueError(f"group_size must be >= 1, got {group_size}")
+        n = check_size(n, "n")
+        group_size = check_size(group_size, "group_size")
         options = resolve(self.PRESETS, variant, {
             "memory_grads": memory_grads, "gate": gate, "candidate_draw": candidate_draw})
         if options["memory_grads"] not in ("samples", "groups"):

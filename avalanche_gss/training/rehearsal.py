@@ -9,15 +9,18 @@ stay is the storage policy's business. :class:`OnlineRehearsal` is
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from avalanche.core import BasePlugin, SupervisedPlugin
 from avalanche.models import avalanche_forward
 from avalanche.training.storage_policy import ExemplarsBuffer
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
 __all__ = ["OnlineRehearsalPlugin", "OnlineRehearsal", "BufferStrategy", "buffer_options",
-           "with_buffer_options"]
+           "with_buffer_options", "single_sample_norm"]
 
 
 class OnlineRehearsalPlugin(SupervisedPlugin):
@@ -51,6 +54,9 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
 
     A replay step whose loss is not finite is skipped (:func:`finite_loss`), and counted in
     :attr:`skipped_steps`. A buffer smaller than ``replay_batch_size`` is replayed whole.
+    A replay batch of one sample (``M = 1``, or ``replay_batch_size=1``) is learnt with
+    every BatchNorm layer that would see a single value per channel normalising with its
+    running statistics (:func:`single_sample_norm`).
 
     :param storage_policy: the buffer; an :class:`~avalanche_gss.buffers.OnlineBuffer`
         (fast tensor path) or any Avalanche ``ExemplarsBuffer``.
@@ -128,7 +134,8 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
                      ) -> Tensor:
         """The strategy's loss on a replay batch (``avalanche_forward``: task labels)."""
         x, y, t = batch
-        loss: Tensor = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
+        with single_sample_norm(strategy.model, len(y)):
+            loss: Tensor = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
         return loss
 
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
@@ -156,6 +163,43 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.skipped_steps = int(state["skipped_steps"])
         self.storage_policy.load_state_dict(state["storage_policy"])
         self.retrieval.reset()
+
+
+@contextmanager
+def single_sample_norm(model: nn.Module, n: int) -> Iterator[None]:
+    """One sample: a BatchNorm layer seeing one value per channel uses its running statistics.
+
+    PyTorch cannot take the batch statistics of a single value (a train-mode BatchNorm
+    raises ``Expected more than 1 value per channel``); such a layer normalises with its
+    running statistics instead, as in eval mode, and leaves them unchanged. Layers that see
+    more values (a ``BatchNorm2d`` on a feature map), layers without running statistics and
+    every other module run as usual. With ``n > 1`` nothing changes.
+
+    :param model: the network.
+    :param n: the number of samples of the forward.
+    """
+    if n != 1:
+        yield
+        return
+    switched: list[nn.Module] = []
+
+    def one_value(module: nn.Module, args: tuple[Any, ...]) -> None:
+        x = args[0] if args else None
+        if (module.training and getattr(module, "track_running_stats", False)
+                and isinstance(x, Tensor) and x.dim() >= 2
+                and x.shape[0] * math.prod(x.shape[2:]) == 1):
+            module.training = False
+            switched.append(module)
+
+    handles = [m.register_forward_pre_hook(one_value) for m in model.modules()
+               if isinstance(m, _BatchNorm)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module in switched:
+            module.training = True
 
 
 class OnlineRehearsal(OnlineTemplate):
