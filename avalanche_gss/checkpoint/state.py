@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT_VERSION", "rng_state", "set_rng_state", "strategy_state_dict",
            "load_strategy_state_dict"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version of the checkpoint layout; :func:`load_state` refuses any other (1: no
-configuration, no checksum)."""
+configuration, no checksum; 2: a configuration without every option that changes a
+result, no grown-model layout)."""
 
 
 _CLOCK_COUNTERS = (

@@ -23,7 +23,7 @@ from avalanche_gss.methods import NAMES, get
 from avalanche_gss.models import MLP
 
 REPO = Path(__file__).resolve().parents[2]
-GRADIENT = ("GSS-Greedy", "GSS-IQP", "GSS-Clust", "CB-GSS")  # score with the labels
+GRADIENT = ("GSS-Greedy", "GSS-IQP", "GSS-Clust", "CB-GSS", "OCS", "GCR")  # score with the labels
 
 
 def build(name, size=12, **kw):
