@@ -112,6 +112,12 @@ def prepare_job(config: dict[str, Any]) -> None:
                          "command again")
 
 
+def data_fields(data: ArrayDataset) -> dict[str, Any]:
+    """What every report says of its data: name, source, content hash, verification."""
+    return {"dataset": data.name, "data_source": data.source, **data_identity(data),
+            "data_verified_as": data.verified_as, "data_verification": data.verification}
+
+
 def load_checked(config: dict[str, Any]) -> ArrayDataset:
     """Load a job's data and check that they are the data its cache key names.
 

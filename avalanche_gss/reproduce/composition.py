@@ -31,7 +31,7 @@ from avalanche_gss.reporting import (
     provenance_line,
     write_text,
 )
-from avalanche_gss.reproduce.common import command, data_identity, resolve_data
+from avalanche_gss.reproduce.common import command, data_fields, resolve_data
 from avalanche_gss.reproduce.protocols import PROTOCOLS, data_label
 
 
@@ -187,9 +187,7 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
     assert settings is not None  # the command line gives at least one method and seed
     split = splits[0]
     report: dict[str, Any] = {
-        "experiment": "composition", "dataset": data.name, "data_source": data.source,
-        **data_identity(data), "data_verified_as": data.verified_as,
-        "data_verification": data.verification, "command": command(argv),
+        "experiment": "composition", **data_fields(data), "command": command(argv),
         "protocol": {
             "methods": list(methods), "variants": list(args.variants), "seeds": list(seeds),
             "buffer_sizes": [m], "lr": lr, "n_iter": n_iter,

@@ -55,6 +55,7 @@ from avalanche_gss.reporting import (
 from avalanche_gss.reproduce.common import (
     code_identity,
     command,
+    data_fields,
     data_identity,
     load_checked,
     method_code,
@@ -158,12 +159,6 @@ def _base_config(args: argparse.Namespace, data_name: str, samples_per_task: int
 def _data_label(data: ArrayDataset) -> tuple[str, bool]:
     """How the data are named in titles; whether they were verified to be MNIST (or subset)."""
     return data_label(data), data.verified_as in PAPER_DATA["mnist"]
-
-
-def _data_fields(data: ArrayDataset) -> dict[str, Any]:
-    """What a figure's report says of its data: name, source, content hash, check."""
-    return {"dataset": data.name, "data_source": data.source, **data_identity(data),
-            "data_verified_as": data.verified_as, "data_verification": data.verification}
 
 
 def _stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: int,
@@ -361,7 +356,7 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         "experiment": "figure4",
         "title": f"test accuracy along disjoint {shown_as}, every {every} samples "
                  + ("(paper Figure 4a)" if own else "(protocol of paper Figure 4a)"),
-        **_data_fields(data),
+        **data_fields(data),
         "command": cmd, "provenance": provenance(args.device, args.threads),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
@@ -484,7 +479,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                  f"{shown_as} " + ("(paper Figure 5)" if own else
                                 "(protocol of paper Figure 5; the paper's number is for "
                                 "MNIST and is not shown)"),
-        **_data_fields(data),
+        **data_fields(data),
         "command": cmd, "provenance": provenance(args.device, args.threads),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},

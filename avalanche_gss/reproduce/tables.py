@@ -36,6 +36,7 @@ from avalanche_gss.reporting import DIVERGED_SHARE, provenance, rows_from_runs, 
 from avalanche_gss.reproduce.common import (
     code_identity,
     command,
+    data_fields,
     data_identity,
     method_code,
     resolve_data,
@@ -261,11 +262,7 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     report = {
         "experiment": args.experiment,
         "title": title,
-        "dataset": data.name,
-        "data_source": data.source,
-        **identity,
-        "data_verified_as": data.verified_as,
-        "data_verification": data.verification,
+        **data_fields(data),
         "command": command(argv),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},

@@ -53,6 +53,7 @@ from avalanche_gss.reporting import (
 from avalanche_gss.reproduce.common import (
     code_identity,
     command,
+    data_fields,
     data_identity,
     method_code,
     resolve_data,
@@ -619,11 +620,7 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
         "experiment": NAME,
         "title": f"which buffer policy for which stream, on {label}: final average accuracy "
                  f"and train time per run, M = {sizes} (ours, not a table of the paper)",
-        "dataset": data.name,
-        "data_source": data.source,
-        **identity,
-        "data_verified_as": data.verified_as,
-        "data_verification": data.verification,
+        **data_fields(data),
         "command": command(argv),
         "protocol": {
             "policies": list(chosen["policies"]),
