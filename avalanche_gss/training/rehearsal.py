@@ -25,7 +25,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.training.finite import finite_loss
-from avalanche_gss.training.retrieval import Retrieval, draw, make_retrieval
+from avalanche_gss.training.retrieval import Retrieval, make_retrieval
 from avalanche_gss.training.template import OnlineTemplate
 
 if TYPE_CHECKING:
@@ -87,14 +87,6 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.joint = joint
         self.generator = torch.Generator().manual_seed(seed)
         self.skipped_steps = 0  # replay steps skipped for a non-finite loss
-
-    def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor] | None:
-        """Draw ``replay_batch_size`` distinct buffer samples uniformly: ``(x, y, t)``.
-
-        The default retrieval's draw (:func:`~avalanche_gss.training.retrieval.draw`), on
-        ``device``.
-        """
-        return draw(self.storage_policy, self.replay_batch_size, self.generator, device)
 
     def before_update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Let the retrieval see the batch's gradient; with ``joint``, add the replay loss's."""
