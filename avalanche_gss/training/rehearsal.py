@@ -221,7 +221,10 @@ class OnlineRehearsal(OnlineTemplate):
 
     @property
     def storage_policy(self) -> OnlineBuffer:
-        """The buffer (as given: an Avalanche ``ExemplarsBuffer`` given here is returned too)."""
+        """The buffer: an :class:`~avalanche_gss.buffers.OnlineBuffer` in every ready strategy.
+
+        An Avalanche ``ExemplarsBuffer`` given to :class:`OnlineRehearsal` is returned as it is.
+        """
         return cast(OnlineBuffer, self.rehearsal.storage_policy)
 
 
