@@ -144,10 +144,9 @@ def optimizer_layout(model: nn.Module, optimizer: torch.optim.Optimizer) -> list
         parameter that is not the model's.
     """
     names = {id(p): name for name, p in model.named_parameters()}
-    groups = [[names.get(id(p)) for p in group["params"]] for group in optimizer.param_groups]
-    if any(name is None for group in groups for name in group):
+    if any(id(p) not in names for group in optimizer.param_groups for p in group["params"]):
         return None
-    return groups  # type: ignore[return-value]
+    return [[names[id(p)] for p in group["params"]] for group in optimizer.param_groups]
 
 
 def restore_optimizer_params(model: nn.Module, optimizer: torch.optim.Optimizer,

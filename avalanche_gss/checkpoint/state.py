@@ -135,9 +135,9 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
                          f"this strategy has {names}")
     grow_model(strategy.model, state["model"])
     strategy.model.load_state_dict(state["model"])
-    layout = state.get("model_layout", {})
-    restore_model_layout(strategy.model, layout.get("task_modules", {}))
-    restore_optimizer_params(strategy.model, strategy.optimizer, layout.get("optimizer_params"))
+    layout = state["model_layout"]
+    restore_model_layout(strategy.model, layout["task_modules"])
+    restore_optimizer_params(strategy.model, strategy.optimizer, layout["optimizer_params"])
     if getattr(strategy, "optimized_param_id", None) is None and callable(
         getattr(strategy, "make_optimizer", None)
     ):

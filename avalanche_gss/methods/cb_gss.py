@@ -161,14 +161,25 @@ class CBGSS(BufferStrategy):
     (:class:`~avalanche_gss.training.OtherClassesRetrieval`, ``retrieval="other-classes"``,
     the default here); ``retrieval="random"`` gives the paper's uniform replay.
 
+    The buffer's options (``n``, ``victim``, ``loss_fn``, ``params``) are those of
+    :class:`CBGSSBuffer`, with its defaults, and documented there.
+
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`CBGSSBuffer`'s options (``n``, ``victim``, ...) and
-        :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = CBGSSBuffer
     default_retrieval = "other-classes"
+
+    def __init__(
+        self, *, mem_size: int, seed: int = 0, n: int = 10, victim: Victim = "score",
+        loss_fn: Any = None, params: list[nn.Parameter] | None = None, **options: Any,
+    ) -> None:
+        buffer = CBGSSBuffer(mem_size, n=n, victim=victim, loss_fn=loss_fn, params=params,
+                             seed=seed)
+        self._rehearse(buffer, seed, options)
 
 
 # Revision 2: the class rule decides first and only the stored samples are scored

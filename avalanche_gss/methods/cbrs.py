@@ -64,8 +64,8 @@ class CBRS(BufferStrategy):
 
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`CBRSBuffer`'s options and
-        :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = CBRSBuffer

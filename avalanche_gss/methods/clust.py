@@ -219,25 +219,50 @@ class FSSClustBuffer(ClustBuffer):
 class GSSClust(BufferStrategy):
     """Online rehearsal with the ``GSS-Clust`` buffer (doubling clustering of gradients).
 
+    The buffer's options (``variant``, ``recent_size``, ``growth``, ``loss_fn``, ``params``)
+    are those of :class:`GSSClustBuffer`, with its defaults, and documented there.
+
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`GSSClustBuffer`'s options (``variant``, ``recent_size``,
-        ``growth``, ...) and :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = GSSClustBuffer
+
+    def __init__(
+        self, *, mem_size: int, seed: int = 0, variant: Variant = "authors", recent_size: int = 100,
+        growth: float | None = None, loss_fn: Any = None, params: list[nn.Parameter] | None = None,
+        **options: Any,
+    ) -> None:
+        buffer = GSSClustBuffer(mem_size, variant=variant, recent_size=recent_size, growth=growth,
+                                loss_fn=loss_fn, params=params, seed=seed)
+        self._rehearse(buffer, seed, options)
 
 
 class FSSClust(BufferStrategy):
     """Online rehearsal with the ``FSS-Clust`` buffer (doubling clustering of features).
 
+    The buffer's options (``variant``, ``recent_size``, ``features``, ``squared``,
+    ``growth``) are those of :class:`FSSClustBuffer`, with its defaults, and documented
+    there.
+
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`FSSClustBuffer`'s options (``variant``, ``features``,
-        ``squared``, ...) and :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = FSSClustBuffer
+
+    def __init__(
+        self, *, mem_size: int, seed: int = 0, variant: Variant = "authors", recent_size: int = 100,
+        features: ClustFeatures | None = None, squared: bool | None = None,
+        growth: float | None = None, **options: Any,
+    ) -> None:
+        buffer = FSSClustBuffer(mem_size, variant=variant, recent_size=recent_size,
+                                features=features, squared=squared, growth=growth, seed=seed)
+        self._rehearse(buffer, seed, options)
 
 
 _CLUST = {"variant": "variant", "recent_size": "recent_size", "clust_growth": "growth"}

@@ -135,13 +135,24 @@ class GCR(BufferStrategy):
     Selection only: replay is uniform and unweighted (GCR's weighted replay loss is not
     yet provided).
 
+    The buffer's options (``recent_size``, ``lam``, ``loss_fn``, ``params``) are those of
+    :class:`GCRBuffer`, with its defaults, and documented there.
+
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`GCRBuffer`'s options (``recent_size``, ``lam``, ...) and
-        :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = GCRBuffer
+
+    def __init__(
+        self, *, mem_size: int, seed: int = 0, recent_size: int = 100, lam: float = 0.5,
+        loss_fn: Any = None, params: list[nn.Parameter] | None = None, **options: Any,
+    ) -> None:
+        buffer = GCRBuffer(mem_size, recent_size=recent_size, lam=lam, loss_fn=loss_fn,
+                           params=params, seed=seed)
+        self._rehearse(buffer, seed, options)
 
 
 METHODS = (Method("GCR", GCRBuffer, GCR, options={"recent_size": "recent_size"}),)

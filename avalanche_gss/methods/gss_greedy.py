@@ -124,13 +124,28 @@ class GSSGreedyBuffer(GradientScored, OnlineBuffer):
 class GSSGreedy(BufferStrategy):
     """Online rehearsal with the ``GSS-Greedy`` buffer (paper Algorithm 2).
 
+    The buffer's options (``n``, ``variant``, ``memory_grads``, ``gate``,
+    ``candidate_draw``, ``group_size``, ``loss_fn``, ``params``) are those of
+    :class:`GSSGreedyBuffer`, with its defaults, and documented there.
+
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`GSSGreedyBuffer`'s options (``n``, ``variant``, ``gate``, ...)
-        and :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = GSSGreedyBuffer
+
+    def __init__(
+        self, *, mem_size: int, seed: int = 0, n: int = 10, variant: Variant = "authors",
+        memory_grads: MemoryGrads | None = None, gate: Gate | None = None,
+        candidate_draw: CandidateDraw | None = None, group_size: int = 10, loss_fn: Any = None,
+        params: list[nn.Parameter] | None = None, **options: Any,
+    ) -> None:
+        buffer = GSSGreedyBuffer(mem_size, n=n, variant=variant, memory_grads=memory_grads,
+                                 gate=gate, candidate_draw=candidate_draw, group_size=group_size,
+                                 loss_fn=loss_fn, params=params, seed=seed)
+        self._rehearse(buffer, seed, options)
 
 
 METHODS = (Method("GSS-Greedy", GSSGreedyBuffer, GSSGreedy,

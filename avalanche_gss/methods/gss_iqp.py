@@ -7,7 +7,7 @@ uses it as GEM-style constraints instead (appendix C).
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -18,7 +18,7 @@ from avalanche_gss.gradients import cosine_from_gram
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.iqp import IQPResult, select_iqp
 from avalanche_gss.training.constrained import ConstrainedUpdatePlugin
-from avalanche_gss.training.rehearsal import BufferStrategy, buffer_options, with_buffer_options
+from avalanche_gss.training.rehearsal import BufferStrategy
 from avalanche_gss.training.template import OnlineTemplate
 
 __all__ = ["IQPSolver", "GSSIQPBuffer", "GSSIQP", "GSSIQPConstrained", "METHODS"]
@@ -129,14 +129,27 @@ class GSSIQPBuffer(GradientScored, RecentMergeBuffer):
 class GSSIQP(BufferStrategy):
     """Online rehearsal with the ``GSS-IQP`` buffer (paper Algorithm 1).
 
+    The buffer's options (``recent_size``, ``solver``, ``time_limit``, ``restarts``,
+    ``slack``, ``loss_fn``, ``params``) are those of :class:`GSSIQPBuffer`, with its
+    defaults, and documented there.
+
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`GSSIQPBuffer`'s options (``recent_size``, ``solver``,
-        ``time_limit``, ``restarts``, ``slack``, ...) and
-        :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = GSSIQPBuffer
+
+    def __init__(
+        self, *, mem_size: int, seed: int = 0, recent_size: int = 100, solver: IQPSolver = "fast",
+        time_limit: float = 60.0, restarts: int = 16, slack: float | None = 0.0,
+        loss_fn: Any = None, params: list[nn.Parameter] | None = None, **options: Any,
+    ) -> None:
+        buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver,
+                              time_limit=time_limit, restarts=restarts, slack=slack,
+                              loss_fn=loss_fn, params=params, seed=seed)
+        self._rehearse(buffer, seed, options)
 
 
 class GSSIQPConstrained(OnlineTemplate):
@@ -147,29 +160,35 @@ class GSSIQPConstrained(OnlineTemplate):
     loss of no buffer sample; no replay step is taken. The buffer is updated after each
     batch by Algorithm 1, as in :class:`GSSIQP`.
 
+    The buffer's options (``recent_size``, ``solver``, ``time_limit``, ``restarts``,
+    ``slack``, ``loss_fn``, ``params``) are those of :class:`GSSIQPBuffer`, with its
+    defaults, and documented there.
+
     :param mem_size: buffer size ``M``.
     :param margin: GEM's ``memory_strength`` (lower bound of the dual variables; 0: the
         plain projection, see :class:`~avalanche_gss.training.ConstrainedUpdatePlugin`).
     :param seed: seed of the buffer.
     :param plugins: extra plugins (the caller's list is copied, never modified).
-    :param kwargs: :class:`GSSIQPBuffer`'s options (``recent_size``, ``solver``, ...) and
-        :class:`~avalanche_gss.training.OnlineTemplate`'s arguments (``model``,
+    :param kwargs: :class:`~avalanche_gss.training.OnlineTemplate`'s arguments (``model``,
         ``optimizer``, ``n_iter``, ...).
     """
 
-    def __init__(self, *, mem_size: int, margin: float = 0.0, seed: int = 0,
-                 plugins: Any = None, **kwargs: Any) -> None:
-        options = buffer_options(GSSIQPBuffer, kwargs)
-        buffer = GSSIQPBuffer(mem_size, seed=seed, **options)
+    def __init__(
+        self, *, mem_size: int, margin: float = 0.0, seed: int = 0, plugins: Any = None,
+        recent_size: int = 100, solver: IQPSolver = "fast", time_limit: float = 60.0,
+        restarts: int = 16, slack: float | None = 0.0, loss_fn: Any = None,
+        params: list[nn.Parameter] | None = None, **kwargs: Any,
+    ) -> None:
+        buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver,
+                              time_limit=time_limit, restarts=restarts, slack=slack,
+                              loss_fn=loss_fn, params=params, seed=seed)
         self.constrained = ConstrainedUpdatePlugin(buffer, margin=margin)
         super().__init__(plugins=[self.constrained, *(plugins or [])], **kwargs)
-
-    with_buffer_options(__init__, GSSIQPBuffer)
 
     @property
     def storage_policy(self) -> GSSIQPBuffer:
         """The buffer."""
-        return self.constrained.storage_policy  # type: ignore[return-value]
+        return cast(GSSIQPBuffer, self.constrained.storage_policy)  # the one built above
 
 
 METHODS = (Method("GSS-IQP", GSSIQPBuffer, GSSIQP, constrained=GSSIQPConstrained,

@@ -128,13 +128,23 @@ class OCSBuffer(GradientScored, OnlineBuffer):
 class OCS(BufferStrategy):
     """Online rehearsal with the ``OCS`` buffer (Yoon et al., ICLR 2022).
 
+    The buffer's options (``k``, ``n``, ``tau``, ``loss_fn``, ``params``) are those of
+    :class:`OCSBuffer`, with its defaults, and documented there.
+
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`OCSBuffer`'s options (``k``, ``n``, ``tau``, ...) and
-        :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = OCSBuffer
+
+    def __init__(
+        self, *, mem_size: int, seed: int = 0, k: int = 2, n: int = 10, tau: float = 1000.0,
+        loss_fn: Any = None, params: list[nn.Parameter] | None = None, **options: Any,
+    ) -> None:
+        buffer = OCSBuffer(mem_size, k=k, n=n, tau=tau, loss_fn=loss_fn, params=params, seed=seed)
+        self._rehearse(buffer, seed, options)
 
 
 METHODS = (Method("OCS", OCSBuffer, OCS),)

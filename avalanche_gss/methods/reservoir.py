@@ -46,8 +46,8 @@ class Reservoir(BufferStrategy):
 
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: :class:`ReservoirBuffer`'s options and
-        :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments.
+    :param options: :class:`~avalanche_gss.training.OnlineRehearsal`'s arguments (``model``,
+        ``optimizer``, ``replay_batch_size``, ``retrieval``, ...).
     """
 
     buffer_class = ReservoirBuffer

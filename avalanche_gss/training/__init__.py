@@ -19,7 +19,6 @@ from avalanche_gss.training.rehearsal import (
     BufferStrategy,
     OnlineRehearsal,
     OnlineRehearsalPlugin,
-    buffer_options,
 )
 from avalanche_gss.training.retrieval import (
     MIRRetrieval,
@@ -43,7 +42,6 @@ __all__ = [
     "OnlineRehearsal",
     "OnlineRehearsalPlugin",
     "BufferStrategy",
-    "buffer_options",
     "Retrieval",
     "RandomRetrieval",
     "MIRRetrieval",

@@ -14,6 +14,7 @@ from typing import Any
 from avalanche.core import BasePlugin, BaseSGDPlugin, SupervisedPlugin
 from avalanche.evaluation.metric_definitions import PluginMetric
 from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.templates.strategy_mixin_protocol import SGDStrategyProtocol
 
 from avalanche_gss._avalanche import is_active
 
@@ -53,14 +54,13 @@ def _trigger(event: str) -> Any:
     return trigger
 
 
-class FastHooks:
+class FastHooks(SGDStrategyProtocol[Any, Any, Any]):
     """Mixin for an Avalanche template: per-event plugin lists, built once per ``train``.
 
     Call :meth:`_reset_hooks` when the plugins may have changed (the template does at the
-    start of every ``train`` call).
+    start of every ``train`` call). The template's ``plugins`` are typed by Avalanche's
+    ``SGDStrategyProtocol``.
     """
-
-    plugins: list[Any]
 
     def _reset_hooks(self) -> None:
         self._hook_cache: dict[str, list[Any]] = {}

@@ -1,5 +1,8 @@
 """Pickling a strategy with ``dill`` (Avalanche's ``save_checkpoint``) and ``deepcopy``.
 
+:class:`~avalanche_gss.training.template.OnlineTemplate`'s ``__getstate__`` uses
+:func:`picklable_optimizer`.
+
 ``dill`` 0.4 cannot locate ``torch.optim.sgd.SGD`` (``torch.optim`` deletes its submodule
 attributes), tries to pickle the class itself and fails; the optimizer is therefore
 pickled by its class's import path.
@@ -11,9 +14,8 @@ import importlib
 from typing import Any
 
 from torch.optim import Optimizer
-from typing_extensions import Self  # typing.Self is Python 3.11+
 
-__all__ = ["PicklableStrategy"]
+__all__ = ["picklable_optimizer"]
 
 
 def _rebuild_optimizer(module: str, qualname: str, state: dict[str, Any]) -> Optimizer:
@@ -37,19 +39,11 @@ class _OptimizerByName:
         return _rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__())
 
 
-class PicklableStrategy:
-    """Mixin: a strategy that ``dill`` and ``copy`` handle (see the module's docstring)."""
+def picklable_optimizer(state: dict[str, Any]) -> dict[str, Any]:
+    """A strategy's pickle state with its optimizer pickled by its class's import path.
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle state: the optimizer by class name; caches are rebuilt on use."""
-        state = self.__dict__.copy()
-        state["_hook_cache"] = {}
-        if isinstance(state.get("optimizer"), Optimizer):
-            state["optimizer"] = _OptimizerByName(state["optimizer"])
-        return state
-
-    def __copy__(self) -> Self:
-        """A shallow copy sharing every attribute (not routed through :meth:`__getstate__`)."""
-        new = type(self).__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        return new
+    :param state: a copy of the strategy's ``__dict__`` (changed in place and returned).
+    """
+    if isinstance(state.get("optimizer"), Optimizer):
+        state["optimizer"] = _OptimizerByName(state["optimizer"])
+    return state

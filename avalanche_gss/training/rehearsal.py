@@ -8,12 +8,11 @@ stay is the storage policy's business. :class:`OnlineRehearsal` is
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from avalanche.core import BasePlugin, SupervisedPlugin
@@ -25,14 +24,13 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.training.finite import finite_loss
-from avalanche_gss.training.retrieval import Retrieval, draw, make_retrieval
+from avalanche_gss.training.retrieval import Retrieval, make_retrieval
 from avalanche_gss.training.template import OnlineTemplate
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["OnlineRehearsalPlugin", "OnlineRehearsal", "BufferStrategy", "buffer_options",
-           "with_buffer_options", "single_sample_norm"]
+__all__ = ["OnlineRehearsalPlugin", "OnlineRehearsal", "BufferStrategy", "single_sample_norm"]
 
 
 class OnlineRehearsalPlugin(SupervisedPlugin):
@@ -87,14 +85,6 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.joint = joint
         self.generator = torch.Generator().manual_seed(seed)
         self.skipped_steps = 0  # replay steps skipped for a non-finite loss
-
-    def _replay_batch(self, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor] | None:
-        """Draw ``replay_batch_size`` distinct buffer samples uniformly: ``(x, y, t)``.
-
-        The default retrieval's draw (:func:`~avalanche_gss.training.retrieval.draw`), on
-        ``device``.
-        """
-        return draw(self.storage_policy, self.replay_batch_size, self.generator, device)
 
     def before_update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Let the retrieval see the batch's gradient; with ``joint``, add the replay loss's."""
@@ -231,56 +221,26 @@ class OnlineRehearsal(OnlineTemplate):
 
     @property
     def storage_policy(self) -> OnlineBuffer:
-        """The buffer."""
-        return self.rehearsal.storage_policy  # type: ignore[return-value]
+        """The buffer: an :class:`~avalanche_gss.buffers.OnlineBuffer` in every ready strategy.
 
-
-def _keyword_options(buffer_class: type) -> list[inspect.Parameter]:
-    return [p for p in inspect.signature(buffer_class).parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "seed"]
-
-
-def buffer_options(buffer_class: type, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Take the keyword options of ``buffer_class`` out of ``kwargs``.
-
-    :param buffer_class: a buffer class.
-    :param kwargs: a strategy's keyword arguments; the buffer's are removed from it.
-    :return: the buffer's options.
-    """
-    return {p.name: kwargs.pop(p.name) for p in _keyword_options(buffer_class)
-            if p.name in kwargs}
-
-
-def with_buffer_options(init: Callable[..., None], buffer_class: type) -> Callable[..., None]:
-    """Give a strategy's ``__init__`` the signature that names its buffer's options too.
-
-    Avalanche checks every keyword given to a strategy against the signatures of the
-    ``__init__`` methods of its classes (a misspelt option raises a ``TypeError``); a
-    strategy that forwards ``**kwargs`` to its buffer names those options this way.
-
-    :param init: the ``__init__`` to annotate (changed in place and returned).
-    :param buffer_class: the buffer whose keyword options it forwards.
-    """
-    sig = inspect.signature(init)
-    params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    rest = [p for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
-    names = {p.name for p in params}
-    extra = [p for p in _keyword_options(buffer_class) if p.name not in names]
-    init.__signature__ = sig.replace(parameters=[*params, *extra, *rest])  # type: ignore[attr-defined]
-    return init
+        An Avalanche ``ExemplarsBuffer`` given to :class:`OnlineRehearsal` is returned as it is.
+        """
+        return cast(OnlineBuffer, self.rehearsal.storage_policy)
 
 
 class BufferStrategy(OnlineRehearsal):
-    """Online rehearsal with a buffer of class :attr:`buffer_class`, built from the options.
+    """Online rehearsal with a buffer of class :attr:`buffer_class`: a ready strategy's base.
 
-    Every keyword option of the buffer class is accepted here and forwarded to it; the
-    rest go to :class:`OnlineRehearsal`. A subclass sets :attr:`buffer_class` and nothing
-    else.
+    A ready strategy whose buffer has no option is one line, ``buffer_class = MyBuffer``.
+    One whose buffer has options names them in its own ``__init__`` (typed, with the
+    buffer's defaults), builds the buffer with them and hands it to :meth:`_rehearse`, as
+    :class:`~avalanche_gss.methods.gss_greedy.GSSGreedy` does.
 
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
-    :param kwargs: the buffer's options and :class:`OnlineRehearsal`'s arguments; a
-        ``retrieval`` left out or ``None`` is :attr:`default_retrieval`.
+    :param options: :class:`OnlineRehearsal`'s arguments (``model``, ``optimizer``,
+        ``replay_batch_size``, ...); a ``retrieval`` left out or ``None`` is
+        :attr:`default_retrieval`.
     """
 
     buffer_class: ClassVar[type[OnlineBuffer]]
@@ -290,24 +250,16 @@ class BufferStrategy(OnlineRehearsal):
     """The retrieval used when none is given (``retrieval=None``): a name of
     :data:`~avalanche_gss.training.retrieval.RETRIEVALS`."""
 
-    def __init__(self, *, mem_size: int, seed: int = 0, **kwargs: Any) -> None:
-        self._build(mem_size, seed, kwargs)
+    def __init__(self, *, mem_size: int, seed: int = 0, **options: Any) -> None:
+        self._rehearse(self.buffer_class(mem_size, seed=seed), seed, options)
 
-    def _build(self, mem_size: int, seed: int, kwargs: dict[str, Any]) -> None:
-        if kwargs.get("retrieval") is None:
-            kwargs["retrieval"] = self.default_retrieval
-        options = buffer_options(self.buffer_class, kwargs)
-        buffer = self.buffer_class(mem_size, seed=seed, **options)
-        OnlineRehearsal.__init__(self, storage_policy=buffer, seed=seed, **kwargs)
+    def _rehearse(self, buffer: OnlineBuffer, seed: int, options: dict[str, Any]) -> None:
+        """Rehearse ``buffer`` (:class:`OnlineRehearsal` with ``options``).
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Give each ready strategy an ``__init__`` whose signature names its buffer's options."""
-        if "buffer_class" in cls.__dict__ and "__init__" not in cls.__dict__:
-            def __init__(self: BufferStrategy, *, mem_size: int, seed: int = 0,
-                         **options: Any) -> None:
-                self._build(mem_size, seed, options)
-
-            __init__.__doc__ = BufferStrategy.__init__.__doc__
-            __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-            cls.__init__ = with_buffer_options(__init__, cls.buffer_class)  # type: ignore[method-assign]
-        super().__init_subclass__(**kwargs)
+        :param buffer: the storage policy, built from the strategy's buffer options.
+        :param seed: seed of the replay draws (the buffer's own seed).
+        :param options: :class:`OnlineRehearsal`'s arguments (the caller's dict, changed).
+        """
+        if options.get("retrieval") is None:
+            options["retrieval"] = self.default_retrieval
+        OnlineRehearsal.__init__(self, storage_policy=buffer, seed=seed, **options)

@@ -174,8 +174,7 @@ class Retrieval:
 class RandomRetrieval(Retrieval):
     """``replay_batch_size`` distinct buffer samples drawn uniformly (the GSS paper's).
 
-    One ``randperm`` of the buffer's size per replay step, from the plugin's generator:
-    the draws the rehearsal made before retrievals were an option.
+    One ``randperm`` of the buffer's size per replay step, from the plugin's generator.
     """
 
     def retrieve(self, strategy: SupervisedTemplate, policy: ExemplarsBuffer, k: int,
@@ -323,10 +322,8 @@ class OtherClassesRetrieval(Retrieval):
     Why: the replay step follows the step on the incoming batch, which has just learnt
     the batch's classes; a replayed sample of those classes repeats that step, while the
     other classes are the ones the step pushed down. MIR (:class:`MIRRetrieval`) leans
-    the same way at the price of a virtual step and two forward passes over ``C``
-    candidates: on the offline digits' disjoint stream (M = 300, seeds 0-2), 73 % of the
-    samples it replayed were of classes absent from the batch, against 68 % of the
-    buffer (``benchmarks/mir_classes.py``). This retrieval takes such samples only,
+    the same way (measured in docs/RESULTS.md), at the price of a virtual step and two
+    forward passes over ``C`` candidates. This retrieval takes such samples only,
     reading labels alone, so it costs what the uniform draw costs; it uses class labels,
     not task labels or boundaries. It is the retrieval of this library's ``CB-GSS``
     policy.

@@ -9,7 +9,7 @@ optimizer update that change nothing) is skipped where it is a no-op.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -17,14 +17,16 @@ from avalanche.core import BasePlugin
 from avalanche.models import DynamicModule, avalanche_forward
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.templates import SupervisedTemplate
-from torch import nn
+from avalanche.training.templates.strategy_mixin_protocol import SGDStrategyProtocol
+from torch import Tensor, nn
 from torch.optim import Optimizer
+from typing_extensions import Self  # typing.Self is Python 3.11+
 
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.benchmarks.online import TensorExperience
 from avalanche_gss.training.finite import finite_loss
 from avalanche_gss.training.hooks import FastHooks
-from avalanche_gss.training.pickling import PicklableStrategy
+from avalanche_gss.training.pickling import picklable_optimizer
 
 __all__ = ["quiet_evaluator", "RepeatedBatchMixin", "OnlineTemplate", "SlowPathWarning"]
 
@@ -43,7 +45,7 @@ def quiet_evaluator(*metrics: Any, loggers: Sequence[Any] = ()) -> EvaluationPlu
         return EvaluationPlugin(*metrics, loggers=list(loggers))
 
 
-class RepeatedBatchMixin:
+class RepeatedBatchMixin(SGDStrategyProtocol[Any, Any, Any]):
     """Learn every mini-batch ``n_iter`` times in a row (the paper's iterations per batch).
 
     Mix it in before an Avalanche ``SupervisedTemplate`` subclass (``class
@@ -51,18 +53,18 @@ class RepeatedBatchMixin:
     epoch then sees each mini-batch ``n_iter`` times, each a full iteration with every
     plugin callback. ``stop_training()`` takes effect at the next iteration, and a
     periodic evaluation between two iterations of a batch does not lose the batch. The
-    paper treats ``n_iter`` as a hyper-parameter of GEM and iCaRL too.
+    paper treats ``n_iter`` as a hyper-parameter of GEM and iCaRL too. The template's
+    attributes it uses are typed by Avalanche's ``SGDStrategyProtocol``.
     """
 
     n_iter: int = 1
-    dataloader: Any
 
     def training_epoch(self, **kwargs: Any) -> None:
         """Avalanche's training epoch over the mini-batches, each repeated ``n_iter`` times."""
         loader = self.dataloader
-        self.dataloader = self._batches(loader)
+        self.dataloader: Iterable[Any] = self._batches(loader)
         try:
-            super().training_epoch(**kwargs)  # type: ignore[misc]
+            super().training_epoch(**kwargs)
         finally:
             self.dataloader = loader
 
@@ -78,101 +80,8 @@ class SlowPathWarning(UserWarning):
     """:class:`OnlineTemplate` trains through Avalanche's ``DataLoader`` path (said once)."""
 
 
-class _TensorBatches(list):  # type: ignore[type-arg]
+class _TensorBatches(list[list[Tensor]]):
     """An experience's tensors cut into ``[x, y, t]`` mini-batches: the fast path's loader."""
-
-
-class _TensorPath:
-    """The fast data path of :class:`OnlineTemplate` (see its docstring)."""
-
-    experience: Any
-    adapted_dataset: Any
-    train_mb_size: int
-    dataloader: Any
-
-    def train_dataset_adaptation(self, **kwargs: Any) -> None:
-        """``adapted_dataset``: the experience's dataset (in its train transform group)."""
-        if isinstance(self.experience, TensorExperience):
-            self.adapted_dataset = self.experience.dataset  # no transform: train() is a no-op
-        else:
-            super().train_dataset_adaptation(**kwargs)  # type: ignore[misc]
-
-    def make_train_dataloader(self, **kwargs: Any) -> None:
-        """The experience's tensors in mini-batches, or Avalanche's ``DataLoader``."""
-        experience = self.experience
-        reason = None
-        if not isinstance(experience, TensorExperience):
-            reason = f"the experiences are {type(experience).__name__}, not tensor experiences"
-        elif self.adapted_dataset is not experience.dataset:
-            reason = "a plugin replaced the adapted dataset"
-        elif type(self).make_train_dataloader is not _TensorPath.make_train_dataloader:
-            reason = f"{type(self).__name__} overrides make_train_dataloader"
-        if reason is not None:
-            self._say_slow(reason)
-            super().make_train_dataloader(**kwargs)  # type: ignore[misc]
-            return
-        x, y = experience.tensors
-        t = torch.full_like(y, experience.task_label)
-        step = self.train_mb_size
-        self.dataloader = _TensorBatches(
-            [x[i : i + step], y[i : i + step], t[i : i + step]] for i in range(0, len(y), step)
-        )
-
-    def _say_slow(self, reason: str) -> None:
-        self._slow_reason: str | None = reason
-        if not getattr(self, "_warned_slow", False):
-            self._warned_slow = True
-            warnings.warn(
-                f"{type(self).__name__}: {reason}, so training goes through Avalanche's "
-                "DataLoader (slower than the tensor path)",
-                SlowPathWarning,
-                stacklevel=4,
-            )
-
-
-class _LabelCheck(RepeatedBatchMixin):
-    """Class-index labels checked against the model's outputs, with no device sync."""
-
-    is_training: bool
-    mb_output: Any
-    _label_range: tuple[int, int] | None = None  # of the current training mini-batch
-
-    def _batches(self, loader: Any) -> Iterator[Any]:
-        def noted() -> Iterator[Any]:
-            for batch in loader:
-                batch = list(batch) if isinstance(batch, tuple) else batch
-                y = batch[1] if isinstance(batch, list) and len(batch) > 1 else None
-                self._label_range = _label_range(y)  # read on the CPU, before the move
-                yield batch
-
-        return super()._batches(noted())
-
-    def criterion(self) -> Any:
-        """The training loss, after checking the labels against the model's outputs.
-
-        :raises ValueError: with a class-index criterion (cross-entropy, NLL), a label of
-            the batch is negative or not below the model's number of outputs (PyTorch would
-            raise an ``IndexError``, or a device-side assert on CUDA).
-        """
-        if self.is_training:
-            self._check_labels()
-        return super().criterion()  # type: ignore[misc]
-
-    def _check_labels(self) -> None:
-        span, out = self._label_range, self.mb_output
-        if span is None or not isinstance(out, torch.Tensor) or out.dim() < 2:
-            return
-        loss = criterion_of(self)
-        if not isinstance(loss, (nn.CrossEntropyLoss, nn.NLLLoss)):
-            return
-        low, high = span
-        outputs = out.shape[1]
-        if high >= outputs or (low < 0 and low != loss.ignore_index):
-            bad = high if high >= outputs else low
-            raise ValueError(
-                f"label {bad} is outside the model's {outputs} outputs (labels must be in "
-                f"[0, {outputs - 1}])"
-            )
 
 
 def _label_range(y: Any) -> tuple[int, int] | None:
@@ -184,7 +93,7 @@ def _label_range(y: Any) -> tuple[int, int] | None:
     return int(y.min()), int(y.max())
 
 
-class OnlineTemplate(FastHooks, PicklableStrategy, _TensorPath, _LabelCheck, SupervisedTemplate):
+class OnlineTemplate(FastHooks, RepeatedBatchMixin, SupervisedTemplate):
     """Online learning on a stream of small experiences: each one is an incoming batch.
 
     A ``SupervisedTemplate`` whose every experience is one epoch in which each mini-batch
@@ -247,7 +156,7 @@ class OnlineTemplate(FastHooks, PicklableStrategy, _TensorPath, _LabelCheck, Sup
         self.n_iter = n_iter
         self.skipped_steps = 0  # training steps skipped for a non-finite loss
         self._static_model = False  # no DynamicModule: adaptation would change nothing
-        self._slow_reason = None  # why the last experience took the slow path
+        self._slow_reason: str | None = None  # why the last experience took the slow path
         self._reset_hooks()
 
     def train(self, experiences: Any, eval_streams: Sequence[Any] | None = None,
@@ -296,3 +205,99 @@ class OnlineTemplate(FastHooks, PicklableStrategy, _TensorPath, _LabelCheck, Sup
         """Take the optimizer step, unless the loss is not finite (then warn and skip it)."""
         if finite_loss(self.loss, self):
             self.optimizer.step()
+
+    # The fast data path (see the class's docstring).
+
+    def train_dataset_adaptation(self, **kwargs: Any) -> None:
+        """``adapted_dataset``: the experience's dataset (in its train transform group)."""
+        if isinstance(self.experience, TensorExperience):
+            self.adapted_dataset = self.experience.dataset  # no transform: train() is a no-op
+        else:
+            super().train_dataset_adaptation(**kwargs)
+
+    def make_train_dataloader(self, **kwargs: Any) -> None:
+        """The experience's tensors in mini-batches, or Avalanche's ``DataLoader``."""
+        experience = self.experience
+        reason = None
+        if not isinstance(experience, TensorExperience):
+            reason = f"the experiences are {type(experience).__name__}, not tensor experiences"
+        elif self.adapted_dataset is not experience.dataset:
+            reason = "a plugin replaced the adapted dataset"
+        elif type(self).make_train_dataloader is not OnlineTemplate.make_train_dataloader:
+            reason = f"{type(self).__name__} overrides make_train_dataloader"
+        if reason is not None:
+            self._say_slow(reason)
+            super().make_train_dataloader(**kwargs)
+            return
+        x, y = experience.tensors
+        t = torch.full_like(y, experience.task_label)
+        step = self.train_mb_size
+        self.dataloader = _TensorBatches(
+            [x[i : i + step], y[i : i + step], t[i : i + step]] for i in range(0, len(y), step)
+        )
+
+    def _say_slow(self, reason: str) -> None:
+        self._slow_reason = reason
+        if not getattr(self, "_warned_slow", False):
+            self._warned_slow = True
+            warnings.warn(
+                f"{type(self).__name__}: {reason}, so training goes through Avalanche's "
+                "DataLoader (slower than the tensor path)",
+                SlowPathWarning,
+                stacklevel=4,
+            )
+
+    # Class-index labels checked against the model's outputs, with no device sync.
+
+    _label_range: tuple[int, int] | None = None  # of the current training mini-batch
+
+    def _batches(self, loader: Any) -> Iterator[Any]:
+        def noted() -> Iterator[Any]:
+            for batch in loader:
+                batch = list(batch) if isinstance(batch, tuple) else batch
+                y = batch[1] if isinstance(batch, list) and len(batch) > 1 else None
+                self._label_range = _label_range(y)  # read on the CPU, before the move
+                yield batch
+
+        return super()._batches(noted())
+
+    def criterion(self) -> Any:
+        """The training loss, after checking the labels against the model's outputs.
+
+        :raises ValueError: with a class-index criterion (cross-entropy, NLL), a label of
+            the batch is negative or not below the model's number of outputs (PyTorch would
+            raise an ``IndexError``, or a device-side assert on CUDA).
+        """
+        if self.is_training:
+            self._check_labels()
+        return super().criterion()
+
+    def _check_labels(self) -> None:
+        span, out = self._label_range, self.mb_output
+        if span is None or not isinstance(out, torch.Tensor) or out.dim() < 2:
+            return
+        loss = criterion_of(self)
+        if not isinstance(loss, (nn.CrossEntropyLoss, nn.NLLLoss)):
+            return
+        low, high = span
+        outputs = out.shape[1]
+        if high >= outputs or (low < 0 and low != loss.ignore_index):
+            bad = high if high >= outputs else low
+            raise ValueError(
+                f"label {bad} is outside the model's {outputs} outputs (labels must be in "
+                f"[0, {outputs - 1}])"
+            )
+
+    # Pickling (dill, copy): see avalanche_gss.training.pickling.
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle state: the optimizer by class name; the plugin-dispatch cache is rebuilt."""
+        state = self.__dict__.copy()
+        state["_hook_cache"] = {}
+        return picklable_optimizer(state)
+
+    def __copy__(self) -> Self:
+        """A shallow copy sharing every attribute (not routed through :meth:`__getstate__`)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new

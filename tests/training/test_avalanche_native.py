@@ -435,11 +435,12 @@ def test_buffer_rereads_random_train_transforms_and_applies_eval_ones():
     assert torch.equal(stored.eval()[0][0], torch.full((N_FEATURES,), 100.0))
     # the rehearsal plugin reads such a buffer through its dataset: fresh augmentations
     from avalanche_gss import OnlineRehearsalPlugin
+    from avalanche_gss.training.retrieval import draw
 
     plugin = OnlineRehearsalPlugin(buf, replay_batch_size=4)
     before = calls["train"]
-    x1, _, _ = plugin._replay_batch("cpu")
-    x2, _, _ = plugin._replay_batch("cpu")
+    x1, _, _ = draw(plugin.storage_policy, 4, plugin.generator, "cpu")
+    x2, _, _ = draw(plugin.storage_policy, 4, plugin.generator, "cpu")
     assert calls["train"] - before == 8
     assert not torch.equal(x1, x2)
 

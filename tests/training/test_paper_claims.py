@@ -23,6 +23,7 @@ from avalanche_gss.checkpoint import load_state, save_state
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP
 from avalanche_gss.training import ConstrainedUpdatePlugin, OnlineRehearsalPlugin, OnlineTemplate
+from avalanche_gss.training.retrieval import draw
 
 D, C = 12, 10
 
@@ -114,14 +115,14 @@ def test_replay_draws_are_uniform_over_the_buffer():
     plugin = OnlineRehearsalPlugin(buf, replay_batch_size=5, seed=1)
     counts = torch.zeros(20)
     for _ in range(6000):
-        bx, _, _ = plugin._replay_batch("cpu")
+        bx, _, _ = draw(buf, plugin.replay_batch_size, plugin.generator, "cpu")
         assert len(torch.unique(bx)) == 5
         counts[bx.flatten().long()] += 1
     chi2 = float(((counts - 1500) ** 2 / 1500).sum())
     assert chi2 < 43.8, counts
     # And the plugin's default replay batch is the authors' 10 samples.
     default = OnlineRehearsalPlugin(buf)
-    bx, by, bt = default._replay_batch("cpu")
+    bx, by, bt = draw(buf, default.replay_batch_size, default.generator, "cpu")
     assert bx.shape == (10, 1) and len(torch.unique(bx)) == 10
 
 

@@ -6,6 +6,7 @@ from avalanche.training.storage_policy import ReservoirSamplingBuffer
 
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.training import OnlineRehearsalPlugin
+from avalanche_gss.training.retrieval import draw
 
 
 def _filled(n=30, seed=0):
@@ -15,12 +16,17 @@ def _filled(n=30, seed=0):
     return buf
 
 
+def _replay(plugin):
+    """The plugin's next uniform replay batch (its retrieval's draw, on the CPU)."""
+    return draw(plugin.storage_policy, plugin.replay_batch_size, plugin.generator, "cpu")
+
+
 def test_replay_draws_replay_batch_size_distinct_stored_rows():
     buf = _filled()
     plugin = OnlineRehearsalPlugin(buf, replay_batch_size=7, seed=1)
     stored = buf.tensors()[0]
     for _ in range(5):
-        x, y, t = plugin._replay_batch("cpu")
+        x, y, t = _replay(plugin)
         assert x.shape == (7, 4) and y.shape == (7,) and t.shape == (7,)
         rows = [int((stored == xi).all(dim=1).nonzero()) for xi in x]  # each a stored row
         assert len(set(rows)) == 7  # distinct
@@ -28,18 +34,18 @@ def test_replay_draws_replay_batch_size_distinct_stored_rows():
 
 def test_a_buffer_smaller_than_the_replay_batch_is_replayed_whole():
     buf = _filled(4)
-    x, _, _ = OnlineRehearsalPlugin(buf, replay_batch_size=10)._replay_batch("cpu")
+    x, _, _ = _replay(OnlineRehearsalPlugin(buf, replay_batch_size=10))
     assert len(x) == 4
 
 
 def test_state_round_trip_gives_the_same_next_draws():
     first = OnlineRehearsalPlugin(_filled(), replay_batch_size=5, seed=3)
-    first._replay_batch("cpu")
+    _replay(first)
     state = first.state_dict()
-    expected = first._replay_batch("cpu")[0]
+    expected = _replay(first)[0]
     second = OnlineRehearsalPlugin(ReservoirBuffer(30), replay_batch_size=5, seed=99)
     second.load_state_dict(state)
-    assert torch.equal(second._replay_batch("cpu")[0], expected)
+    assert torch.equal(_replay(second)[0], expected)
 
 
 def test_a_buffer_without_state_dict_is_named():
