@@ -54,7 +54,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 __all__ = ["PassCount", "PassCounter", "rehearsal_passes", "relative_cost", "as_fraction",
-           "trained_batches"]
+           "trained_batches", "kept_samples"]
 
 BACKWARD_WEIGHT = 2
 """A backward pass's cost in forward passes: the paper's FLOPs convention (DeepSpeed's)."""
@@ -77,8 +77,7 @@ class PassCount:
     def cost(self, backward_weight: int | Fraction = BACKWARD_WEIGHT) -> Fraction:
         """The cost in forward passes: ``forward + backward_weight * backward``.
 
-        :param backward_weight: a backward pass's cost in forward passes (the paper's 2;
-            1 counts passes alone).
+        :param backward_weight: a backward pass's cost in forward passes (paper: 2).
         """
         return self.forward + Fraction(backward_weight) * self.backward
 
@@ -234,8 +233,7 @@ def relative_cost(policy: PassCount, baseline: PassCount,
 def as_fraction(c: float | Rational) -> Fraction:
     """``C`` as an exact fraction: a float becomes the nearest with denominator <= 10**6.
 
-    So ``4 / 3`` is ``Fraction(4, 3)`` and the rule of :func:`trained_batches` does not
-    depend on the float's rounding.
+    So ``4 / 3`` is ``Fraction(4, 3)``: :func:`trained_batches` ignores the float's rounding.
 
     :raises ValueError: ``c`` is not a finite number > 0.
     """
@@ -269,4 +267,33 @@ def trained_batches(n_batches: int, c: float | Rational) -> list[int]:
     while (i := math.floor(j * step)) < n_batches:
         out.append(i)
         j += 1
+    return out
+
+
+def kept_samples(task_sizes: Sequence[int], batch_size: int, c: float | Rational) -> list[Tensor]:
+    """Per task, the samples a learner of relative cost ``c`` trains on (and its buffer sees).
+
+    The stream cuts each task into batches of ``batch_size`` (a task's last one smaller),
+    numbered across tasks in stream order, as the online benchmark does; the batches of
+    :func:`trained_batches` are kept. Indexing each task's training tensors with the
+    result gives the compute-matched stream.
+
+    :param task_sizes: training samples per task, in stream order.
+    :param batch_size: samples per incoming batch.
+    :param c: the relative cost ``C``.
+    :return: per task, the kept sample indices (int64, increasing; possibly empty).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if any(size < 0 for size in task_sizes):
+        raise ValueError(f"task sizes must be >= 0, got {list(task_sizes)}")
+    counts = [-(-size // batch_size) for size in task_sizes]  # batches per task
+    trained = set(trained_batches(sum(counts), c))
+    out: list[Tensor] = []
+    first = 0  # the task's first batch number
+    for size, count in zip(task_sizes, counts, strict=True):
+        keep = [torch.arange(b * batch_size, min((b + 1) * batch_size, size))
+                for b in range(count) if first + b in trained]
+        out.append(torch.cat(keep) if keep else torch.zeros(0, dtype=torch.int64))
+        first += count
     return out

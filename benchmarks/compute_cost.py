@@ -9,24 +9,36 @@ cost ``C`` (Ghunaim et al., CVPR 2023: a backward costs two forwards), over the 
 and over the batches after Reservoir's buffer is full. Counts only, no timings: the numbers
 are the same on any machine.
 
+``--matched`` also trains each policy on its compute-matched stream (the batches
+:func:`~avalanche_gss.budget.trained_batches` gives for its ``C``; the others unseen by the
+model and the buffer) and reports the average final accuracy both ways.
+
 ``python benchmarks/compute_cost.py [--tasks 2] [--samples-per-task 200] [--seed 0]
-[--policies ...] [--json out.json]``
+[--policies ...] [--matched] [--json out.json]``
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import torch
 from avalanche.core import SupervisedPlugin
 
-from avalanche_gss.benchmarks import disjoint_tasks, load_dataset
-from avalanche_gss.budget import PassCount, PassCounter, rehearsal_passes, relative_cost
+from avalanche_gss.benchmarks import TaskSplit, disjoint_tasks, load_dataset
+from avalanche_gss.budget import (
+    PassCount,
+    PassCounter,
+    kept_samples,
+    rehearsal_passes,
+    relative_cost,
+)
 from avalanche_gss.experiments import RunSettings, run
 
 POLICIES: dict[str, dict[str, Any]] = {
@@ -71,6 +83,14 @@ class CountPasses(SupervisedPlugin):  # type: ignore[misc]
                 for s, e in zip(self.starts, ends, strict=True)]
 
 
+def matched_split(split: TaskSplit, batch_size: int, c: Fraction) -> TaskSplit:
+    """``split`` with only the batches a learner of relative cost ``c`` trains on."""
+    keep = kept_samples([int(y.shape[0]) for _, y in split.train], batch_size, c)
+    train = tuple((x[k], y[k]) for (x, y), k in zip(split.train, keep, strict=True))
+    return dataclasses.replace(split, train=train,
+                               protocol={**split.protocol, "relative_cost": float(c)})
+
+
 def _sum(counts: list[PassCount]) -> PassCount:
     return sum(counts, PassCount())
 
@@ -82,6 +102,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", default="mnist")
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument("--matched", action="store_true",
+                        help="also train each policy on its compute-matched stream")
     parser.add_argument("--json", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -90,10 +112,12 @@ def main(argv: list[str]) -> int:
                            seed=args.seed)
     base_settings = RunSettings(method="Reservoir", seed=args.seed)
     counts: dict[str, list[PassCount]] = {}
+    accuracy: dict[str, float] = {}
     for label in ["Reservoir", *[p for p in args.policies if p != "Reservoir"]]:
         plugin = CountPasses()
-        run(RunSettings(**{**POLICIES[label], "seed": args.seed}), split, plugins=[plugin])
-        counts[label] = plugin.per_batch()
+        result = run(RunSettings(**{**POLICIES[label], "seed": args.seed}), split,
+                     plugins=[plugin])
+        counts[label], accuracy[label] = plugin.per_batch(), result.avg
     n_batches = len(counts["Reservoir"])
     sizes = [args.samples_per_task] * args.tasks
     batch_sizes = [min(10, s - i) for s in sizes for i in range(0, s, 10)]
@@ -118,16 +142,26 @@ def main(argv: list[str]) -> int:
                               if n_batches > full else None),
             "C_fraction": str(relative_cost(whole, base).limit_denominator(100)),
         })
+        if args.matched:
+            thin = matched_split(split, base_settings.batch_size, relative_cost(whole, base))
+            result = run(RunSettings(**{**POLICIES[label], "seed": args.seed}), thin)
+            kept = sum(-(-int(y.shape[0]) // 10) for _, y in thin.train)
+            rows[-1].update(accuracy=accuracy[label], matched_accuracy=result.avg,
+                            matched_batches=kept)
     print(f"data: {data.source}; {args.tasks} tasks x {args.samples_per_task} samples "
           f"({n_batches} batches of 10), seed {args.seed}; M = {base_settings.buffer_size}, "
           f"n_iter = {base_settings.n_iter}; Reservoir = {base.forward / n_batches:g} forward "
           f"+ {base.backward / n_batches:g} backward passes per batch (closed form agrees)")
-    print("| policy | forward / batch | backward / batch | C | C (passes) | C (buffer full) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    extra = " accuracy | matched accuracy | matched batches |" if args.matched else ""
+    print(f"| policy | forward / batch | backward / batch | C | C (passes) | C (buffer full) |"
+          f"{extra}")
+    print("|---|---:|---:|---:|---:|---:|" + "---:|" * (3 if args.matched else 0))
     for r in rows:
         cf = "-" if r["C_buffer_full"] is None else f"{r['C_buffer_full']:.2f}"
+        more = (f" {r['accuracy']:.2f} | {r['matched_accuracy']:.2f} | {r['matched_batches']} |"
+                if args.matched else "")
         print(f"| {r['policy']} | {r['forward_per_batch']:.1f} | {r['backward_per_batch']:.1f} "
-              f"| {r['C']:.2f} | {r['C_passes']:.2f} | {cf} |")
+              f"| {r['C']:.2f} | {r['C_passes']:.2f} | {cf} |{more}")
     if args.json:
         args.json.write_text(json.dumps({
             "data": data.source, "tasks": args.tasks, "samples_per_task": args.samples_per_task,

@@ -18,6 +18,7 @@ from avalanche_gss.budget import (
     PassCount,
     PassCounter,
     as_fraction,
+    kept_samples,
     rehearsal_passes,
     relative_cost,
     trained_batches,
@@ -245,3 +246,14 @@ def test_compute_cost_script_reports_reservoir_at_one_and_mir_above(tmp_path, ca
     assert rows["ER-MIR"]["C"] > 1
     assert rows["ER-MIR"]["forward_per_batch"] > rows["ER-MIR"]["backward_per_batch"]
     assert "| ER-MIR |" in capsys.readouterr().out
+
+
+def test_kept_samples_cut_batches_within_tasks_and_keep_the_trained_ones():
+    # batches: task 0 -> 0 [0, 10), 1 [10, 20), 2 [20, 25); task 1 -> 3 [0, 10), 4 [10, 20)
+    kept = kept_samples([25, 20], 10, 2)
+    assert [k.tolist() for k in kept] == [[*range(10), *range(20, 25)], list(range(10, 20))]
+    assert [k.tolist() for k in kept_samples([25, 20], 10, 1)] == [
+        list(range(25)), list(range(20))]
+    assert [k.tolist() for k in kept_samples([10, 10], 10, 3)] == [list(range(10)), []]
+    with pytest.raises(ValueError, match="batch_size"):
+        kept_samples([10], 0, 2)
