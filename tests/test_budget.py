@@ -123,7 +123,8 @@ def test_a_layer_without_closed_form_adds_the_vmap_route_passes():
 # ---- Reservoir's cost, counted and in closed form --------------------------------------------
 
 
-def _train(mnist, name, *, mem_size, n_iter, samples_per_task=20, **options):
+def _train(mnist, name, *, mem_size, n_iter, samples_per_task=20, count=True, **options):
+    """Train ``name`` on a tiny disjoint stream: (passes or None, batch sizes, final weights)."""
     split = disjoint_tasks(mnist, samples_per_task=samples_per_task, seed=0)
     torch.manual_seed(0)
     model = MLP()
@@ -131,14 +132,29 @@ def _train(mnist, name, *, mem_size, n_iter, samples_per_task=20, **options):
         model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
         mem_size=mem_size, n_iter=n_iter, **options)
     bench = online_benchmark(split, batch_size=10)
-    with PassCounter(model) as counter:
+    counter = PassCounter(model)
+    if count:
+        with counter:
+            strategy.train(bench.train_stream)
+    else:
         strategy.train(bench.train_stream)
-    return counter.count, [len(e.dataset) for e in bench.train_stream]
+    sizes = [len(e.dataset) for e in bench.train_stream]
+    return (counter.count if count else None), sizes, model.state_dict()
+
+
+@pytest.mark.parametrize(("name", "options"), [("GSS-Greedy", {}), ("OCS", {}),
+                                               ("Reservoir", {"retrieval": "mir"})])
+def test_counting_changes_no_result(mnist, name, options):
+    *_, counted = _train(mnist, name, mem_size=30, n_iter=2, **options)
+    *_, plain = _train(mnist, name, mem_size=30, n_iter=2, count=False, **options)
+    assert counted.keys() == plain.keys()
+    for key, value in counted.items():
+        assert torch.equal(value, plain[key]), key
 
 
 @pytest.mark.parametrize(("mem_size", "n_iter"), [(300, 3), (15, 1), (5, 2)])
 def test_reservoir_counted_equals_its_closed_form(mnist, mem_size, n_iter):
-    counted, sizes = _train(mnist, "Reservoir", mem_size=mem_size, n_iter=n_iter)
+    counted, sizes, _ = _train(mnist, "Reservoir", mem_size=mem_size, n_iter=n_iter)
     assert counted == rehearsal_passes(sizes, n_iter=n_iter, replay_batch_size=10,
                                        buffer_size=mem_size)
     # 10 batches of 10: the first has no replay; M = 5 replays 5 samples per step
@@ -147,9 +163,9 @@ def test_reservoir_counted_equals_its_closed_form(mnist, mem_size, n_iter):
 
 
 def test_gss_greedy_and_mir_cost_more_than_reservoir(mnist):
-    base, sizes = _train(mnist, "Reservoir", mem_size=30, n_iter=3)
-    gss, _ = _train(mnist, "GSS-Greedy", mem_size=30, n_iter=3)
-    mir, _ = _train(mnist, "Reservoir", mem_size=30, n_iter=3, retrieval="mir",
+    base, *_ = _train(mnist, "Reservoir", mem_size=30, n_iter=3)
+    gss, *_ = _train(mnist, "GSS-Greedy", mem_size=30, n_iter=3)
+    mir, *_ = _train(mnist, "Reservoir", mem_size=30, n_iter=3, retrieval="mir",
                     samples_per_task=40)
     assert relative_cost(base, base) == 1
     assert relative_cost(gss, base) > 1
