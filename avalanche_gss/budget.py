@@ -5,7 +5,7 @@ in Online Continual Learning: A New Hope", CVPR 2023 (arXiv:2302.01047; code:
 github.com/Yasir-Ghunaim/RealtimeOCL) charge each method for its computation: the stream
 reveals one batch per time step and does not wait for the learner. A method's
 *stream-model relative complexity* ``C`` is its training cost per batch over the cost of
-the cheapest baseline (ER, i.e. reservoir replay), which by definition keeps pace with the
+the cheapest baseline (ER: reservoir replay), which by definition keeps pace with the
 stream (``C = 1``). The paper counts forward and backward passes (FLOPs, a backward costing
 two forwards) and rounds ``C`` to a simple fraction.
 
@@ -27,8 +27,8 @@ protocol is the caller's. A method cheaper than the baseline (``C <= 1``) trains
 batch: the stream cannot reveal more.
 
 **What counts as a pass** (:class:`PassCounter`): one sample through the model's top-level
-``forward`` is one forward pass, however it is called (``model(x)``, ``torch.func.
-functional_call``, under ``vmap``, with or without gradients); one sample whose loss
+``forward`` is one forward pass, however it is called (``model(x)``,
+``torch.func.functional_call``, under ``vmap``, with or without gradients); one sample whose loss
 gradient flows back through the model's output is one backward pass (``loss.backward()``,
 ``torch.autograd.grad``, ``torch.func.grad``). So the gradient engine's per-sample Gram
 (:func:`~avalanche_gss.gradients.sample_gram`: one batched forward, one ``autograd.grad`` to
