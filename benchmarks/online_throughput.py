@@ -61,9 +61,6 @@ replay draw, evaluation, other; see ``benchmarks/phases.py``) to the records for
 ``library`` and ``floor`` impls. It wraps methods of the strategy instance only, so a
 plain run pays nothing; on CUDA it synchronises at every phase edge, which slows the run:
 compare ``median_ms`` of plain runs only.
-
-Records written before the rename call the ``library`` impl ``project``; ``--impls
-project`` is still accepted for it.
 """
 
 from __future__ import annotations
@@ -310,9 +307,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cases", nargs="+", default=DEFAULT_CASES, choices=list(CASES),
                         help="default: the MLP cases (the ResNet ones are opt-in)")
     parser.add_argument("--impls", nargs="+", default=["library", "floor", "avalanche"],
-                        choices=["library", "floor", "avalanche", "avalanche-ours", "project"],
-                        help="project: the old name of library (kept for old commands); a "
-                        "case runs the impls it has")
+                        choices=["library", "floor", "avalanche", "avalanche-ours"],
+                        help="a case runs the impls it has")
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA when present, else cpu) | cpu | cuda | cuda:N")
     parser.add_argument("--samples-per-task", type=int, default=None,
@@ -329,7 +325,7 @@ def main(argv: list[str]) -> int:
         device = resolve_device(args.device)
     except ValueError as err:
         parser.error(f"argument --device: {err}")
-    impls = list(dict.fromkeys("library" if i == "project" else i for i in args.impls))
+    impls = list(dict.fromkeys(args.impls))
     torch.set_num_threads(args.threads)
     datasets: dict[str, Any] = {}
     records = []
