@@ -15,23 +15,29 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from avalanche_gss.benchmarks import TaskSplit
 from avalanche_gss.diagnostics import BufferTrace
-from avalanche_gss.experiments import VARIANT_METHODS, RunSettings, run
+from avalanche_gss.experiments import VARIANT_METHODS, run
 from avalanche_gss.reporting import (
     data_lines,
+    output_paths,
     protocol_line,
     provenance,
     provenance_line,
-    write_text,
+    write_report,
 )
-from avalanche_gss.reproduce.common import command, data_fields, resolve_data
+from avalanche_gss.reproduce.common import (
+    command,
+    data_fields,
+    prog_of,
+    resolve_data,
+    settings_from_dict,
+)
+from avalanche_gss.reproduce.outputs import show_outputs
 from avalanche_gss.reproduce.protocols import PROTOCOLS, data_label
 
 
@@ -174,9 +180,9 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
         splits.append(split)
         for method in methods:
             for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
-                settings = RunSettings(method=method, buffer_size=m, seed=seed,
-                                       variant=variant, n_iter=n_iter, lr=lr,
-                                       device=args.device)
+                settings = settings_from_dict({
+                    "method": method, "buffer_size": m, "seed": seed, "variant": variant,
+                    "n_iter": n_iter, "lr": lr, "device": args.device})
                 trace = BufferTrace(None, split.task_classes, every=EVERY)
                 result = run(settings, split, plugins=[trace])
                 rows.append({"method": method, "seed": seed,
@@ -187,7 +193,7 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
     assert settings is not None  # the command line gives at least one method and seed
     split = splits[0]
     report: dict[str, Any] = {
-        "experiment": "composition", **data_fields(data), "command": command(argv),
+        "experiment": "composition", **data_fields(data), "command": command(argv, prog_of(args)),
         "protocol": {
             "methods": list(methods), "variants": list(args.variants), "seeds": list(seeds),
             "buffer_sizes": [m], "lr": lr, "n_iter": n_iter,
@@ -198,11 +204,6 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
             "columns": COLUMNS.format(every=EVERY)},
         "provenance": provenance(args.device, args.threads),
         "rows": rows}
-    os.makedirs(args.out, exist_ok=True)
-    paths = {ext: os.path.join(args.out, f"composition.{ext}") for ext in ("json", "csv", "md")}
-    write_text(paths["json"], json.dumps(report, indent=1))
-    write_text(paths["csv"], _csv(rows, len(split.train_sizes)))
-    write_text(paths["md"], _markdown(report, data_label(data)))
-    from avalanche_gss.reproduce.tables import show_outputs  # tables dispatches here
-
-    return show_outputs(paths)
+    paths = write_report(output_paths(args.out, "composition", "json", "csv", "md"), report,
+                         _csv(rows, len(split.train_sizes)), _markdown(report, data_label(data)))
+    return show_outputs(paths, prog=prog_of(args))
