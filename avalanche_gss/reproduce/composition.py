@@ -34,6 +34,7 @@ from avalanche_gss.reproduce.common import (
     command,
     data_fields,
     prog_of,
+    resolve_choices,
     resolve_data,
     settings_from_dict,
 )
@@ -115,6 +116,9 @@ COLUMNS = (
 EVERY = 400
 """Training samples between two records of the composition."""
 
+CHOICES = {"methods": ("Reservoir", "GSS-Greedy"), "seeds": (0,), "buffer_sizes": (300,)}
+"""What ``composition`` runs unless the command line says otherwise (the first size only)."""
+
 
 def _csv(rows: Sequence[dict[str, Any]], n_tasks: int) -> str:
     """One line per record of every run: the buffer's composition along the stream."""
@@ -168,9 +172,8 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
     """
     protocol = PROTOCOLS["table1"]
     data_name, data = resolve_data(args, protocol)
-    methods = args.methods or ["Reservoir", "GSS-Greedy"]
-    seeds = args.seeds or [0]
-    m = (args.buffer_sizes or [300])[0]
+    chosen = resolve_choices(args, CHOICES, {}, ("methods", "seeds", "buffer_sizes"))
+    methods, seeds, m = chosen["methods"], chosen["seeds"], chosen["buffer_sizes"][0]
     lr, n_iter = args.lr or protocol.lr, args.n_iter or protocol.n_iter
     rows: list[dict[str, Any]] = []
     splits = []
