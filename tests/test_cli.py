@@ -365,7 +365,8 @@ def test_an_output_that_cannot_be_written_is_one_line_naming_it(outside):
     res = toy_table(outside, "--out", "o")
     assert res.returncode == 1
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("python -m avalanche_gss.reproduce: error:") and "o/table1.json" in last, last
+    assert last.startswith("python -m avalanche_gss.reproduce: error:"), last
+    assert "o/table1.json" in last, last
     assert "Is a directory" in last
     assert "Traceback" not in res.stderr
     assert len(list((outside / "o" / "cache" / "table1").glob("*.json"))) == 1  # run kept

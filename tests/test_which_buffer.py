@@ -267,7 +267,8 @@ def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
     res = _cli(*args, cwd=tmp_path)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("python -m avalanche_gss.reproduce: error:"), res.stderr
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("python -m avalanche_gss.reproduce: error:"), res.stderr
     for name in names:
         assert name in lines[0], (name, lines[0])
 
