@@ -1,8 +1,10 @@
 """Turn runs into the paper-style outputs of ``python -m reproduce``.
 
-``rows_from_runs`` groups runs that differ only by seed into one row; ``write_outputs``
-writes ``<experiment>.json``, ``.csv`` and ``.md`` (ours beside the paper's number in
-every cell the paper has, when the runs used data verified to be the paper's);
+``rows_from_runs`` groups runs that differ only by seed into one row (:mod:`.rows`);
+``write_report`` is the one writer of every experiment's JSON, CSV and Markdown;
+``write_outputs`` writes a table's ``<experiment>.json``, ``.csv`` and ``.md`` (ours beside
+the paper's number in every cell the paper has, when the runs used data verified to be the
+paper's);
 ``protocol_line`` states the protocol a run followed; ``provenance`` says what produced
 them (versions, commit, device, threads).
 """
@@ -10,24 +12,21 @@ them (versions, commit, device, threads).
 from __future__ import annotations
 
 import csv
-import importlib.metadata
 import io
 import json
 import math
 import os
-import platform
 import statistics
-import subprocess
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import torch
-
 from avalanche_gss._atomic import atomic_write
-from avalanche_gss.experiments import RunResult
+from avalanche_gss.provenance import provenance, provenance_line
+from avalanche_gss.rows import DIVERGED_SHARE, Row, diverged, group_rows, rows_from_runs
 
-__all__ = ["DIVERGED_SHARE", "diverged", "rows_from_runs", "write_outputs", "write_text",
+__all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs",
+           "output_paths", "table_csv", "table_markdown", "write_outputs", "write_report",
+           "write_text",
            "format_cell", "provenance", "provenance_line", "protocol_line", "data_lines",
            "shared_places"]
 
@@ -35,84 +34,6 @@ __all__ = ["DIVERGED_SHARE", "diverged", "rows_from_runs", "write_outputs", "wri
 def _std(values: Sequence[float]) -> float | None:
     """Population std; ``None`` for fewer than two values (one value has no spread)."""
     return statistics.pstdev(values) if len(values) > 1 else None
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _checkout() -> Path | None:
-    """The git checkout this package runs from; ``None`` when installed (site-packages)."""
-    root = Path(__file__).resolve().parent.parent
-    return root if (root / ".git").exists() else None
-
-
-def _git_commit() -> str | None:
-    """The commit of the checkout this package runs from (``+dirty`` with local edits).
-
-    ``None`` when the package is installed rather than run from a checkout, or when git
-    cannot tell.
-    """
-    root = _checkout()
-    if root is None:
-        return None
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def provenance(device: str, threads: int) -> dict[str, Any]:
-    """What produced a result: versions, commit (when known), machine, device, threads.
-
-    ``avalanche_gss`` is the installed distribution's version; ``source`` says whether the
-    code ran from a git checkout (then ``git_commit`` names its commit) or from an
-    installed package (a wheel: no commit, the version names the code).
-
-    :param device: the device the runs trained on (``"cpu"``, ``"cuda"``...).
-    :param threads: the torch threads each run used.
-    """
-    accelerator = "cpu"
-    if device.startswith("cuda") and torch.cuda.is_available():
-        accelerator = torch.cuda.get_device_name(torch.device(device))
-    from avalanche_gss import __version__
-
-    return {
-        "avalanche_gss": _version("avalanche-gss") or __version__,
-        "source": "git checkout" if _checkout() is not None else "installed package",
-        "git_commit": _git_commit(),
-        "torch": torch.__version__,
-        "avalanche": _version("avalanche-lib"),
-        "numpy": _version("numpy"),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "device": device,
-        "accelerator": accelerator,
-        "threads": threads,
-    }
-
-
-def provenance_line(info: dict[str, Any]) -> str:
-    """One Markdown line of :func:`provenance`'s output."""
-    commit = info.get("git_commit")
-    if commit:
-        origin = f" (commit {commit})"
-    elif info.get("source") == "installed package":
-        origin = " (installed package, no git checkout)"
-    else:
-        origin = " (commit unknown)"
-    return (f"Produced by avalanche-gss {info.get('avalanche_gss')}" + origin
-            + f", torch {info.get('torch')}, Avalanche {info.get('avalanche')}, "
-            f"Python {info.get('python')}; device {info.get('device')} "
-            f"({info.get('accelerator')}), {info.get('threads')} torch thread(s) per run.")
 
 
 def _sizes(values: Sequence[int]) -> str:
@@ -200,67 +121,6 @@ def shared_places(keys: Sequence[Any]) -> list[str]:
     return [("=" if keys.count(key) > 1 else "") + str(keys.index(key) + 1) for key in keys]
 
 
-def rows_from_runs(runs: Sequence[tuple[dict[str, Any], RunResult]]) -> list[dict[str, Any]]:
-    """Group runs into table rows, one per (method, buffer size, extra keys).
-
-    :param runs: ``(row_keys, result)`` pairs; ``row_keys`` holds the keys that tell a
-        row from its siblings beyond method and buffer size (e.g. ``{"sequence": 2}``).
-    :return: rows with ``method``, ``buffer_size``, the extra keys, ``seeds``,
-        ``task_accuracy`` (one list per seed), ``avg``, ``avg_mean``, ``avg_std``
-        (population std over seeds; ``None`` with one seed), ``train_seconds``.
-    """
-    groups: dict[tuple[Any, ...], list[tuple[dict[str, Any], RunResult]]] = {}
-    for keys, result in runs:
-        ident = (result.settings.method, result.settings.buffer_size, *sorted(keys.items()))
-        groups.setdefault(ident, []).append((keys, result))
-    rows = []
-    for members in groups.values():
-        members.sort(key=lambda m: m[1].settings.seed)
-        seeds = [r.settings.seed for _, r in members]
-        if len(set(seeds)) != len(seeds):
-            repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-            first_settings = members[0][1].settings
-            raise ValueError(f"{first_settings.method} at M={first_settings.buffer_size}: "
-                             f"seed(s) {repeated} given more than once; each seed must count "
-                             "once in the mean and std")
-        first_keys, first = members[0]
-        avgs = [r.avg for _, r in members]
-        row: dict[str, Any] = {
-            "method": first.settings.method,
-            "buffer_size": first.settings.buffer_size,
-            **first_keys,
-            "seeds": [r.settings.seed for _, r in members],
-            "task_accuracy": [r.task_accuracy for _, r in members],
-            "avg": avgs,
-            "avg_mean": statistics.fmean(avgs),
-            "avg_std": _std(avgs),
-            "train_seconds": [r.train_seconds for _, r in members],
-        }
-        extras = [r.extras for _, r in members if r.extras]
-        if extras:
-            row["extras"] = extras
-        skipped = [int(r.extras.get("skipped_steps", 0)) for _, r in members]
-        if any("skipped_steps" in r.extras for _, r in members):
-            row["skipped_steps"] = skipped
-            row["diverged"] = [diverged(r.extras) for _, r in members]
-        rows.append(row)
-    return rows
-
-
-DIVERGED_SHARE = 0.1
-"""A run that skipped more than this share of its training iterations has diverged."""
-
-
-def diverged(extras: dict[str, Any]) -> bool:
-    """Whether a run skipped more than :data:`DIVERGED_SHARE` of its iterations.
-
-    :param extras: the run's ``extras`` (``skipped_steps``, ``train_iterations``).
-    """
-    skipped = int(extras.get("skipped_steps", 0))
-    iterations = int(extras.get("train_iterations", 0))
-    return skipped > 0 and skipped > DIVERGED_SHARE * max(iterations, 1)
-
-
 def _mark(row: dict[str, Any]) -> str:
     """``‡`` for a row with a diverged run, ``†`` for one that skipped steps, else ``""``."""
     if any(row.get("diverged", [])):
@@ -297,10 +157,14 @@ def _legend(columns: list[tuple[str, Any]], row_key: str, avg: bool) -> str:
     return text + "."
 
 
-def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: str,
-              paper: dict[tuple[str, Any], tuple[float, float | None]],
-              paper_avg: dict[str, tuple[float, float | None]] | None = None) -> str:
-    """A method × column table; each cell "ours (paper: x)"."""
+def table_markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: str,
+                   paper: dict[tuple[str, Any], tuple[float, float | None]],
+                   paper_avg: dict[str, tuple[float, float | None]] | None = None, *,
+                   command: bool = True) -> str:
+    """A method × column table; each cell "ours (paper: x)" (see :func:`write_outputs`).
+
+    :param command: end with the command line (``False``: the caller adds more first).
+    """
     def label(row: dict[str, Any]) -> str:
         tags = [str(row[k]) for k in ("variant", "update", "retrieval") if k in row]
         return row["method"] + (f" ({', '.join(tags)})" if tags else "")
@@ -380,7 +244,8 @@ def _markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: s
                   "accuracy says nothing about the method."]
     if report.get("provenance"):
         lines += ["", provenance_line(report["provenance"])]
-    lines += ["", f"Command: `{report['command']}`", ""]
+    if command:
+        lines += ["", f"Command: `{report['command']}`", ""]
     return "\n".join(lines)
 
 
@@ -390,28 +255,32 @@ def write_text(path: str, text: str) -> None:
                  suffix=".tmp")
 
 
-def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[str, Any]],
-                  row_key: str, paper: dict[tuple[str, Any], tuple[float, float | None]],
-                  paper_avg: dict[str, tuple[float, float | None]] | None = None
-                  ) -> dict[str, str]:
-    """Write ``<experiment>.json``, ``.csv`` and ``.md`` into ``out_dir``, each atomically.
+def output_paths(out: str, stem: str, *extensions: str) -> dict[str, str]:
+    """``{ext: out/stem.ext}`` for each extension, in order; ``out`` is created."""
+    os.makedirs(out, exist_ok=True)
+    return {ext: os.path.join(out, f"{stem}.{ext}") for ext in extensions}
 
-    :param report: the experiment's JSON object: ``experiment``, ``title``, ``dataset``,
-        ``data_source``, ``command``, ``protocol``, ``rows`` (:func:`rows_from_runs`) and,
-        optionally, ``provenance`` (:func:`provenance`).
-    :param out_dir: destination folder (created if missing).
-    :param columns: the markdown table's columns as ``(label, value of row_key)``.
-    :param row_key: the row key the columns range over (``"buffer_size"``, ``"sequence"``).
-    :param paper: the paper's cells, keyed ``(method, column value)``; give ``{}`` when the
-        runs did not use the paper's data.
-    :param paper_avg: when given, an ``Avg`` column (mean over the columns, std across
-        them) with the paper's values by method.
-    :return: the paths written, by extension.
+
+def write_report(paths: dict[str, str], report: dict[str, Any], csv_text: str | None,
+                 md: str) -> dict[str, str]:
+    """Write a report's JSON, CSV and Markdown (each atomically) to ``paths``.
+
+    :param paths: ``json``, ``csv`` (when ``csv_text`` is given) and ``md`` paths, and any
+        other file already written (a figure), in the order they are listed.
+    :param report: the JSON object.
+    :param csv_text: the CSV, or ``None`` when the experiment wrote its own.
+    :param md: the Markdown.
+    :return: ``paths``.
     """
-    os.makedirs(out_dir, exist_ok=True)
-    name = report["experiment"]
-    paths = {ext: os.path.join(out_dir, f"{name}.{ext}") for ext in ("json", "csv", "md")}
     write_text(paths["json"], json.dumps(report, indent=1))
+    if csv_text is not None:
+        write_text(paths["csv"], csv_text)
+    write_text(paths["md"], md)
+    return paths
+
+
+def table_csv(report: dict[str, Any]) -> str:
+    """A table's CSV: one line per run (see :func:`write_outputs`)."""
     n_tasks = max((len(a) for r in report["rows"] for a in r["task_accuracy"]), default=0)
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
@@ -434,6 +303,27 @@ def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[s
             writer.writerow([r["method"], r["buffer_size"], *[r.get(k) for k in extra], seed,
                              f"{avg:.2f}", *[f"{a:.2f}" for a in accs], f"{secs:.2f}", *skip,
                              *where])
-    write_text(paths["csv"], buffer.getvalue())
-    write_text(paths["md"], _markdown(report, columns, row_key, paper, paper_avg))
-    return paths
+    return buffer.getvalue()
+
+
+def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[str, Any]],
+                  row_key: str, paper: dict[tuple[str, Any], tuple[float, float | None]],
+                  paper_avg: dict[str, tuple[float, float | None]] | None = None
+                  ) -> dict[str, str]:
+    """Write ``<experiment>.json``, ``.csv`` and ``.md`` into ``out_dir``, each atomically.
+
+    :param report: the experiment's JSON object: ``experiment``, ``title``, ``dataset``,
+        ``data_source``, ``command``, ``protocol``, ``rows`` (:func:`rows_from_runs`) and,
+        optionally, ``provenance`` (:func:`provenance`).
+    :param out_dir: destination folder (created if missing).
+    :param columns: the markdown table's columns as ``(label, value of row_key)``.
+    :param row_key: the row key the columns range over (``"buffer_size"``, ``"sequence"``).
+    :param paper: the paper's cells, keyed ``(method, column value)``; give ``{}`` when the
+        runs did not use the paper's data.
+    :param paper_avg: when given, an ``Avg`` column (mean over the columns, std across
+        them) with the paper's values by method.
+    :return: the paths written, by extension.
+    """
+    paths = output_paths(out_dir, report["experiment"], "json", "csv", "md")
+    return write_report(paths, report, table_csv(report),
+                        table_markdown(report, columns, row_key, paper, paper_avg))

@@ -2,7 +2,7 @@
 
 import sys
 
-from avalanche_gss.reproduce.__main__ import main
+from avalanche_gss.reproduce.__main__ import CHECKOUT, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog=CHECKOUT))

@@ -97,7 +97,7 @@ def test_a_failed_job_shows_its_own_error(outside):
     assert res.returncode == 1
     last = res.stderr.strip().splitlines()[-1]
     assert "BrokenProcessPool" not in res.stderr
-    assert last.startswith("python -m reproduce: error: 1 run(s) failed"), last
+    assert last.startswith("python -m avalanche_gss.reproduce: error: 1 run(s) failed"), last
     assert "iCaRL-M300-seed" in last and "class-incremental" in last
 
 
@@ -142,7 +142,7 @@ def test_bad_values_get_one_line_naming_them(outside, args, names):
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("python -m reproduce: error:")
+    assert lines[0].startswith("python -m avalanche_gss.reproduce: error:")
     for name in names:
         assert name in lines[0], (name, lines[0])
     assert "--root" not in lines[0] and "--download" not in lines[0]
@@ -156,7 +156,7 @@ def test_a_bad_npz_gets_one_line_naming_the_file(outside, content):
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
     assert "Traceback" not in res.stderr
-    assert str(bad) in last and last.startswith("python -m reproduce: error:"), last
+    assert str(bad) in last and last.startswith("python -m avalanche_gss.reproduce: error:"), last
 
 
 @pytest.mark.slow
@@ -226,7 +226,8 @@ def test_data_with_too_few_classes_are_refused_before_any_run(outside):
     res = cli("table1", "--quick", "--data", data, "--out", "o", cwd=outside, timeout=120)
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
-    assert lines[-1].startswith("python -m reproduce: error: --data") and "three.npz" in lines[-1]
+    assert lines[-1].startswith("python -m avalanche_gss.reproduce: error: --data")
+    assert "three.npz" in lines[-1]
     assert "needs at least 10 classes" in lines[-1] and "Traceback" not in res.stderr
     assert not (outside / "o").exists()  # refused before any run
 
@@ -283,7 +284,7 @@ def refused_at_once(res, outside, *names):
     assert res.returncode == 2, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr[-2000:]
-    assert lines[0].startswith("python -m reproduce: error:")
+    assert lines[0].startswith("python -m avalanche_gss.reproduce: error:")
     for name in names:
         assert name in lines[0], (name, lines[0])
     assert not (outside / "results").exists() and not (outside / "new").exists()
@@ -348,7 +349,8 @@ def test_a_full_disk_for_the_cache_keeps_the_results_and_writes_the_outputs(outs
     warned = [line for line in res.stderr.splitlines() if "could not cache" in line]
     assert len(warned) == 2, res.stderr[-3000:]
     for line in warned:
-        assert line.startswith("python -m reproduce: warning:") and "o/cache/table1/" in line
+        assert line.startswith("python -m avalanche_gss.reproduce: warning:")
+        assert "o/cache/table1/" in line
         assert "No space left on device" in line
     assert "Traceback" not in res.stderr
     rows = json.loads((outside / "o" / "table1.json").read_text())["rows"]
@@ -363,7 +365,8 @@ def test_an_output_that_cannot_be_written_is_one_line_naming_it(outside):
     res = toy_table(outside, "--out", "o")
     assert res.returncode == 1
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("python -m reproduce: error:") and "o/table1.json" in last, last
+    assert last.startswith("python -m avalanche_gss.reproduce: error:"), last
+    assert "o/table1.json" in last, last
     assert "Is a directory" in last
     assert "Traceback" not in res.stderr
     assert len(list((outside / "o" / "cache" / "table1").glob("*.json"))) == 1  # run kept

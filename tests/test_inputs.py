@@ -7,10 +7,10 @@ import torch
 
 from avalanche_gss.benchmarks import ArrayDataset, load_npz
 from avalanche_gss.experiments import RunSettings
-from avalanche_gss.reproduce import tables
+from avalanche_gss.reproduce import runs, tables
 from avalanche_gss.reproduce.cli import parse_args
 from avalanche_gss.reproduce.protocols import PROTOCOLS
-from avalanche_gss.reproduce.tables import check_model
+from avalanche_gss.reproduce.runs import check_model
 
 
 def save(path, x_train, y_train, x_test=None, y_test=None):
@@ -77,11 +77,10 @@ def test_too_few_classes_for_the_protocol_are_refused_up_front(experiment, n_cla
 
 def test_images_too_small_for_resnet_with_a_one_sample_buffer_are_refused_up_front():
     data = toy(10, shape=(3, 8, 8))
-    run = {"settings": RunSettings(method="Reservoir", buffer_size=1, model="resnet18")}
+    run = RunSettings(method="Reservoir", buffer_size=1, model="resnet18")
     with pytest.raises(ValueError, match=r"resnet18 model cannot train on a batch of 1"):
         check_model(data, [run])
-    check_model(data, [{"settings": RunSettings(method="Reservoir", buffer_size=20,
-                                                model="resnet18")}])
+    check_model(data, [RunSettings(method="Reservoir", buffer_size=20, model="resnet18")])
 
 
 def test_a_buffer_larger_than_the_training_data_is_refused_before_any_run(tmp_path,
@@ -93,7 +92,7 @@ def test_a_buffer_larger_than_the_training_data_is_refused_before_any_run(tmp_pa
     def no_run(*args, **kwargs):
         raise AssertionError("a run started")
 
-    monkeypatch.setattr(tables, "run_sweep", no_run)
+    monkeypatch.setattr(runs, "run_sweep", no_run)
     with pytest.raises(SystemExit) as refused:
         tables.table(args)
     message = str(refused.value.code)

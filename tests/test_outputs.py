@@ -174,8 +174,8 @@ def test_retrieval_rows_and_their_labels(tmp_path):
     args = parse_args(["table1", "--quick", "--methods", "Reservoir", "GSS-IQP", "Single",
                        "--retrieval", "random", "mir", "--mir-candidates", "20"])
     runs, _ = plan(args, PROTOCOLS["table1"])
-    got = sorted((r["settings"].method, r["settings"].retrieval, r["settings"].mir_candidates,
-                  tuple(sorted(r["row"].items()))) for r in runs)
+    got = sorted((r.settings.method, r.settings.retrieval, r.settings.mir_candidates,
+                  tuple(sorted(r.keys.items()))) for r in runs)
     assert got == [("GSS-IQP", "mir", 20, (("retrieval", "mir"),)),
                    ("GSS-IQP", "random", 50, ()),
                    ("Reservoir", "mir", 20, (("retrieval", "mir"),)),
@@ -183,7 +183,7 @@ def test_retrieval_rows_and_their_labels(tmp_path):
                    ("Single", "random", 50, ())]
     # The constrained update has no replay batch: it keeps its one row.
     args = parse_args(["constrained", "--retrieval", "mir"])
-    rows = [(r["settings"].update, r["settings"].retrieval) for r in
+    rows = [(r.settings.update, r.settings.retrieval) for r in
             plan(args, PROTOCOLS["constrained"])[0]]
     assert set(rows) == {("rehearsal", "mir"), ("constrained", "random")}
     rows = rows_from_runs([({"retrieval": "mir"}, result("Reservoir", retrieval="mir")),
@@ -226,8 +226,8 @@ def test_a_method_s_own_retrieval_is_its_unlabelled_row():
     def rows(argv):
         runs, _ = plan(parse_args(["table1", "--quick", "--methods", "CB-GSS", "Reservoir",
                                    *argv]), PROTOCOLS["table1"])
-        return sorted({(r["settings"].method, r["settings"].retrieval,
-                        tuple(sorted(r["row"].items()))) for r in runs})
+        return sorted({(r.settings.method, r.settings.retrieval,
+                        tuple(sorted(r.keys.items()))) for r in runs})
 
     assert rows([]) == [("CB-GSS", "other-classes", ()), ("Reservoir", "random", ())]
     assert rows(["--retrieval", "random", "other-classes"]) == [

@@ -56,10 +56,10 @@ def test_the_provenance_line_of_an_installed_package_names_its_version():
 
 
 def test_outside_a_checkout_the_provenance_says_installed_package(tmp_path, monkeypatch):
-    import avalanche_gss.reporting as reporting
+    import avalanche_gss.provenance as reporting
 
     # Given the package in a folder with no .git (as in site-packages),
-    monkeypatch.setattr(reporting, "__file__", str(tmp_path / "avalanche_gss" / "reporting.py"))
+    monkeypatch.setattr(reporting, "__file__", str(tmp_path / "avalanche_gss" / "provenance.py"))
     info = reporting.provenance("cpu", 1)
     # Then no commit is claimed, the source says so and the version is the distribution's.
     assert info["source"] == "installed package" and info["git_commit"] is None

@@ -93,14 +93,15 @@ def test_an_entry_path_taken_by_a_folder_is_a_warning_in_workers_too(tmp_path, j
 
 
 def test_an_output_error_that_names_no_file_names_the_out_folder(capsys):
-    from avalanche_gss.reproduce.tables import _unwritten
+    from avalanche_gss.reproduce.outputs import unwritten
 
-    assert _unwritten(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "o") == 1
+    prog = "python -m reproduce"
+    assert unwritten(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "o", prog) == 1
     assert capsys.readouterr().err == (
         f"python -m reproduce: error: --out o: {os.strerror(errno.ENOSPC)}\n")
     named = OSError(errno.EISDIR, "cannot write o/t.json: Is a directory")  # the atomic writer's
-    assert _unwritten(named, "o") == 1
+    assert unwritten(named, "o", prog) == 1
     assert capsys.readouterr().err == (
         "python -m reproduce: error: cannot write o/t.json: Is a directory\n")
     with pytest.raises(OSError, match="not a disk error"):  # no file, no disk error: a bug
-        _unwritten(OSError(errno.EBADF, "not a disk error"), "o")
+        unwritten(OSError(errno.EBADF, "not a disk error"), "o", prog)

@@ -295,6 +295,6 @@ def test_a_module_that_cannot_be_imported_ends_in_one_line(tmp_path):
         res = reproduce("table1", "--import", spec, cwd=tmp_path)
         assert res.returncode == 2
         lines = res.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("python -m reproduce: error: "
-                                                       "argument --import"), res.stderr
+        assert len(lines) == 1 and lines[0].startswith(
+            "python -m avalanche_gss.reproduce: error: argument --import"), res.stderr
         assert all(name in lines[0] for name in names), lines[0]

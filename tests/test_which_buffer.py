@@ -36,21 +36,21 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
     runs, chosen = plan(args)
     assert chosen["streams"] == tuple(STREAMS)  # every stream by default
     assert len(STREAMS) == 8  # disjoint, permuted, imbalanced 1-5, blurry
-    keys = [(r["policy"], r["stream"], r["settings"].buffer_size, r["settings"].seed)
+    keys = [(r.keys["policy"], r.keys["stream"], r.settings.buffer_size, r.settings.seed)
             for r in runs]
     assert len(keys) == len(set(keys)) == 3 * 8 * 2 * 2
     assert {k[0] for k in keys} == {"Reservoir", "GSS-Greedy", "GSS-IQP"}
     assert {k[2] for k in keys} == {100, 300} and {k[3] for k in keys} == {0, 1}
     for r in runs:
-        spec = STREAMS[r["stream"]]
-        s = r["settings"]
+        spec = STREAMS[r.keys["stream"]]
+        s = r.settings
         # Each stream's protocol gives the learning rate and iterations per batch.
         assert (s.lr, s.n_iter) == (PROTOCOLS[spec.protocol].lr, PROTOCOLS[spec.protocol].n_iter)
-        assert s.method == POLICIES[r["policy"]]["method"]
-        assert r["stream_config"]["protocol"] == spec.protocol
-    greedy = next(r["settings"] for r in runs if r["policy"] == "GSS-Greedy")
+        assert s.method == POLICIES[r.keys["policy"]]["method"]
+        assert r.job["protocol"] == spec.protocol
+    greedy = next(r.settings for r in runs if r.keys["policy"] == "GSS-Greedy")
     assert greedy.variant == "authors"
-    configs = {r["stream"]: r["stream_config"] for r in runs}
+    configs = {r.keys["stream"]: r.job for r in runs}
     assert configs["blurry"]["blur"] == BLURRY_KEEP and "blur" not in configs["disjoint"]
     assert configs["imbalanced-4"]["variant"] == {"sequence": 4}
     # Runs on the disjoint and imbalanced streams trace the buffer's composition; the
@@ -179,7 +179,7 @@ def test_a_new_policy_is_one_entry_of_the_table(monkeypatch):
                                                          "variant": "paper", "n": 5})
     runs, _ = plan(parse_args(["which-buffer", "--policies", "GSS-Greedy (paper)",
                                "--streams", "disjoint", "--seeds", "0"]))
-    assert {(r["settings"].variant, r["settings"].n) for r in runs} == {("paper", 5)}
+    assert {(r.settings.variant, r.settings.n) for r in runs} == {("paper", 5)}
 
 
 def test_the_policies_that_exist_now_run(monkeypatch):
@@ -267,13 +267,14 @@ def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
     res = _cli(*args, cwd=tmp_path)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("python -m reproduce: error:"), res.stderr
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("python -m avalanche_gss.reproduce: error:"), res.stderr
     for name in names:
         assert name in lines[0], (name, lines[0])
 
 
 def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch):
-    from avalanche_gss.reproduce.which_buffer import _markdown
+    from avalanche_gss.reproduce.which_buffer_report import markdown
 
     def row(policy, stream, acc):
         return {"policy": policy, "stream": stream, "buffer_size": 300, "avg_mean": acc,
@@ -302,7 +303,7 @@ def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch
               "provenance": {"threads": 1}}
     for p in policies:
         monkeypatch.setitem(POLICIES, p, {"method": "Reservoir"})
-    md = _markdown(report, [("s", 300), ("t", 300), ("u", 300)], "plot.png")
+    md = markdown(report, [("s", 300), ("t", 300), ("u", 300)], "plot.png")
     ranked = [line.split(" | ")[:3] for line in md.splitlines() if line.startswith("| ")
               and line.split(" | ")[1] in policies and "(" not in line]
     assert ranked == [["| 1", "A", "1.00"], ["| =2", "B", "3.00"], ["| =2", "C", "3.00"],

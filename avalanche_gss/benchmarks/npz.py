@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .datasets import ArrayDataset, _uint8_images
+from .arrays import ArrayDataset, _uint8_images
 
 __all__ = ["load_npz"]
 

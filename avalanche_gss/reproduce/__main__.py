@@ -17,16 +17,24 @@ from avalanche_gss.reproduce.cli import PROG, parse_args
 SCRIPT = "avalanche-gss"
 """The console script that ``pip install`` puts on the path (``[project.scripts]``)."""
 
+MODULE = "python -m avalanche_gss.reproduce"
+"""This package run as a module."""
+
+CHECKOUT = PROG
+"""The checkout's shim (``reproduce/__main__.py``): ``python -m reproduce``."""
+
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Run ``python -m reproduce`` with ``argv`` (``sys.argv[1:]`` by default); exit status.
 
     :param argv: the arguments after the command.
-    :param prog: the command, as usage and error lines name it.
+    :param prog: the command as the user ran it: usage, error lines and the command each
+        output records name it so (:data:`MODULE`, :data:`SCRIPT` or :data:`CHECKOUT`).
     """
     args = parse_args(argv, prog=prog)
+    args.prog = prog
     # torch, Avalanche: only after parsing
-    from avalanche_gss.reproduce.tables import run_experiment
+    from avalanche_gss.reproduce.dispatch import run_experiment
 
     return run_experiment(args, argv)
 
@@ -37,4 +45,4 @@ def script() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog=MODULE))

@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import avalanche_gss
@@ -17,6 +17,7 @@ from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_image
 from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
 from avalanche_gss.cache import module_sha256, package_sha256
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
+from avalanche_gss.reproduce.cli import PROG
 from avalanche_gss.reproduce.protocols import METHOD_OVERRIDES, Protocol
 
 log = logging.getLogger("reproduce")
@@ -143,6 +144,15 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
+def prog_of(args: argparse.Namespace) -> str:
+    """The program as the user ran it (``args.prog``, set by the entry point).
+
+    ``python -m reproduce`` from a checkout, ``python -m avalanche_gss.reproduce`` or
+    ``avalanche-gss``; every message and recorded command names it so.
+    """
+    return str(getattr(args, "prog", PROG))
+
+
 def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, ArrayDataset]:
     """The dataset to use: ``--data``, the protocol's, or (``--quick`` only) the stand-in.
 
@@ -150,20 +160,42 @@ def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, Arr
         loaded or are not valid.
     """
     name = args.data or protocol.dataset
+    prog = prog_of(args)
     try:
         return name, load(name, args.root, args.download)
     except FileNotFoundError as err:
         if name.lower().endswith(".npz"):
-            raise SystemExit(f"python -m reproduce: error: --data: {_one_line(err)}") from None
+            raise SystemExit(f"{prog}: error: --data: {_one_line(err)}") from None
         if not (protocol.standin and args.quick and args.data is None):
-            raise SystemExit(f"python -m reproduce: error: --data {name}: {_one_line(err)}; "
+            raise SystemExit(f"{prog}: error: --data {name}: {_one_line(err)}; "
                              "give --root with the data, or --download (needs internet)"
                              ) from None
         log.warning("%s; --quick runs on a generated stand-in instead (not CIFAR-10)", err)
         return STANDIN, load(STANDIN, None, False)
     except ValueError as err:
-        raise SystemExit(f"python -m reproduce: error: --data {name}: {_one_line(err)}"
-                         ) from None
+        raise SystemExit(f"{prog}: error: --data {name}: {_one_line(err)}") from None
+
+
+def resolve_choices(args: argparse.Namespace, defaults: Mapping[str, Any],
+                    quick: Mapping[str, Any], options: Sequence[str]) -> dict[str, Any]:
+    """What an experiment runs: its defaults, ``--quick``'s, then the command line's.
+
+    The command line's ``options`` replace the choice of the same name where it is given
+    and the defaults have that choice.
+
+    :param args: the parsed command line.
+    :param defaults: the experiment's choices (methods, buffer sizes, seeds...), in the
+        order its report lists them.
+    :param quick: those ``--quick`` replaces or adds.
+    :param options: the command-line options that replace a choice of the same name.
+    """
+    chosen = dict(defaults)
+    if args.quick:
+        chosen.update(quick)
+    for key in options:
+        if getattr(args, key, None) is not None and key in chosen:
+            chosen[key] = tuple(getattr(args, key))
+    return chosen
 
 
 def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
@@ -184,6 +216,11 @@ def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
     return RunSettings(method=method, **values)
 
 
+def settings_from_dict(values: Mapping[str, Any]) -> RunSettings:
+    """A run's settings from their record (``settings_dict``), as a job receives them."""
+    return RunSettings(**values)
+
+
 PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_size", "retrieval")
 """Settings that tell one run of an experiment from another (not the protocol's)."""
 
@@ -196,7 +233,11 @@ def settings_by_method(settings: Sequence[dict[str, Any]]) -> dict[str, dict[str
     return by_method
 
 
-def command(argv: Sequence[str] | None = None) -> str:
-    """The command line, as it is recorded in every output."""
+def command(argv: Sequence[str] | None = None, prog: str = PROG) -> str:
+    """The command line, as it is recorded in every output.
+
+    :param argv: the arguments after the program (``sys.argv[1:]`` by default).
+    :param prog: the program, as the user ran it (:func:`prog_of`).
+    """
     words = sys.argv[1:] if argv is None else argv
-    return "python -m reproduce " + " ".join(shlex.quote(a) for a in words)
+    return f"{prog} " + " ".join(shlex.quote(a) for a in words)

@@ -15,23 +15,30 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from avalanche_gss.benchmarks import TaskSplit
 from avalanche_gss.diagnostics import BufferTrace
-from avalanche_gss.experiments import VARIANT_METHODS, RunSettings, run
+from avalanche_gss.experiments import VARIANT_METHODS, run
 from avalanche_gss.reporting import (
     data_lines,
+    output_paths,
     protocol_line,
     provenance,
     provenance_line,
-    write_text,
+    write_report,
 )
-from avalanche_gss.reproduce.common import command, data_fields, resolve_data
+from avalanche_gss.reproduce.common import (
+    command,
+    data_fields,
+    prog_of,
+    resolve_choices,
+    resolve_data,
+    settings_from_dict,
+)
+from avalanche_gss.reproduce.outputs import show_outputs
 from avalanche_gss.reproduce.protocols import PROTOCOLS, data_label
 
 
@@ -109,6 +116,9 @@ COLUMNS = (
 EVERY = 400
 """Training samples between two records of the composition."""
 
+CHOICES = {"methods": ("Reservoir", "GSS-Greedy"), "seeds": (0,), "buffer_sizes": (300,)}
+"""What ``composition`` runs unless the command line says otherwise (the first size only)."""
+
 
 def _csv(rows: Sequence[dict[str, Any]], n_tasks: int) -> str:
     """One line per record of every run: the buffer's composition along the stream."""
@@ -162,9 +172,8 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
     """
     protocol = PROTOCOLS["table1"]
     data_name, data = resolve_data(args, protocol)
-    methods = args.methods or ["Reservoir", "GSS-Greedy"]
-    seeds = args.seeds or [0]
-    m = (args.buffer_sizes or [300])[0]
+    chosen = resolve_choices(args, CHOICES, {}, ("methods", "seeds", "buffer_sizes"))
+    methods, seeds, m = chosen["methods"], chosen["seeds"], chosen["buffer_sizes"][0]
     lr, n_iter = args.lr or protocol.lr, args.n_iter or protocol.n_iter
     rows: list[dict[str, Any]] = []
     splits = []
@@ -174,9 +183,9 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
         splits.append(split)
         for method in methods:
             for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
-                settings = RunSettings(method=method, buffer_size=m, seed=seed,
-                                       variant=variant, n_iter=n_iter, lr=lr,
-                                       device=args.device)
+                settings = settings_from_dict({
+                    "method": method, "buffer_size": m, "seed": seed, "variant": variant,
+                    "n_iter": n_iter, "lr": lr, "device": args.device})
                 trace = BufferTrace(None, split.task_classes, every=EVERY)
                 result = run(settings, split, plugins=[trace])
                 rows.append({"method": method, "seed": seed,
@@ -187,7 +196,7 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
     assert settings is not None  # the command line gives at least one method and seed
     split = splits[0]
     report: dict[str, Any] = {
-        "experiment": "composition", **data_fields(data), "command": command(argv),
+        "experiment": "composition", **data_fields(data), "command": command(argv, prog_of(args)),
         "protocol": {
             "methods": list(methods), "variants": list(args.variants), "seeds": list(seeds),
             "buffer_sizes": [m], "lr": lr, "n_iter": n_iter,
@@ -198,11 +207,6 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
             "columns": COLUMNS.format(every=EVERY)},
         "provenance": provenance(args.device, args.threads),
         "rows": rows}
-    os.makedirs(args.out, exist_ok=True)
-    paths = {ext: os.path.join(args.out, f"composition.{ext}") for ext in ("json", "csv", "md")}
-    write_text(paths["json"], json.dumps(report, indent=1))
-    write_text(paths["csv"], _csv(rows, len(split.train_sizes)))
-    write_text(paths["md"], _markdown(report, data_label(data)))
-    from avalanche_gss.reproduce.tables import show_outputs  # tables dispatches here
-
-    return show_outputs(paths)
+    paths = write_report(output_paths(args.out, "composition", "json", "csv", "md"), report,
+                         _csv(rows, len(split.train_sizes)), _markdown(report, data_label(data)))
+    return show_outputs(paths, prog=prog_of(args))

@@ -11,10 +11,10 @@ import logging
 from typing import Any
 
 from avalanche_gss.benchmarks import ArrayDataset, TaskSplit, blurry_tasks
-from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
+from avalanche_gss.experiments import BUFFER_METHODS
 from avalanche_gss.experiments import run as run_one
 from avalanche_gss.metrics import buffer_metrics, class_task_map
-from avalanche_gss.reproduce.common import load_checked, prepare_job
+from avalanche_gss.reproduce.common import load_checked, prepare_job, settings_from_dict
 from avalanche_gss.reproduce.composition import task_end_trace, trace_records
 from avalanche_gss.reproduce.protocols import PROTOCOLS
 
@@ -52,7 +52,7 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
                             datefmt="%H:%M:%S")
     prepare_job(config)
     data = load_checked(config)
-    settings = RunSettings(**config["settings"])
+    settings = settings_from_dict(config["settings"])
     split = build_split(data, config, settings.seed)
     plugins: list[Any] = []
     trace = None

@@ -1,70 +1,64 @@
-"""The table experiments of ``python -m reproduce`` (and the dispatch to the figures).
+"""The table experiments of ``python -m reproduce`` (``table1`` ... ``table4``, ``constrained``).
 
-A table is a sweep of runs (:func:`avalanche_gss.reproduce.jobs.run_job`), cached by everything that
-determines a run's result, then grouped into rows and written as JSON, CSV and Markdown.
+A table is a plan of runs (:func:`plan`), swept through :func:`avalanche_gss.reproduce.jobs.run_job`
+and cached by everything that determines a run's result, then grouped into rows
+(:func:`~avalanche_gss.rows.group_rows`) and written as JSON, CSV and Markdown.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import logging
 import os
-import sys
 import time
-import warnings
 from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 from avalanche_gss.experiments import (
     BUFFER_METHODS,
     TASK_AWARE,
     VARIANT_METHODS,
-    RunResult,
     RunSettings,
     default_retrieval,
-    resolve_device,
     run_label,
     settings_dict,
 )
-from avalanche_gss.models import make_model
 from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
-from avalanche_gss.reporting import DIVERGED_SHARE, provenance, rows_from_runs, write_outputs
+from avalanche_gss.reporting import group_rows, provenance, write_outputs
 from avalanche_gss.reproduce.common import (
-    code_identity,
     command,
     data_fields,
     data_identity,
     method_code,
+    prog_of,
+    resolve_choices,
     resolve_data,
     settings_by_method,
     settings_for,
 )
 from avalanche_gss.reproduce.jobs import run_job
+from avalanche_gss.reproduce.outputs import show_outputs
 from avalanche_gss.reproduce.protocols import PROTOCOLS, Protocol
-from avalanche_gss.sweep import SweepError, UncachedResultWarning, config_key, run_sweep
+from avalanche_gss.reproduce.runs import (
+    Run,
+    check_buffer_sizes,
+    check_model,
+    job_config,
+    run_result,
+    sweep,
+)
+from avalanche_gss.sweep import config_key
 
 log = logging.getLogger("reproduce")
 
-RESULTS_VERSION = 2
-"""Bump when a change makes cached results stale (it is part of every run's cache key)."""
 
-_PROG = "python -m reproduce"
-
-def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[dict[str, Any]], dict]:
-    """List the runs to do (``variant``, ``row`` keys, ``settings``) and the choices used."""
-    chosen: dict[str, Any] = {
-        "methods": protocol.methods, "buffer_sizes": protocol.buffer_sizes,
-        "seeds": protocol.seeds, "variants": protocol.variants,
-    }
-    if args.quick:
-        chosen.update(protocol.quick)
-    for key in ("methods", "buffer_sizes", "seeds"):
-        if getattr(args, key) is not None:
-            chosen[key] = tuple(getattr(args, key))
+def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[Run], dict[str, Any]]:
+    """List the runs to do (their stream ``variant``, row keys, settings) and the choices."""
+    chosen = resolve_choices(
+        args, {"methods": protocol.methods, "buffer_sizes": protocol.buffer_sizes,
+               "seeds": protocol.seeds, "variants": protocol.variants},
+        protocol.quick, ("methods", "buffer_sizes", "seeds"))
     runs = []
     stream_extra = ({"samples_per_task": chosen["samples_per_task"]}
                     if "samples_per_task" in chosen else {})
@@ -82,10 +76,9 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[dict[str, A
                              if flavour.get("retrieval") == "mir" and args.mir_candidates
                              else {})
                     for m in chosen["buffer_sizes"]:
-                        runs.append({"variant": {**variant, **stream_extra}, "row": row,
-                                     "settings": settings_for(args, protocol, method,
-                                                              buffer_size=m, seed=seed,
-                                                              **flavour, **extra)})
+                        runs.append(Run(settings_for(args, protocol, method, buffer_size=m,
+                                                     seed=seed, **flavour, **extra),
+                                        row, {"variant": {**variant, **stream_extra}}))
     return runs, chosen
 
 
@@ -108,120 +101,21 @@ def _bufferless(method: str) -> bool:
     return method in ("Single", "iid-online", "iid-offline")
 
 
-def _job_configs(args: argparse.Namespace, runs: list[dict[str, Any]], chosen: dict[str, Any],
+def _job_configs(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any],
                  data_name: str, identity: dict[str, str]) -> list[dict[str, Any]]:
     configs = []
     for r in runs:
-        s = r["settings"]
+        s = r.settings
         # Methods without a buffer give the same run for every buffer size: run them once.
         base = (dataclasses.replace(s, buffer_size=chosen["buffer_sizes"][0])
                 if _bufferless(s.method) else s)
-        config = {"version": RESULTS_VERSION, **code_identity(),
-                  "experiment": args.experiment, "data": data_name, "root": args.root,
-                  "download": args.download, **identity, "threads": args.threads,
-                  "variant": r["variant"], "settings": settings_dict(base),
-                  **method_code(base.method)}
+        config = job_config(args, args.experiment, data_name, identity, **r.job,
+                            settings=settings_dict(base), **method_code(base.method))
         if args.tensorboard:  # a logged run is its own job: its side effect differs
-            tag = "-".join([run_label(base), *(f"{k}{v}" for k, v in r["variant"].items())])
+            tag = "-".join([run_label(base), *(f"{k}{v}" for k, v in r.job["variant"].items())])
             config["tensorboard"] = os.path.join(args.tensorboard, args.experiment, tag)
         configs.append(config)
     return configs
-
-
-def check_model(data: Any, runs: Sequence[dict[str, Any]]) -> None:
-    """Refuse, before any run, a model that cannot train on the smallest batch a run sees.
-
-    A buffer of one sample replays batches of one; a network whose BatchNorm then sees one
-    value per channel (e.g. ResNet-18 on 8x8 images) would fail in every run.
-    """
-    smallest: dict[str, int] = {}
-    for r in runs:
-        s = r["settings"]
-        batch = min(s.batch_size, s.replay_batch_size, s.buffer_size)
-        smallest[s.model] = min(batch, smallest.get(s.model, batch))
-    for name, batch in smallest.items():
-        with torch.random.fork_rng(devices=[]):
-            model = make_model(name, data.input_shape, data.num_classes)
-        model.train()
-        try:
-            model(data.x_train[:batch])
-        except (RuntimeError, ValueError) as err:
-            raise ValueError(
-                f"the {name} model cannot train on a batch of {batch} sample(s) of shape "
-                f"{tuple(data.input_shape)} ({' '.join(str(err).split())}); use larger "
-                "inputs or buffer sizes") from None
-
-
-def check_buffer_sizes(sizes: Sequence[int] | None, data: Any, name: str) -> None:
-    """Refuse, before any run, a buffer size (``--buffer-sizes``) above the data's training set.
-
-    :param sizes: the buffer sizes the command line gives (``None``: the experiment's own).
-    :param data: the loaded data (an ``ArrayDataset``).
-    :param name: the data as the command line names them.
-    :raises ValueError: naming the first size too large and the bound.
-    """
-    samples = len(data.y_train)
-    too_large = [m for m in sizes or () if m > samples]
-    if too_large:
-        raise ValueError(f"{too_large[0]} is more than the {samples} training samples of "
-                         f"{name}; give at most {samples}")
-
-
-_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
-
-
-def _unwritten(err: OSError, out: str) -> int:
-    """Report, in one line naming the file, an output that could not be written; exit status.
-
-    :raises OSError: ``err`` again when it names no file and is no disk or permission error.
-    """
-    where = err.filename2 or err.filename
-    reason = " ".join((err.strerror or str(err)).split())
-    if where is not None:
-        line = f"{os.fsdecode(where)}: {reason}"
-    elif reason.startswith("cannot write "):  # the atomic writer names its file
-        line = reason
-    elif err.errno in _DISK_ERRORS:
-        line = f"--out {out}: {reason}"
-    else:
-        raise err
-    print(f"{_PROG}: error: {line}", file=sys.stderr)
-    return 1
-
-
-def _one_line_cache_warnings() -> None:
-    """Show a result that could not be cached as one line naming the file (command line only)."""
-    shown = warnings.formatwarning
-    if getattr(shown, "one_line_cache_warnings", False):
-        return  # installed by an earlier command in this process
-
-    def formatwarning(message: Warning | str, category: type[Warning], filename: str,
-                      lineno: int, line: str | None = None) -> str:
-        if issubclass(category, UncachedResultWarning):
-            return f"{_PROG}: warning: {message}\n"
-        return shown(message, category, filename, lineno, line)
-
-    formatwarning.one_line_cache_warnings = True  # type: ignore[attr-defined]
-    warnings.formatwarning = formatwarning
-
-
-def _label(config: dict[str, Any]) -> str:
-    try:
-        return run_label(RunSettings(**config["settings"]))
-    except (KeyError, TypeError, ValueError):
-        return f"job {config_key(config)[:12]}"
-
-
-def _failed(err: SweepError) -> int:
-    """Report each failed run's own error, one line each; return the exit status."""
-    log.error("%d run(s) failed:", len(err.failures))
-    for cfg, exc in err.failures:
-        log.error("  %s: %s: %s", _label(cfg), type(exc).__name__, exc)
-    first_cfg, first = err.failures[0]
-    message = " ".join(str(first).split())
-    print(f"{_PROG}: error: {len(err.failures)} run(s) failed; first: {_label(first_cfg)}: "
-          f"{type(first).__name__}: {message}", file=sys.stderr)
-    return 1
 
 
 def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
@@ -229,32 +123,27 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     protocol = PROTOCOLS[args.experiment]
     data_name, data = resolve_data(args, protocol)
     runs, chosen = plan(args, protocol)
+    prog = prog_of(args)
     try:
         check_buffer_sizes(args.buffer_sizes, data, data_name)
     except ValueError as err:
-        raise SystemExit(f"{_PROG}: error: argument --buffer-sizes: {err}") from None
+        raise SystemExit(f"{prog}: error: argument --buffer-sizes: {err}") from None
     try:
         protocol.check(data)
-        check_model(data, runs)
+        check_model(data, [r.settings for r in runs])
     except ValueError as err:
-        raise SystemExit(f"{_PROG}: error: --data {data_name}: {err}") from None
+        raise SystemExit(f"{prog}: error: --data {data_name}: {err}") from None
     identity = data_identity(data)
     configs = _job_configs(args, runs, chosen, data_name, identity)
     log.info("%s: %d runs on %s (%s), %d torch thread(s) per run", args.experiment,
              len({config_key(c) for c in configs}), data.name, data.source, args.threads)
     start = time.perf_counter()
-    cache_dir = args.cache or os.path.join(args.out, "cache", args.experiment)
-    results = run_sweep(configs, run_job, cache_dir=cache_dir, workers=args.workers,
-                        launcher=args.launcher, cluster=args.cluster, threads=args.threads)
-    pairs = []
-    for r, result in zip(runs, results, strict=True):
-        res = RunResult(settings=r["settings"], task_accuracy=result["task_accuracy"],
-                        avg=result["avg"], train_seconds=result["train_seconds"],
-                        extras=result["extras"])
-        pairs.append((r["row"], res))
-    sample_split = protocol.stream(data, chosen["seeds"][0], runs[0]["variant"])
+    results = sweep(args, args.experiment, configs, run_job)
+    rows = group_rows([(r.keys, run_result(r.settings, result))
+                       for r, result in zip(runs, results, strict=True)])
+    sample_split = protocol.stream(data, chosen["seeds"][0], runs[0].job["variant"])
     title, paper_data = protocol.heading(data, tuple(chosen["buffer_sizes"]))
-    by_method = settings_by_method([dataclasses.asdict(r["settings"]) for r in runs])
+    by_method = settings_by_method([dataclasses.asdict(r.settings) for r in runs])
     buffer_like = [m for m in by_method if not _bufferless(m)] or list(by_method)
     base = by_method[buffer_like[0]]
     overrides = {m: {k: s[k] for k in ("lr", "n_iter") if s[k] != base[k]}
@@ -263,7 +152,7 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         "experiment": args.experiment,
         "title": title,
         **data_fields(data),
-        "command": command(argv),
+        "command": command(argv, prog),
         "protocol": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
             "method_variants": list(args.variants),
@@ -283,7 +172,7 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             "paper_numbers_shown": paper_data,
         },
         "provenance": provenance(args.device, args.threads),
-        "rows": rows_from_runs(pairs),
+        "rows": [r.to_dict() for r in rows],
         "wall_seconds": time.perf_counter() - start,
     }
     if protocol.columns_by == "buffer_size":
@@ -297,54 +186,6 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         paper_avg = {}  # keep the Avg column, without the paper's numbers
     paths = write_outputs(report, args.out, columns=columns, row_key=protocol.columns_by,
                           paper=paper, paper_avg=paper_avg)
-    bad = [f"{r['method']} M={r['buffer_size']} seed {seed}" for r in report["rows"]
-           for seed, d in zip(r["seeds"], r.get("diverged", []), strict=False) if d]
-    return show_outputs(paths, bad)
-
-
-def show_outputs(paths: dict[str, str], diverged: Sequence[str] = ()) -> int:
-    """Print the Markdown report and one line naming the files written; flag divergence.
-
-    :param paths: the files written, the Markdown one under ``"md"``.
-    :param diverged: a label for each run that diverged.
-    :return: the exit status: 3 if a run diverged, else 0.
-    """
-    with open(paths["md"]) as f:
-        print(f.read())
-    print("Wrote " + ", ".join(paths.values()))
-    if diverged:
-        print(f"{_PROG}: error: {len(diverged)} run(s) diverged (more than "
-              f"{DIVERGED_SHARE:.0%} of their steps skipped): {', '.join(diverged)}",
-              file=sys.stderr)
-        return 3
-    return 0
-
-
-def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
-    """Run the experiment the parsed command line names; return the exit status."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    _one_line_cache_warnings()
-    try:
-        args.device = resolve_device(args.device)
-    except ValueError as err:
-        raise SystemExit(f"{_PROG}: error: argument --device: {err}") from None
-    # The command line's own setting (--threads, default 1), not a library side effect.
-    torch.set_num_threads(args.threads)
-    from avalanche_gss.reproduce.figures import FIGURES
-
-    try:
-        if args.experiment == "composition":
-            from avalanche_gss.reproduce.composition import composition
-
-            return composition(args, argv)
-        if args.experiment == "which-buffer":
-            from avalanche_gss.reproduce.which_buffer import which_buffer
-
-            return which_buffer(args, argv)
-        if args.experiment in FIGURES:
-            return FIGURES[args.experiment](args, argv)
-        return table(args, argv)
-    except SweepError as err:
-        return _failed(err)
-    except OSError as err:  # an output (or a cache folder) that cannot be written
-        return _unwritten(err, args.out)
+    bad = [f"{r.method} M={r.buffer_size} seed {seed}" for r in rows
+           for seed, d in zip(r.seeds, r.diverged or [], strict=False) if d]
+    return show_outputs(paths, bad, prog)

@@ -1,0 +1,48 @@
+"""Run the experiment a parsed command line names (``python -m reproduce <experiment>``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+import torch
+
+from avalanche_gss.experiments import resolve_device
+from avalanche_gss.reproduce.common import prog_of
+from avalanche_gss.reproduce.composition import composition
+from avalanche_gss.reproduce.figures import FIGURES
+from avalanche_gss.reproduce.outputs import failed, one_line_cache_warnings, unwritten
+from avalanche_gss.reproduce.tables import table
+from avalanche_gss.reproduce.which_buffer import which_buffer
+from avalanche_gss.sweep import SweepError
+
+
+def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+    """Run the experiment the parsed command line names; return the exit status.
+
+    :param args: the parsed command line; ``args.prog`` names the program as the user ran
+        it (``python -m reproduce`` when absent).
+    :param argv: the command line (for the record; ``sys.argv`` by default).
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    prog = prog_of(args)
+    one_line_cache_warnings(prog)
+    try:
+        args.device = resolve_device(args.device)
+    except ValueError as err:
+        raise SystemExit(f"{prog}: error: argument --device: {err}") from None
+    # The command line's own setting (--threads, default 1), not a library side effect.
+    torch.set_num_threads(args.threads)
+    try:
+        if args.experiment == "composition":
+            return composition(args, argv)
+        if args.experiment == "which-buffer":
+            return which_buffer(args, argv)
+        if args.experiment in FIGURES:
+            return FIGURES[args.experiment](args, argv)
+        return table(args, argv)
+    except SweepError as err:
+        return failed(err, prog)
+    except OSError as err:  # an output (or a cache folder) that cannot be written
+        return unwritten(err, args.out, prog)

@@ -1,0 +1,101 @@
+"""How every experiment's outputs are written and shown, and its failures said.
+
+Every experiment writes through :func:`avalanche_gss.reporting.write_report` (its report,
+rows as :meth:`~avalanche_gss.rows.Row.to_dict` records them, its CSV and Markdown, beside
+the PNG of its figure); :func:`show_outputs` prints the Markdown and names the files. The
+messages name the program as the user ran it (``prog``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from avalanche_gss.experiments import run_label
+from avalanche_gss.reporting import DIVERGED_SHARE
+from avalanche_gss.reproduce.cli import PROG
+from avalanche_gss.reproduce.common import settings_from_dict
+from avalanche_gss.sweep import SweepError, UncachedResultWarning, config_key
+
+log = logging.getLogger("reproduce")
+
+
+def show_outputs(paths: dict[str, str], diverged: Sequence[str] = (),
+                 prog: str = PROG) -> int:
+    """Print the Markdown report and one line naming the files written; flag divergence.
+
+    :param paths: the files written, the Markdown one under ``"md"``.
+    :param diverged: a label for each run that diverged.
+    :param prog: the program, as the user ran it.
+    :return: the exit status: 3 if a run diverged, else 0.
+    """
+    with open(paths["md"]) as f:
+        print(f.read())
+    print("Wrote " + ", ".join(paths.values()))
+    if diverged:
+        print(f"{prog}: error: {len(diverged)} run(s) diverged (more than "
+              f"{DIVERGED_SHARE:.0%} of their steps skipped): {', '.join(diverged)}",
+              file=sys.stderr)
+        return 3
+    return 0
+
+
+_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+
+
+def unwritten(err: OSError, out: str, prog: str) -> int:
+    """Report, in one line naming the file, an output that could not be written; exit status.
+
+    :raises OSError: ``err`` again when it names no file and is no disk or permission error.
+    """
+    where = err.filename2 or err.filename
+    reason = " ".join((err.strerror or str(err)).split())
+    if where is not None:
+        line = f"{os.fsdecode(where)}: {reason}"
+    elif reason.startswith("cannot write "):  # the atomic writer names its file
+        line = reason
+    elif err.errno in _DISK_ERRORS:
+        line = f"--out {out}: {reason}"
+    else:
+        raise err
+    print(f"{prog}: error: {line}", file=sys.stderr)
+    return 1
+
+
+def one_line_cache_warnings(prog: str) -> None:
+    """Show a result that could not be cached as one line naming the file (command line only)."""
+    shown = warnings.formatwarning
+    shown = getattr(shown, "shown_before", shown)  # installed by an earlier command
+
+    def formatwarning(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, line: str | None = None) -> str:
+        if issubclass(category, UncachedResultWarning):
+            return f"{prog}: warning: {message}\n"
+        return shown(message, category, filename, lineno, line)
+
+    formatwarning.shown_before = shown  # type: ignore[attr-defined]
+    warnings.formatwarning = formatwarning
+
+
+def _label(config: dict[str, Any]) -> str:
+    try:
+        return run_label(settings_from_dict(config["settings"]))
+    except (KeyError, TypeError, ValueError):
+        return f"job {config_key(config)[:12]}"
+
+
+def failed(err: SweepError, prog: str) -> int:
+    """Report each failed run's own error, one line each; return the exit status."""
+    log.error("%d run(s) failed:", len(err.failures))
+    for cfg, exc in err.failures:
+        log.error("  %s: %s: %s", _label(cfg), type(exc).__name__, exc)
+    first_cfg, first = err.failures[0]
+    message = " ".join(str(first).split())
+    print(f"{prog}: error: {len(err.failures)} run(s) failed; first: {_label(first_cfg)}: "
+          f"{type(first).__name__}: {message}", file=sys.stderr)
+    return 1

@@ -1,0 +1,116 @@
+"""What every experiment's sweep shares: its jobs' cache keys, the sweep, the checks.
+
+A job's config is its cache key (:func:`~avalanche_gss.sweep.config_key`): it holds the
+hash of the package's code (:func:`~avalanche_gss.reproduce.common.code_identity`), so any
+change of the code is a new run and the same code finds its results again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from avalanche_gss.experiments import RunResult, RunSettings
+from avalanche_gss.models import make_model
+from avalanche_gss.reproduce.common import code_identity
+from avalanche_gss.sweep import run_sweep
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run an experiment plans.
+
+    :param settings: the run's settings.
+    :param keys: its row keys: what tells its row from the others beyond method and buffer
+        size (:func:`~avalanche_gss.rows.group_rows`).
+    :param job: what its job needs beyond the settings (its stream: ``variant``,
+        ``protocol``, ``blur``, ``trace``...), part of its cache key.
+    """
+
+    settings: RunSettings
+    keys: dict[str, Any] = field(default_factory=dict)
+    job: dict[str, Any] = field(default_factory=dict)
+
+
+def job_config(args: argparse.Namespace, experiment: str, data_name: str,
+               identity: dict[str, str], **fields: Any) -> dict[str, Any]:
+    """A job's config: the code, the experiment, the data and their identity, ``fields``.
+
+    :param args: the parsed command line (``root``, ``download``, ``threads``).
+    :param experiment: the experiment's name.
+    :param data_name: the data as the job loads them (a name or an ``.npz`` path).
+    :param identity: the data's identity (:func:`~avalanche_gss.reproduce.common.data_identity`).
+    :param fields: what else tells this job from another (its stream, its settings...).
+    """
+    return {**code_identity(), "experiment": experiment, "data": data_name,
+            "root": args.root, "download": args.download, **identity,
+            "threads": args.threads, **fields}
+
+
+def sweep(args: argparse.Namespace, experiment: str, configs: list[dict[str, Any]],
+          job: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run (or find in the cache) every job; their results, in order.
+
+    :param args: the parsed command line (``cache``, ``out``, ``workers``, ``launcher``,
+        ``cluster``, ``threads``).
+    :param experiment: the experiment's name (its cache folder under ``--out``).
+    :param configs: the jobs.
+    :param job: the module-level function that runs one job.
+    """
+    cache_dir = args.cache or os.path.join(args.out, "cache", experiment)
+    return run_sweep(configs, job, cache_dir=cache_dir, workers=args.workers,
+                     launcher=args.launcher, cluster=args.cluster, threads=args.threads)
+
+
+def run_result(settings: RunSettings, result: dict[str, Any],
+               drop: Sequence[str] = ()) -> RunResult:
+    """A job's result as a :class:`RunResult` of ``settings``, without the extras ``drop``."""
+    extras = {k: v for k, v in result["extras"].items() if k not in drop}
+    return RunResult(settings=settings, task_accuracy=result["task_accuracy"],
+                     avg=result["avg"], train_seconds=result["train_seconds"], extras=extras)
+
+
+def check_model(data: Any, settings: Sequence[RunSettings]) -> None:
+    """Refuse, before any run, a model that cannot train on the smallest batch a run sees.
+
+    A buffer of one sample replays batches of one; a network whose BatchNorm then sees one
+    value per channel (e.g. ResNet-18 on 8x8 images) would fail in every run.
+
+    :param data: the loaded data (an ``ArrayDataset``).
+    :param settings: every run's settings.
+    """
+    smallest: dict[str, int] = {}
+    for s in settings:
+        batch = min(s.batch_size, s.replay_batch_size, s.buffer_size)
+        smallest[s.model] = min(batch, smallest.get(s.model, batch))
+    for name, batch in smallest.items():
+        with torch.random.fork_rng(devices=[]):
+            model = make_model(name, data.input_shape, data.num_classes)
+        model.train()
+        try:
+            model(data.x_train[:batch])
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(
+                f"the {name} model cannot train on a batch of {batch} sample(s) of shape "
+                f"{tuple(data.input_shape)} ({' '.join(str(err).split())}); use larger "
+                "inputs or buffer sizes") from None
+
+
+def check_buffer_sizes(sizes: Sequence[int] | None, data: Any, name: str) -> None:
+    """Refuse, before any run, a buffer size (``--buffer-sizes``) above the data's training set.
+
+    :param sizes: the buffer sizes the command line gives (``None``: the experiment's own).
+    :param data: the loaded data (an ``ArrayDataset``).
+    :param name: the data as the command line names them.
+    :raises ValueError: naming the first size too large and the bound.
+    """
+    samples = len(data.y_train)
+    too_large = [m for m in sizes or () if m > samples]
+    if too_large:
+        raise ValueError(f"{too_large[0]} is more than the {samples} training samples of "
+                         f"{name}; give at most {samples}")

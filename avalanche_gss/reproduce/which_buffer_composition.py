@@ -1,0 +1,146 @@
+"""``which-buffer``'s composition report: what each policy's buffer holds at task ends.
+
+Traced during the comparison's own runs, on the streams of
+:data:`~avalanche_gss.reproduce.policies.COMPOSITION_STREAMS`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from avalanche_gss.reporting import data_lines, output_paths, provenance_line, write_report
+from avalanche_gss.reproduce.composition import at_task_ends, task_shares
+from avalanche_gss.reproduce.policies import COMPOSITION_STREAMS, STREAMS
+from avalanche_gss.reproduce.runs import Run
+from avalanche_gss.reproduce.which_buffer_report import NAME, STEM, protocol_lines
+
+
+def traced_streams(streams: Sequence[str]) -> tuple[str, ...]:
+    """The streams whose runs record the buffer's composition (:data:`COMPOSITION_STREAMS`).
+
+    Each entry names a stream or a family; a family stands for its first stream chosen.
+
+    :param streams: the chosen streams, in order.
+    """
+    traced = []
+    for wanted in COMPOSITION_STREAMS:
+        match = [s for s in streams if s == wanted or STREAMS[s].family == wanted]
+        if match and match[0] not in traced:
+            traced.append(match[0])
+    return tuple(traced)
+
+
+def _composition_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per traced run and task end: each task's share of the stored samples."""
+    n_tasks = max((len(r["train_sizes"]) for r in rows), default=0)
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(["policy", "method", "stream", "buffer_size", "seed", "after_task",
+                     *[f"share_T{k + 1}" for k in range(n_tasks)], "admitted_in_task"])
+    for r in rows:
+        for k, (shares, took) in enumerate(zip(r["task_end_shares"], r["task_end_admitted"],
+                                               strict=True)):
+            if shares is None:
+                continue
+            writer.writerow([r["policy"], r["method"], r["stream"], r["buffer_size"], r["seed"],
+                             k + 1, *[f"{v:.4f}" for v in shares], f"{took:.4f}"])
+    return buffer.getvalue()
+
+
+def write_composition(report: dict[str, Any], runs: Sequence[Run],
+                      results: list[dict[str, Any]], out: str) -> dict[str, str]:
+    """Write ``which_buffer_composition.json``, ``.csv`` and ``.md`` from the traced runs.
+
+    :param report: the comparison's JSON report.
+    :param runs: its runs (row keys ``policy`` and ``stream``).
+    :param results: their results, in the same order (traced ones hold ``trace``).
+    :param out: the output folder.
+    :return: the paths written, keyed ``composition_json``, ``_csv``, ``_md``.
+    """
+    shown = traced_streams([s["name"] for s in report["protocol"]["streams"]])
+    rows = []
+    for r, result in zip(runs, results, strict=True):
+        trace = result["extras"].get("trace")
+        if trace is None or r.keys["stream"] not in shown:
+            continue
+        sizes = result["extras"]["train_sizes"]
+        ends = at_task_ends(trace, sizes)
+        rows.append({"policy": r.keys["policy"], "method": r.settings.method,
+                     "stream": r.keys["stream"], "buffer_size": r.settings.buffer_size,
+                     "seed": r.settings.seed, "train_sizes": sizes,
+                     "task_accuracy": result["task_accuracy"], "avg": result["avg"],
+                     "task_end_shares": [task_shares(e) if e else None for e in ends],
+                     "task_end_admitted": [e["admitted_in_task"] if e else None
+                                           for e in ends],
+                     "trace": trace})
+    traced = [s for s in shown if any(r["stream"] == s for r in rows)]
+    comp = {"experiment": f"{NAME}-composition",
+            "title": f"buffer composition at each task end ({', '.join(traced) or 'none'})",
+            **{k: report[k] for k in ("dataset", "data_source", "data_sha256",
+                                      "data_verified_as", "data_verification", "command",
+                                      "provenance")},
+            "protocol": {k: report["protocol"][k] for k in ("policies", "seeds",
+                                                           "buffer_sizes")},
+            "streams": traced,
+            "shares": "task_end_shares[k][t]: share of the stored samples from task t+1 "
+                      "right after task k+1 ends; task_end_admitted[k]: share of task k+1's "
+                      "samples the buffer took in",
+            "rows": rows}
+    seeds = report["protocol"]["seeds"]
+    streams = [s for s in report["protocol"]["streams"] if s["name"] in traced]
+    lines = [f"# {NAME}: what each policy's buffer holds at every task end", "",
+             *data_lines(report),
+             *protocol_lines({**report, "protocol": {**report["protocol"],
+                                                      "streams": streams}}), "",
+             "Columns: after Tk: right after task k ends; final accuracy per task: test "
+             "accuracy (%) on each task at the end of the stream. Each cell: the share (%) of "
+             "the stored samples from tasks 1, 2, ... right "
+             "after that task ends, and in parentheses the share of that task's samples the "
+             "buffer took in; "
+             + (f"mean over {len(seeds)} seeds" if len(seeds) > 1 else "one seed")
+             + ". Traced in the runs of the main table (stream protocol and settings "
+             "alike).", ""]
+    if not rows:
+        lines += [f"No stream to trace: {NAME} traces the disjoint stream and the first "
+                  "imbalanced sequence it runs.", ""]
+    for stream in traced:
+        for m in report["protocol"]["buffer_sizes"]:
+            mine = [r for r in rows if r["stream"] == stream and r["buffer_size"] == m]
+            if not mine:
+                continue
+            n_tasks = len(mine[0]["train_sizes"])
+            lines += [f"## {stream}, M = {m} (tasks of "
+                      f"{'/'.join(map(str, mine[0]['train_sizes']))} samples)", "",
+                      "| policy | " + " | ".join(f"after T{k + 1}" for k in range(n_tasks))
+                      + " | final accuracy per task |",
+                      "|---|" + "---|" * (n_tasks + 1)]
+            for p in report["protocol"]["policies"]:
+                runs_p = [r for r in mine if r["policy"] == p]
+                if not runs_p:
+                    continue
+                cells = []
+                for k in range(n_tasks):
+                    shares = [r["task_end_shares"][k] for r in runs_p
+                              if r["task_end_shares"][k] is not None]
+                    took = [r["task_end_admitted"][k] for r in runs_p
+                            if r["task_end_admitted"][k] is not None]
+                    if not shares:
+                        cells.append("-")
+                        continue
+                    mean = [100 * statistics.fmean(v) for v in zip(*shares, strict=True)]
+                    cells.append("/".join(f"{v:.0f}" for v in mean)
+                                 + f" ({100 * statistics.fmean(took):.0f}% in)")
+                acc = [statistics.fmean(v) for v in
+                       zip(*(r["task_accuracy"] for r in runs_p), strict=True)]
+                cells.append(" / ".join(f"{a:.1f}" for a in acc))
+                lines.append(f"| {p} | " + " | ".join(cells) + " |")
+            lines.append("")
+    lines += [provenance_line(report["provenance"]), "", f"Command: `{report['command']}`",
+              ""]
+    paths = output_paths(out, f"{STEM}_composition", "json", "csv", "md")
+    write_report(paths, comp, _composition_csv(rows), "\n".join(lines))
+    return {f"composition_{ext}": path for ext, path in paths.items()}

@@ -1,0 +1,273 @@
+"""What ``python -m reproduce which-buffer`` writes: its rows, ranking, table, CSV and plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from avalanche_gss.experiments import RunResult, default_retrieval
+from avalanche_gss.plotting import Panel, Series, plot_panels
+from avalanche_gss.reporting import (
+    DIVERGED_SHARE,
+    data_lines,
+    diverged,
+    format_cell,
+    protocol_line,
+    provenance_line,
+    shared_places,
+)
+from avalanche_gss.reproduce.policies import POLICIES, STREAMS
+from avalanche_gss.reproduce.protocols import PROTOCOLS
+from avalanche_gss.rows import Row
+
+NAME = "which-buffer"
+"""The experiment's name on the command line."""
+
+STEM = "which_buffer"
+"""The outputs' file name stem."""
+
+
+class PolicyRow(Row):
+    """A row of the comparison: one policy (``keys["policy"]``) on one stream at one size.
+
+    Its record adds the stream's ``family`` and the mean and std of the training seconds.
+    """
+
+    @property
+    def policy(self) -> str:
+        """The policy's label (a key of :data:`~avalanche_gss.reproduce.policies.POLICIES`)."""
+        return str(self.keys["policy"])
+
+    @property
+    def stream(self) -> str:
+        """The stream's name (a key of :data:`~avalanche_gss.reproduce.policies.STREAMS`)."""
+        return str(self.keys["stream"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """:meth:`Row.to_dict`, then ``family``, ``train_seconds_mean`` and ``_std``."""
+        return {**super().to_dict(), "family": STREAMS[self.stream].family,
+                "train_seconds_mean": statistics.fmean(self.train_seconds),
+                "train_seconds_std": _std(self.train_seconds)}
+
+
+def _std(values: Sequence[float]) -> float | None:
+    return statistics.pstdev(values) if len(values) > 1 else None
+
+
+def _ranks(values: dict[str, float]) -> dict[str, float]:
+    """Rank 1 for the highest value; tied values share their mean rank."""
+    ordered = sorted(values.values(), reverse=True)
+    ranks = {}
+    for key, v in values.items():
+        first = ordered.index(v) + 1
+        ties = ordered.count(v)
+        ranks[key] = first + (ties - 1) / 2
+    return ranks
+
+
+def ranking(rows: Sequence[dict[str, Any]], policies: Sequence[str],
+            columns: Sequence[tuple[str, int]]) -> tuple[list[dict[str, Any]],
+                                                         dict[str, list[str]]]:
+    """Rank the policies in each column (stream x buffer size) and overall.
+
+    :param rows: the report's rows (one per policy, stream and buffer size).
+    :param policies: the policies, in table order.
+    :param columns: ``(stream, buffer size)`` of each column.
+    :return: the policies sorted by mean rank, then by mean accuracy (each with
+        ``mean_rank``, ``place``: its place, ``"=2"`` when it shares its mean rank at two
+        decimals with others, ``wins``, ``mean_accuracy``, ``mean_train_seconds``,
+        ``time_vs_fastest``: the mean over the columns of its time over the column's
+        fastest), and each column's best
+        policies (highest mean accuracy at the table's precision), keyed ``stream M=m``.
+    """
+    cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in rows}
+    ranks: dict[str, list[float]] = {p: [] for p in policies}
+    accs: dict[str, list[float]] = {p: [] for p in policies}
+    secs: dict[str, list[float]] = {p: [] for p in policies}
+    slow: dict[str, list[float]] = {p: [] for p in policies}
+    wins = dict.fromkeys(policies, 0)
+    best: dict[str, list[str]] = {}
+    for stream, m in columns:
+        here = {p: cell[(p, stream, m)] for p in policies if (p, stream, m) in cell}
+        if not here:
+            continue
+        shown = {p: round(r["avg_mean"], 1) for p, r in here.items()}
+        top = max(shown.values())
+        best[f"{stream} M={m}"] = [p for p, v in shown.items() if v == top]
+        for p in best[f"{stream} M={m}"]:
+            wins[p] += 1
+        fastest = min(r["train_seconds_mean"] for r in here.values())
+        for p, rank in _ranks(shown).items():
+            ranks[p].append(rank)
+            accs[p].append(here[p]["avg_mean"])
+            secs[p].append(here[p]["train_seconds_mean"])
+            slow[p].append(here[p]["train_seconds_mean"] / fastest if fastest > 0 else 1.0)
+    table: list[dict[str, Any]] = [
+        {"policy": p, "mean_rank": statistics.fmean(ranks[p]), "wins": wins[p],
+         "columns": len(ranks[p]), "mean_accuracy": statistics.fmean(accs[p]),
+         "mean_train_seconds": statistics.fmean(secs[p]),
+         "time_vs_fastest": statistics.fmean(slow[p])}
+        for p in policies if ranks[p]]
+    table.sort(key=lambda t: (round(t["mean_rank"], 2), -t["mean_accuracy"]))
+    for t, place in zip(table, shared_places([round(t["mean_rank"], 2) for t in table]),
+                        strict=True):
+        t["place"] = place
+    return table, best
+
+
+def _cell(row: dict[str, Any], bold: bool) -> str:
+    acc = format_cell(row["avg_mean"], row["avg_std"])
+    mark = " ‡" if any(row.get("diverged", [])) else ""
+    return (f"**{acc}**" if bold else acc) + f" ({row['train_seconds_mean']:.1f} s){mark}"
+
+
+def protocol_lines(report: dict[str, Any]) -> list[str]:
+    """The protocol as run: what every stream shares, then one line per stream."""
+    protocol = report["protocol"]
+    seeds = protocol["seeds"]
+    lines = [f"Protocol: M = {'/'.join(map(str, protocol['buffer_sizes']))}; "
+             + ("seeds " if len(seeds) > 1 else "seed ") + " ".join(map(str, seeds))
+             + f"; batches of {protocol['batch_size']}, replay batches of "
+             f"{protocol['replay_batch_size']}; the {protocol['model']} model; each stream "
+             "with its protocol's learning rate and iterations per batch:", ""]
+    for s in protocol["streams"]:
+        stream = {**s["stream"], "blurry": s.get("blur") and {"keep": s["blur"]}}
+        name = f"- {s['name']} ({PROTOCOLS[s['protocol']].paper_ref}'s {s['family']} stream): "
+        text = protocol_line({"stream": stream, "lr": s["lr"], "n_iter": s["n_iter"]},
+                             prefix=name) or name
+        if s["deviations"]:
+            text += " Deviations from the paper's protocol: " + "; ".join(s["deviations"]) + "."
+        lines.append(text)
+    return lines
+
+
+def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: str) -> str:
+    """The Markdown report: the table, the ranking, the policies, the provenance.
+
+    :param report: the JSON report (rows as :meth:`PolicyRow.to_dict` records them).
+    :param columns: ``(stream, buffer size)`` of each column.
+    :param png: the figure's path.
+    """
+    rows = report["rows"]
+    policies = report["protocol"]["policies"]
+    seeds = report["protocol"]["seeds"]
+    cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in rows}
+    best = report["best"]
+    spread = (f"mean ± std over {len(seeds)} seeds" if len(seeds) > 1
+              else "one seed, so no spread")
+    lines = [
+        f"# {NAME}: {report['title']}", "",
+        *data_lines(report),
+        *protocol_lines(report), "",
+        "Columns: a stream (see Protocol) at a buffer size M. Each cell: final average "
+        f"accuracy over the stream's tasks ({spread}), and in "
+        "parentheses the mean training time of one run in seconds (evaluation excluded). "
+        "**Bold**: the best policy of the column. Times are wall-clock on this machine "
+        f"with {report['protocol']['workers']} run(s) at a time and "
+        f"{report['provenance']['threads']} torch thread(s) each, read from the cache for "
+        "runs done before: compare them within one table.", "",
+        "| policy | " + " | ".join(f"{s} M={m}" for s, m in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for p in policies:
+        cells = []
+        for s, m in columns:
+            r = cell.get((p, s, m))
+            cells.append(_cell(r, p in best.get(f"{s} M={m}", [])) if r else "-")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    lines += ["", "## Ranking", "",
+              f"Policies by mean rank over the {len(columns)} column(s) above. Columns: "
+              "rank: the policy's place (policies with the same mean rank share it, e.g. =2, "
+              "and are listed by mean accuracy); mean rank: its rank in each column (1 = "
+              "best accuracy; policies tied at the table's precision share their mean rank), "
+              "averaged over the columns; columns won: the columns where it has the best "
+              "accuracy (a tie counts for each); mean accuracy: over the columns; mean train "
+              "s per run: training seconds of one run, averaged over the columns; time vs "
+              "fastest: each run's training time over the fastest policy's in the same "
+              "column, averaged over the columns.", "",
+              "| rank | policy | mean rank | columns won | mean accuracy | mean train s "
+              "per run | time vs fastest |",
+              "|---|---|---|---|---|---|---|"]
+    for t in report["ranking"]:
+        lines.append(f"| {t['place']} | {t['policy']} | {t['mean_rank']:.2f} | {t['wins']} / "
+                     f"{t['columns']} | {t['mean_accuracy']:.1f} | "
+                     f"{t['mean_train_seconds']:.2f} | {t['time_vs_fastest']:.2f}× |")
+    lines += ["", "Policies (RunSettings keywords):", ""]
+    for p in policies:
+        keywords = ", ".join(f"{k}={v}" for k, v in POLICIES[p].items())
+        own = default_retrieval(POLICIES[p]["method"])
+        if "retrieval" not in POLICIES[p] and own != "random":
+            keywords += f" (its own retrieval: {own})"
+        lines.append(f"- {p}: {keywords}")
+    bad = [r for r in rows if any(r.get("diverged", []))]
+    if bad:
+        lines += ["", f"‡: a run skipped more than {DIVERGED_SHARE:.0%} of its training "
+                  "iterations and diverged: its accuracy says nothing about the policy."]
+    lines += ["", f"Buffer composition along the stream: `{STEM}_composition.md`.",
+              "", provenance_line(report["provenance"]), "", f"Plot: `{png}`", "",
+              f"Command: `{report['command']}`", ""]
+    return "\n".join(lines)
+
+
+def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, Any]) -> str:
+    """One line per run: policy, stream, buffer size, seed, accuracies, time, device."""
+    n_tasks = max(len(res.task_accuracy) for _, res in pairs)
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(["policy", "method", "options", "stream", "family", "buffer_size", "seed",
+                     "avg", *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds",
+                     "skipped_steps", "diverged", "device", "threads"])
+    for keys, res in pairs:
+        options = ";".join(f"{k}={v}" for k, v in POLICIES[keys["policy"]].items()
+                           if k != "method")
+        accs = [f"{a:.2f}" for a in res.task_accuracy]
+        writer.writerow([keys["policy"], res.settings.method, options, keys["stream"],
+                         STREAMS[keys["stream"]].family, res.settings.buffer_size,
+                         res.settings.seed, f"{res.avg:.2f}",
+                         *accs, *[""] * (n_tasks - len(accs)), f"{res.train_seconds:.3f}",
+                         res.extras.get("skipped_steps", 0), diverged(res.extras),
+                         prov["device"], prov["threads"]])
+    return buffer.getvalue()
+
+
+def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
+           title: str) -> str:
+    """Accuracy against training seconds, one panel per stream family, a series per policy.
+
+    A family of several streams (imbalanced sequences) gives, per seed, the mean over its
+    streams; points are the means over seeds, error bars their std.
+    """
+    families: dict[str, list[str]] = {}
+    for s in chosen["streams"]:
+        families.setdefault(STREAMS[s].family, []).append(s)
+    cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in rows}
+    panels = []
+    for family, streams in families.items():
+        series = []
+        for p in chosen["policies"]:
+            xs, ys, errs, notes = [], [], [], []
+            for m in sorted(chosen["buffer_sizes"]):
+                members = [cell[(p, s, m)] for s in streams if (p, s, m) in cell]
+                if not members:
+                    continue
+                n_seeds = len(members[0]["seeds"])
+                acc = [statistics.fmean(r["avg"][i] for r in members) for i in range(n_seeds)]
+                sec = [statistics.fmean(r["train_seconds"][i] for r in members)
+                       for i in range(n_seeds)]
+                xs.append(statistics.fmean(sec))
+                ys.append(statistics.fmean(acc))
+                errs.append(_std(acc) or 0.0)
+                notes.append(f"M={m}")
+            if xs:
+                series.append(Series(p, xs, ys, errs, "markers",
+                                     notes if len(chosen["buffer_sizes"]) > 1 else None))
+        xs_all = [x for s in series for x in s.x if x > 0]
+        logx = bool(xs_all) and max(xs_all) > 5 * min(xs_all)
+        name = streams[0] if len(streams) == 1 else (
+            f"{family} (mean over {', '.join(streams)})")
+        panels.append(Panel(name, "train seconds per run", "final average accuracy (%)",
+                            series, logx=logx, data_ticks=False))
+    return plot_panels(panels, path, title=title)
