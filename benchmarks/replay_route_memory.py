@@ -30,12 +30,11 @@ call alone). The warm-up keeps such one-time costs out of the growth measured.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import gc
 import json
-import multiprocessing
 import platform
 import resource
+import subprocess
 import sys
 import time
 from typing import Any
@@ -63,6 +62,18 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
+def rss_parts_mb() -> dict[str, float]:
+    """Resident memory by kind (``/proc/self/status``): ``anon`` (the heap, tensors: what a
+    leak grows) and ``file`` (pages of mapped files, such as the code of torch's shared
+    libraries, resident from the first time they are read)."""
+    parts = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("RssAnon:", "RssFile:")):
+                parts[line[3:7].lower()] = int(line.split()[1]) / 1024
+    return parts
+
+
 class Probe(SupervisedPlugin):
     """Resident memory each time another ``every`` samples were learnt."""
 
@@ -77,8 +88,10 @@ class Probe(SupervisedPlugin):
         self.samples += len(strategy.experience.dataset)
         if self.samples >= self.every * (len(self.records) + 1):  # experiences may be short
             gc.collect()
+            parts = rss_parts_mb()
             self.records.append({"case": CASE, "impl": self.impl, "samples": self.samples,
-                                 "rss_mb": rss_mb(),
+                                 "rss_mb": rss_mb(), "rss_anon_mb": parts["anon"],
+                                 "rss_file_mb": parts["file"],
                                  "seconds": time.perf_counter() - self.start})
 
 
@@ -119,17 +132,19 @@ def run_impl(impl: str, samples: int, every: int, mem: int, dim: int,
 
 
 def summarise(records: list[dict[str, Any]], slack_mb: float) -> dict[str, dict[str, Any]]:
-    growth = {}
+    """Each impl's growth from its first record to its last: RSS, and its anonymous and
+    file-backed parts; ``within_reference``: RSS growth within the reference's + slack."""
+    out: dict[str, dict[str, Any]] = {}
     for impl in dict.fromkeys(r["impl"] for r in records):
         rs = [r for r in records if r["impl"] == impl]
-        growth[impl] = (rs[0]["samples"], rs[0]["rss_mb"], rs[-1]["samples"], rs[-1]["rss_mb"])
-    ref = growth.get(REFERENCE)
-    out: dict[str, dict[str, Any]] = {}
-    for impl, (n0, first, n1, last) in growth.items():
-        out[impl] = {"samples_first": n0, "rss_first_mb": first, "samples_last": n1,
-                     "rss_last_mb": last, "rss_growth_mb": last - first}
+        out[impl] = {"samples_first": rs[0]["samples"], "rss_first_mb": rs[0]["rss_mb"],
+                     "samples_last": rs[-1]["samples"], "rss_last_mb": rs[-1]["rss_mb"]}
+        for key in ("rss", "rss_anon", "rss_file"):
+            out[impl][f"{key}_growth_mb"] = rs[-1][f"{key}_mb"] - rs[0][f"{key}_mb"]
+    ref = out.get(REFERENCE)
+    for s in out.values():
         if ref is not None:
-            out[impl]["within_reference"] = last - first <= ref[3] - ref[1] + slack_mb
+            s["within_reference"] = s["rss_growth_mb"] <= ref["rss_growth_mb"] + slack_mb
     return out
 
 
@@ -143,6 +158,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--buffer-size", type=int, default=300)
     parser.add_argument("--dim", type=int, default=64, help="input features")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--warmup", type=int, default=2000,
                         help="samples of an unmeasured stream each impl learns first, in "
                              "the same process (0: none)")
@@ -154,11 +170,18 @@ def main(argv: list[str]) -> int:
     if args.warmup < 0 or args.warmup % 50:
         parser.error(f"--warmup must be 0 or a positive multiple of 50, got {args.warmup}")
     records: list[dict[str, Any]] = []
-    spawn = multiprocessing.get_context("spawn")
-    for impl in args.impls:  # one fresh process each: clean RSS, no shared allocator state
-        with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
-            records += pool.submit(run_impl, impl, args.samples, args.every, args.buffer_size,
-                                   args.dim, args.seed, args.warmup).result()
+    if args.child:  # one impl, in this fresh interpreter: records on stdout's last line
+        print(json.dumps(run_impl(args.impls[0], args.samples, args.every, args.buffer_size,
+                                  args.dim, args.seed, args.warmup)))
+        return 0
+    for impl in args.impls:  # one fresh interpreter each: clean RSS, no shared allocator state
+        child = subprocess.run(
+            [sys.executable, __file__, "--child", "--impls", impl, "--samples",
+             str(args.samples), "--every", str(args.every), "--buffer-size",
+             str(args.buffer_size), "--dim", str(args.dim), "--seed", str(args.seed),
+             "--warmup", str(args.warmup)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+        records += json.loads(child.stdout.strip().splitlines()[-1])
     print(f"{'impl':<20} {'samples':>8} {'RSS MB':>8} {'seconds':>8}")
     for r in records:
         print(f"{r['impl']:<20} {r['samples']:>8} {r['rss_mb']:8.1f} {r['seconds']:8.0f}")
@@ -168,7 +191,8 @@ def main(argv: list[str]) -> int:
                    f"; within {REFERENCE}'s growth (+{args.slack_mb} MB): {s['within_reference']}")
         print(f"{impl}: RSS {s['rss_first_mb']:.1f} MB at {s['samples_first']} -> "
               f"{s['rss_last_mb']:.1f} MB at {s['samples_last']} "
-              f"({s['rss_growth_mb']:+.1f} MB){verdict}")
+              f"({s['rss_growth_mb']:+.2f} MB: anonymous {s['rss_anon_growth_mb']:+.2f}, "
+              f"file-backed {s['rss_file_growth_mb']:+.2f}){verdict}")
     machine = (f"{platform.node()} {platform.machine()} torch {torch.__version__} "
                f"threads 1, warm-up {args.warmup} samples")
     if args.json:
