@@ -16,6 +16,14 @@ samples come in. The samples live in a :class:`~avalanche_gss.buffers.columns.Sl
 (the tensors the policy scored, as the model was trained on them, which the fast replay
 path uses when the stream's datasets have no transform), their source datasets in a
 :class:`~avalanche_gss.buffers.sources.ProvenanceIndex`.
+
+Bad input never reaches the storage: labels must be integers in ``[0, label_bound)`` and
+inputs must have the stored inputs' shape (``ValueError``); samples with a NaN or infinite
+input value are not stored (a ``RuntimeWarning`` says how many). ``n_rejected`` counts
+them, with the samples a gradient-scored policy refuses because their gradient is not
+finite. A call that raises, whatever the reason (bad input, a policy or a model that
+fails, memory), leaves the buffer exactly as it was: samples, recent buffer, counters and
+every generator's state (:meth:`SlotBuffer._snapshot`).
 """
 
 from __future__ import annotations
@@ -165,6 +173,14 @@ class SlotBuffer(StoredSamples):
             getattr(self, name).set_state(state)
         self.sources.reset(self.max_size)  # the dataset view is rebuilt from the slots
 
+    def _referenced_sources(self) -> Tensor:
+        """Source ids still referenced by a stored (or waiting) sample."""
+        return self.store.src[: self.size]
+
+    def _input_like(self) -> Tensor | None:
+        """Stored inputs whose shape an incoming batch must match (``None``: any)."""
+        return self.x
+
     def _write(self, rows: Rows, target: Tensor, scores: Tensor | None) -> None:
         """Write ``rows`` into the CPU slot indices ``target`` (no check) and index them."""
         self.store.write(rows, target, scores)
@@ -184,15 +200,8 @@ class OnlineBuffer(SlotBuffer):
     model learnt the experience), :meth:`update_from_dataset` or :meth:`add` (tensors).
     After each batch, :attr:`last_slots` holds the slot each sample took (``-1``: not
     stored) and, for a policy that scores samples (:attr:`scored`), :attr:`last_scores`
-    the scores of the samples the policy was offered (those with finite inputs).
-
-    Bad input never reaches the storage: labels must be integers in
-    ``[0, label_bound)`` and inputs must have the stored inputs' shape (``ValueError``);
-    samples with a NaN or infinite input value are not stored (a ``RuntimeWarning`` says
-    how many). :attr:`n_rejected` counts them, with the samples a gradient-scored policy
-    refuses because their gradient is not finite. A call that raises, whatever the reason
-    (bad input, a policy or a model that fails, memory), leaves the buffer exactly as it
-    was: samples, recent buffer, counters and every generator's state (:meth:`_snapshot`).
+    the scores of the samples the policy was offered (those with finite inputs). What it
+    refuses, and how a failed call leaves it as it was: see the module's docstring.
 
     :param max_size: number of slots ``M``, an integer >= 1 whose columns fit in the
         memory available (else a ``MemoryError`` says how many bytes they need).
@@ -232,10 +241,7 @@ class OnlineBuffer(SlotBuffer):
 
     def add(self, x: Tensor, y: Tensor, model: nn.Module | None = None, *,
             task_labels: Tensor | int = 0) -> Tensor:
-        """Offer a batch of tensors to the buffer.
-
-        Samples added this way have no source dataset: :attr:`buffer` yields them as
-        ``(x, y, t)`` from the stored tensors.
+        """Offer a batch of tensors to the buffer (no source dataset: :attr:`buffer` reads them).
 
         :param x: ``(B, *input_shape)`` inputs.
         :param y: ``(B,)`` integer labels.
@@ -268,8 +274,7 @@ class OnlineBuffer(SlotBuffer):
         """Avalanche's hook: offer the experience's samples, scored with the current model.
 
         The strategy gives the model (``agent_state.model``, for the scored policies) and
-        the device to score on (``agent_state.device``); anything else there is ignored,
-        as Avalanche's own buffers read only the experience.
+        the device to score on (``agent_state.device``); nothing else is read there.
         """
         model = getattr(agent_state, "model", None)
         device = getattr(agent_state, "device", None)
@@ -278,10 +283,9 @@ class OnlineBuffer(SlotBuffer):
                            device if isinstance(device, (str, torch.device)) else None)
 
     def update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
-        """Offer ``strategy.experience`` (as :meth:`post_adapt`).
+        """Offer ``strategy.experience`` as :meth:`post_adapt`, without Avalanche's warning.
 
-        Avalanche's base class warns on every call of this deprecated method;
-        ``ReplayPlugin`` still calls it, so it is overridden without the warning.
+        ``ReplayPlugin`` still calls this method, deprecated in Avalanche's base class.
         """
         self.post_adapt(strategy, strategy.experience)
 
@@ -300,19 +304,9 @@ class OnlineBuffer(SlotBuffer):
         finally:  # a refused batch leaves the batches before it stored, and no stale source
             self.sources.prune(self._referenced_sources)
 
-    def _referenced_sources(self) -> Tensor:
-        """Source ids still referenced by a stored (or waiting) sample."""
-        return self.store.src[: self.size]
-
-    def _input_like(self) -> Tensor | None:
-        """Stored inputs whose shape an incoming batch must match (``None``: any)."""
-        return self.x
-
     def _offer(self, rows: Rows, model: nn.Module | None, checked: Checked | None = None, *,
                stacklevel: int = 4) -> Tensor:
         """Validate a batch, drop non-finite samples, let the policy place the rest.
-
-        Anything that raises from here on leaves the buffer as it was (:meth:`_snapshot`).
 
         :param checked: what :func:`check_batch` returned for the batch when the caller
             validated it (on the host, before moving it); ``None``: validate here.
@@ -322,7 +316,7 @@ class OnlineBuffer(SlotBuffer):
             checked = check_batch(self, rows.x, rows.y, self._input_like())
         if len(rows) == 0:
             return torch.empty(0, dtype=torch.long)
-        before = self._snapshot()
+        before = self._snapshot()  # anything that raises from here on changes nothing
         try:
             self._check_labels(rows, checked.high, model)
             finite = checked.finite
@@ -344,12 +338,9 @@ class OnlineBuffer(SlotBuffer):
         return slots
 
     def _check_labels(self, rows: Rows, high: int, model: nn.Module | None) -> None:
-        """Refuse labels the policy cannot use with ``model`` (none here), before any change.
+        """Refuse (``ValueError``) a label of ``rows`` the policy cannot use with ``model``.
 
-        :param rows: the batch.
-        :param high: its largest label.
-        :param model: the learner given with it.
-        :raises ValueError: a label the policy cannot use.
+        None here; ``high`` is the batch's largest label. Runs before anything changes.
         """
 
 

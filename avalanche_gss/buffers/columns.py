@@ -25,7 +25,7 @@ from torch import Tensor
 
 from avalanche_gss.buffers.rows import Rows
 
-__all__ = ["SlotStore", "available_bytes", "check_size"]
+__all__ = ["SlotStore", "available_bytes", "check_memory", "check_size", "new_columns"]
 
 _DEVICE_COLUMNS = ("x", "y", "t", "scores")
 _CPU_COLUMNS = (("src", -1), ("src_idx", 0), ("plain", True))
@@ -103,6 +103,48 @@ def available_bytes(device: torch.device | str) -> int | None:
     return min(limits) if limits else None
 
 
+def check_memory(owner: str, m: int, x: Tensor | None) -> None:
+    """Refuse ``m`` slots whose columns would not fit in the memory available.
+
+    :param owner: the buffer's class name, for the error.
+    :param m: the number of slots.
+    :param x: inputs like those stored (``None``: none yet, their column is not counted).
+    :raises MemoryError: one line with the bytes needed and those available.
+    """
+    dev = torch.device("cpu") if x is None else x.device
+    row = 0 if x is None else math.prod(x.shape[1:]) * x.element_size()
+    need = {torch.device("cpu"): m * _CPU_SLOT_BYTES}
+    need[dev] = need.get(dev, 0) + m * (row + _DEVICE_SLOT_BYTES)
+    for device, n in need.items():
+        free = available_bytes(device)
+        if free is not None and n > free:
+            raise MemoryError(
+                f"{owner}: buffer size {m} needs {n:,} bytes of {device} "
+                f"memory ({n // m:,} per slot) but {free:,} are available; the buffer "
+                "is unchanged")
+
+
+def new_columns(owner: str, m: int, like: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Allocate ``m`` slots of each column of ``like``: its dtype, device and row shape.
+
+    Device columns start at 0, the provenance columns at their "no source" value.
+
+    :param owner: the buffer's class name, for the error.
+    :raises MemoryError: an allocation failed (one line; nothing is replaced).
+    """
+    try:
+        new = {name: torch.zeros((m, *v.shape[1:]), dtype=v.dtype, device=v.device)
+               for name, v in like.items() if name in _DEVICE_COLUMNS}
+        for name, fill in _CPU_COLUMNS:
+            if name in like:
+                new[name] = torch.full((m,), fill, dtype=like[name].dtype)
+    except (RuntimeError, MemoryError) as err:  # torch's out-of-memory errors
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise MemoryError(f"{owner}: could not allocate {m} slots ({reason}); "
+                          "the buffer is unchanged") from err
+    return new
+
+
 class SlotStore:
     """A buffer's slot columns: ``max_size`` slots, the first ``size`` of them filled.
 
@@ -117,7 +159,7 @@ class SlotStore:
 
     def __init__(self, max_size: int, owner: str) -> None:
         self.owner = owner
-        self.check_memory(max_size, None)
+        check_memory(owner, max_size, None)
         self.max_size = max_size
         self.size = 0
         self.x: Tensor | None = None  # (M, *input_shape) once the first batch arrived
@@ -128,48 +170,17 @@ class SlotStore:
         self.src_idx = torch.zeros(max_size, dtype=torch.long)  # (M,) index in source
         self.plain = torch.ones(max_size, dtype=torch.bool)  # (M,) no transform
 
-    def check_memory(self, m: int, x: Tensor | None) -> None:
-        """Refuse ``m`` slots whose columns would not fit in the memory available.
-
-        :param m: the number of slots.
-        :param x: inputs like those stored (``None``: none yet, their column is not counted).
-        :raises MemoryError: one line with the bytes needed and those available.
-        """
-        dev = torch.device("cpu") if x is None else x.device
-        row = 0 if x is None else math.prod(x.shape[1:]) * x.element_size()
-        need = {torch.device("cpu"): m * _CPU_SLOT_BYTES}
-        need[dev] = need.get(dev, 0) + m * (row + _DEVICE_SLOT_BYTES)
-        for device, n in need.items():
-            free = available_bytes(device)
-            if free is not None and n > free:
-                raise MemoryError(
-                    f"{self.owner}: buffer size {m} needs {n:,} bytes of {device} "
-                    f"memory ({n // m:,} per slot) but {free:,} are available; the buffer "
-                    "is unchanged")
-
     def allocate(self, m: int) -> dict[str, Tensor]:
         """Check and allocate ``m`` slots of every column in use (nothing is replaced).
 
-        :raises MemoryError: they do not fit (:meth:`check_memory`), or an allocation
+        :raises MemoryError: they do not fit (:func:`check_memory`), or an allocation
             failed (one line; the store is unchanged).
         """
-        self.check_memory(m, self.x)
+        check_memory(self.owner, m, self.x)
         like = {name: getattr(self, name) for name in _DEVICE_COLUMNS
                 if getattr(self, name) is not None}
-        return self._new_columns(m, like, provenance=True)
-
-    def _new_columns(self, m: int, like: dict[str, Tensor], *,
-                     provenance: bool) -> dict[str, Tensor]:
-        try:
-            new = {name: torch.zeros((m, *v.shape[1:]), dtype=v.dtype, device=v.device)
-                   for name, v in like.items()}
-            for name, fill in _CPU_COLUMNS if provenance else ():
-                new[name] = torch.full((m,), fill, dtype=getattr(self, name).dtype)
-        except (RuntimeError, MemoryError) as err:  # torch's out-of-memory errors
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise MemoryError(f"{self.owner}: could not allocate {m} slots ({reason}); "
-                              "the buffer is unchanged") from err
-        return new
+        return new_columns(self.owner, m, {**like, "src": self.src, "src_idx": self.src_idx,
+                                           "plain": self.plain})
 
     def check_slots(self, slots: Tensor) -> tuple[Tensor, Tensor, int]:
         """Check a policy's slots (``-1``: not stored) against the store's invariants.
@@ -194,12 +205,12 @@ class SlotStore:
     def write(self, rows: Rows, target: Tensor, scores: Tensor | None) -> None:
         """Write every row of ``rows`` into the CPU slot indices ``target`` (no check)."""
         if self.x is None:  # the first samples set the inputs' shape, dtype and device
-            self.check_memory(self.max_size, rows.x)
+            check_memory(self.owner, self.max_size, rows.x)
             dev = rows.x.device
-            columns = self._new_columns(self.max_size, {
+            columns = new_columns(self.owner, self.max_size, {
                 "x": rows.x, "y": torch.empty(0, dtype=torch.long, device=dev),
                 "t": torch.empty(0, dtype=torch.long, device=dev),
-                "scores": torch.empty(0, dtype=torch.float32, device=dev)}, provenance=False)
+                "scores": torch.empty(0, dtype=torch.float32, device=dev)})
             self.x, self.y, self.t, self.scores = (columns[k] for k in _DEVICE_COLUMNS)
         assert self.x is not None and self.y is not None and self.t is not None
         dev = self.x.device

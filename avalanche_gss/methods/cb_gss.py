@@ -1,13 +1,10 @@
 """``CB-GSS``: class-balanced gradient-based sample selection (this library's policy).
 
-What the tables of this library show: on balanced streams a uniform sample of the stream
-(Reservoir) is as good as any GSS method, and on imbalanced streams GSS's gate wins only
-because it lets under-represented tasks in; the buffer composition diagnosis shows that
-how much of each task is kept decides the accuracy. CB-GSS therefore takes the quantity
-of each class from class-balancing reservoir sampling (CBRS) and uses GSS only where a
-choice among samples of one class remains: which stored sample gives up its slot. Its
-replay steps learn the classes the incoming batch does not hold first
-(``retrieval="other-classes"``): the batch's own step has just learnt its classes.
+CB-GSS takes the quantity of each class from class-balancing reservoir sampling (CBRS)
+and uses GSS only where a choice among samples of one class remains: which stored sample
+gives up its slot. Its replay steps learn the classes the incoming batch does not hold
+first (``retrieval="other-classes"``): the batch's own step has just learnt its classes.
+Why (what this library's tables show): ``docs/RESULTS.md``, "CB-GSS, this library's policy".
 """
 
 from __future__ import annotations
@@ -180,6 +177,4 @@ class CBGSS(BufferStrategy):
     default_retrieval = "other-classes"
 
 
-# Revision 2: the class rule decides first and only the stored samples are scored
-# (a tie for largest is broken by class, not by score mass).
 METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS, options={"n": "n"}),)

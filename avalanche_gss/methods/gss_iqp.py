@@ -169,7 +169,7 @@ class GSSIQPConstrained(OnlineTemplate):
     @property
     def storage_policy(self) -> GSSIQPBuffer:
         """The buffer."""
-        return self.constrained.storage_policy  # type: ignore[return-value]
+        return self.constrained.storage_policy
 
 
 METHODS = (Method("GSS-IQP", GSSIQPBuffer, GSSIQP, constrained=GSSIQPConstrained,
