@@ -2,6 +2,8 @@
 
 * :class:`OnlineBuffer` (:mod:`~avalanche_gss.buffers.base`): storage, validation, state,
   resizing and the Avalanche interface; a policy implements one decision, ``_assign``.
+  It holds a :class:`~avalanche_gss.buffers.columns.SlotStore` (the slot columns) and a
+  :class:`~avalanche_gss.buffers.sources.ProvenanceIndex` (the samples' source datasets).
 * :class:`RecentMergeBuffer` (:mod:`~avalanche_gss.buffers.merge`): Algorithm 1's update
   through a recent buffer; a policy implements ``_select``.
 * :class:`ClassBalancedBuffer` (:mod:`~avalanche_gss.buffers.classes`): per-class seen

@@ -1,8 +1,10 @@
-"""The buffer's storage: one tensor column per field, ``max_size`` slots each.
+"""The buffer's storage, :class:`SlotStore`: one tensor column per field, ``max_size`` slots each.
 
 ``x``, ``y``, ``t`` and ``scores`` live on the samples' device; ``src``, ``src_idx`` and
-``plain`` (the provenance, :mod:`~avalanche_gss.buffers.sources`) on the CPU. Slots
-``0 .. size-1`` hold the samples: the buffer is filled contiguously from slot 0.
+``plain`` (each sample's provenance, whose datasets :mod:`~avalanche_gss.buffers.sources`
+keeps) on the CPU. Slots ``0 .. size-1`` hold the samples: the store is filled
+contiguously from slot 0, and :meth:`SlotStore.check_slots` refuses a policy's answer
+that would break that.
 
 Sizes are checked before anything is allocated: a size must be an integer >= 1
 (:func:`check_size`), and the columns of ``M`` slots must fit in the memory available
@@ -20,12 +22,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from typing_extensions import Self  # typing.Self is Python 3.11+
 
 from avalanche_gss.buffers.rows import Rows
-from avalanche_gss.buffers.sources import SourcesMixin
 
-__all__ = ["ColumnsMixin", "ReadsMixin", "available_bytes", "check_size"]
+__all__ = ["SlotStore", "available_bytes", "check_memory", "check_size", "new_columns"]
 
 _DEVICE_COLUMNS = ("x", "y", "t", "scores")
 _CPU_COLUMNS = (("src", -1), ("src_idx", 0), ("plain", True))
@@ -103,72 +103,90 @@ def available_bytes(device: torch.device | str) -> int | None:
     return min(limits) if limits else None
 
 
-class ColumnsMixin(SourcesMixin):
-    """Slot storage, its invariants, random reads, resizing and state of a buffer."""
+def check_memory(owner: str, m: int, x: Tensor | None) -> None:
+    """Refuse ``m`` slots whose columns would not fit in the memory available.
 
-    generator: torch.Generator
-    n_seen: int
-    n_rejected: int
+    :param owner: the buffer's class name, for the error.
+    :param m: the number of slots.
+    :param x: inputs like those stored (``None``: none yet, their column is not counted).
+    :raises MemoryError: one line with the bytes needed and those available.
+    """
+    dev = torch.device("cpu") if x is None else x.device
+    row = 0 if x is None else math.prod(x.shape[1:]) * x.element_size()
+    need = {torch.device("cpu"): m * _CPU_SLOT_BYTES}
+    need[dev] = need.get(dev, 0) + m * (row + _DEVICE_SLOT_BYTES)
+    for device, n in need.items():
+        free = available_bytes(device)
+        if free is not None and n > free:
+            raise MemoryError(
+                f"{owner}: buffer size {m} needs {n:,} bytes of {device} "
+                f"memory ({n // m:,} per slot) but {free:,} are available; the buffer "
+                "is unchanged")
 
-    def _init_columns(self, m: int) -> None:
-        self._check_storage(m, None)
-        self.max_size: int = m
+
+def new_columns(owner: str, m: int, like: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Allocate ``m`` slots of each column of ``like``: its dtype, device and row shape.
+
+    Device columns start at 0, the provenance columns at their "no source" value.
+
+    :param owner: the buffer's class name, for the error.
+    :raises MemoryError: an allocation failed (one line; nothing is replaced).
+    """
+    try:
+        new = {name: torch.zeros((m, *v.shape[1:]), dtype=v.dtype, device=v.device)
+               for name, v in like.items() if name in _DEVICE_COLUMNS}
+        for name, fill in _CPU_COLUMNS:
+            if name in like:
+                new[name] = torch.full((m,), fill, dtype=like[name].dtype)
+    except (RuntimeError, MemoryError) as err:  # torch's out-of-memory errors
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise MemoryError(f"{owner}: could not allocate {m} slots ({reason}); "
+                          "the buffer is unchanged") from err
+    return new
+
+
+class SlotStore:
+    """A buffer's slot columns: ``max_size`` slots, the first ``size`` of them filled.
+
+    The store checks what a policy asks of it (:meth:`check_slots`) and the memory its
+    columns need, and writes, moves and reads slots; it decides nothing. Reads and writes
+    take CPU slot indices.
+
+    :param max_size: the number of slots ``M``, an integer >= 1 (see :func:`check_size`).
+    :param owner: the buffer's class name, for errors.
+    :raises MemoryError: the columns of ``M`` slots do not fit in the memory available.
+    """
+
+    def __init__(self, max_size: int, owner: str) -> None:
+        self.owner = owner
+        check_memory(owner, max_size, None)
+        self.max_size = max_size
+        self.size = 0
         self.x: Tensor | None = None  # (M, *input_shape) once the first batch arrived
         self.y: Tensor | None = None  # (M,) class labels
         self.t: Tensor | None = None  # (M,) task labels
         self.scores: Tensor | None = None  # (M,) float, for policies that score samples
-        self.size = 0
-        self._init_sources(m)
+        self.src = torch.full((max_size,), -1, dtype=torch.long)  # (M,) source ids
+        self.src_idx = torch.zeros(max_size, dtype=torch.long)  # (M,) index in source
+        self.plain = torch.ones(max_size, dtype=torch.bool)  # (M,) no transform
 
-    def _check_storage(self, m: int, x: Tensor | None) -> None:
-        """Refuse ``m`` slots whose columns would not fit in the memory available.
+    def allocate(self, m: int) -> dict[str, Tensor]:
+        """Check and allocate ``m`` slots of every column in use (nothing is replaced).
 
-        :param m: the number of slots.
-        :param x: inputs like those stored (``None``: none yet, their column is not counted).
-        :raises MemoryError: one line with the bytes needed and those available.
+        :raises MemoryError: they do not fit (:func:`check_memory`), or an allocation
+            failed (one line; the store is unchanged).
         """
-        dev = torch.device("cpu") if x is None else x.device
-        row = 0 if x is None else math.prod(x.shape[1:]) * x.element_size()
-        need = {torch.device("cpu"): m * _CPU_SLOT_BYTES}
-        need[dev] = need.get(dev, 0) + m * (row + _DEVICE_SLOT_BYTES)
-        for device, n in need.items():
-            free = available_bytes(device)
-            if free is not None and n > free:
-                raise MemoryError(
-                    f"{type(self).__name__}: buffer size {m} needs {n:,} bytes of {device} "
-                    f"memory ({n // m:,} per slot) but {free:,} are available; the buffer "
-                    "is unchanged")
+        check_memory(self.owner, m, self.x)
+        like = {name: getattr(self, name) for name in _DEVICE_COLUMNS
+                if getattr(self, name) is not None}
+        return new_columns(self.owner, m, {**like, "src": self.src, "src_idx": self.src_idx,
+                                           "plain": self.plain})
 
-    def _new_columns(self, m: int, like: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Allocate ``m`` slots of every column, shaped as ``like``'s (nothing is replaced).
+    def check_slots(self, slots: Tensor) -> tuple[Tensor, Tensor, int]:
+        """Check a policy's slots (``-1``: not stored) against the store's invariants.
 
-        :param like: a tensor of each device column to allocate, with its dtype and device.
-        :raises MemoryError: an allocation failed (one line; the buffer is unchanged).
-        """
-        try:
-            new = {name: torch.zeros((m, *v.shape[1:]), dtype=v.dtype, device=v.device)
-                   for name, v in like.items()}
-            for name, fill in _CPU_COLUMNS:
-                new[name] = torch.full((m,), fill, dtype=getattr(self, name).dtype)
-        except (RuntimeError, MemoryError) as err:  # torch's out-of-memory errors
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise MemoryError(f"{type(self).__name__}: could not allocate {m} slots ({reason}); "
-                              "the buffer is unchanged") from err
-        return new
-
-    def _allocate(self, like: Rows) -> None:
-        self._check_storage(self.max_size, like.x)
-        dev = like.x.device
-        columns = self._new_columns(self.max_size, {
-            "x": like.x, "y": torch.empty(0, dtype=torch.long, device=dev),
-            "t": torch.empty(0, dtype=torch.long, device=dev),
-            "scores": torch.empty(0, dtype=torch.float32, device=dev)})
-        for name in _DEVICE_COLUMNS:
-            setattr(self, name, columns[name])
-
-    def _store(self, rows: Rows, slots: Tensor, scores: Tensor | None) -> None:
-        """Write ``rows`` into ``slots`` (``-1``: not stored), checking the policy's answer.
-
+        :return: ``(keep, target, new_size)``: the positions stored, their slots and the
+            size once they are written.
         :raises RuntimeError: two samples share a slot, a slot is beyond ``max_size``, or
             the filled range would have a hole.
         """
@@ -182,14 +200,18 @@ class ColumnsMixin(SourcesMixin):
         appended = target[target >= self.size]
         if len(appended) != new_size - self.size:
             raise RuntimeError("a policy left a hole in the buffer")
-        self._write(rows.take(keep) if len(keep) < len(rows) else rows, target,
-                    None if scores is None else scores[keep.to(scores.device, non_blocking=True)])
-        self.size = new_size
+        return keep, target, new_size
 
-    def _write(self, rows: Rows, target: Tensor, scores: Tensor | None) -> None:
+    def write(self, rows: Rows, target: Tensor, scores: Tensor | None) -> None:
         """Write every row of ``rows`` into the CPU slot indices ``target`` (no check)."""
-        if self.x is None:
-            self._allocate(rows)
+        if self.x is None:  # the first samples set the inputs' shape, dtype and device
+            check_memory(self.owner, self.max_size, rows.x)
+            dev = rows.x.device
+            columns = new_columns(self.owner, self.max_size, {
+                "x": rows.x, "y": torch.empty(0, dtype=torch.long, device=dev),
+                "t": torch.empty(0, dtype=torch.long, device=dev),
+                "scores": torch.empty(0, dtype=torch.float32, device=dev)})
+            self.x, self.y, self.t, self.scores = (columns[k] for k in _DEVICE_COLUMNS)
         assert self.x is not None and self.y is not None and self.t is not None
         dev = self.x.device
         idx = target.to(dev, non_blocking=True)  # a host index: no stream sync on CUDA
@@ -205,10 +227,8 @@ class ColumnsMixin(SourcesMixin):
         self.src[target] = rows.src
         self.src_idx[target] = rows.idx
         self.plain[target] = rows.plain
-        if len(target):
-            self._data.stored(rows.src, rows.idx, target, self.max_size)
 
-    def _move(self, dest: Tensor, source: Tensor) -> None:
+    def move(self, dest: Tensor, source: Tensor) -> None:
         """Copy the samples of slots ``source`` into slots ``dest`` (CPU indices)."""
         for name in _DEVICE_COLUMNS:
             column = getattr(self, name)
@@ -217,83 +237,25 @@ class ColumnsMixin(SourcesMixin):
         for name, _ in _CPU_COLUMNS:
             column = getattr(self, name)
             column[dest] = column[source]
-        self._data.reset(self.max_size)
 
-    def _kept_on_shrink(self, new_size: int) -> Tensor:
-        """The slots :meth:`resize` keeps when ``new_size < size``, in increasing order.
+    def copy_kept(self, columns: dict[str, Tensor], keep: Tensor) -> None:
+        """Copy the slots ``keep`` into the head of :meth:`allocate`'s new ``columns``."""
+        for name, new in columns.items():
+            old = getattr(self, name)
+            new[: len(keep)] = old[keep.to(old.device)]
 
-        A uniform random subset; a policy with its own notion of which samples to give up
-        first overrides this.
-        """
-        return torch.randperm(self.size, generator=self.generator)[:new_size].sort().values
-
-    def resize(self, strategy: Any, new_size: int) -> None:
-        """Change ``max_size``, mid-run if need be.
-
-        Shrinking keeps a uniform random subset of the samples (:meth:`_kept_on_shrink`);
-        growing keeps every sample, and the next incoming samples fill the free slots before
-        the policy decides again. The new columns are all allocated before any is replaced:
-        a resize that raises changes nothing.
-
-        :param strategy: the strategy (unused; Avalanche's signature).
-        :param new_size: the new ``max_size``, an integer >= 1.
-        :raises ValueError: ``new_size`` is not an integer >= 1.
-        :raises MemoryError: the columns of ``new_size`` slots do not fit in the memory
-            available (:func:`available_bytes`) or could not be allocated.
-        """
-        new_size = check_size(new_size)
-        self._check_storage(new_size, self.x)
-        columns = self._new_columns(new_size, {name: getattr(self, name) for name in
-                                               _DEVICE_COLUMNS if getattr(self, name) is not None})
-        drawn = self.generator.get_state()
-        try:
-            keep = torch.arange(self.size)
-            if self.size > new_size:
-                keep = self._kept_on_shrink(new_size)
-            for name, new in columns.items():
-                old = getattr(self, name)
-                new[: len(keep)] = old[keep.to(old.device)]
-            self._data.reset(new_size)
-        except BaseException:
-            self.generator.set_state(drawn)
-            self._data.reset(self.max_size)
-            raise
+    def replace(self, columns: dict[str, Tensor], size: int) -> None:
+        """Make :meth:`allocate`'s ``columns``, filled up to ``size``, the store's columns."""
         for name, new in columns.items():
             setattr(self, name, new)
-        self.size = len(keep)
-        self.max_size = new_size
-
-
-class ReadsMixin(ColumnsMixin):
-    """Random reads of the stored samples, and the buffer's state for resuming."""
-
-    def __len__(self) -> int:
-        return self.size
-
-    def sample_slots(self, k: int, generator: torch.Generator | None = None) -> Tensor:
-        """Draw ``min(k, len(self))`` distinct slots uniformly at random (CPU int64).
-
-        :param k: how many.
-        :param generator: source of randomness; the buffer's own by default.
-        """
-        if self.size == 0:
-            raise ValueError("the buffer is empty")
-        return torch.randperm(self.size, generator=generator or self.generator)[:k]
-
-    def sample(self, k: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """Draw ``min(k, len(self))`` distinct stored samples uniformly at random.
-
-        :param k: how many samples.
-        :param generator: source of randomness; the buffer's own by default.
-        :return: ``(x, y)`` on the buffer's device (task labels: :meth:`rows`).
-        """
-        x, y, _ = self.rows(self.sample_slots(k, generator))
-        return x, y
+        self.size = size
+        self.max_size = len(columns["src"])
 
     def rows(self, slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The stored ``(x, y, t)`` tensors of ``slots``, on the buffer's device.
+        """The stored ``(x, y, t)`` tensors of ``slots``, on the store's device.
 
-        :param slots: ``(K,)`` slot indices below ``len(self)``.
+        :param slots: ``(K,)`` slot indices below ``size``.
+        :raises ValueError: nothing was stored yet.
         """
         if self.x is None or self.y is None or self.t is None:
             raise ValueError("the buffer is empty")
@@ -302,66 +264,34 @@ class ReadsMixin(ColumnsMixin):
         return (self.x.index_select(0, idx), self.y.index_select(0, idx),
                 self.t.index_select(0, idx))
 
-    def stored_rows(self) -> Rows:
-        """The stored samples, slot order, as :class:`~avalanche_gss.buffers.rows.Rows`."""
-        x, y, t = self.rows(torch.arange(self.size))
-        n = self.size
-        return Rows(x, y, t, self.src[:n], self.src_idx[:n], self.plain[:n])
-
-    def tensors(self) -> tuple[Tensor, Tensor]:
-        """The stored ``(x, y)``, ``len(self)`` rows each (task labels: :attr:`task_labels`)."""
-        if self.x is None or self.y is None:
-            raise ValueError("the buffer is empty")
-        return self.x[: self.size], self.y[: self.size]
-
-    @property
-    def task_labels(self) -> Tensor:
-        """The stored samples' task labels, ``(len(self),)``."""
-        if self.t is None:
-            return torch.zeros(0, dtype=torch.long)
-        return self.t[: self.size]
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: samples, scores, counters and the RNG state.
-
-        Tensors and plain values only. The source datasets are not part of it: after
-        :meth:`load_state_dict` the samples are served from the stored tensors.
-        """
-        state: dict[str, Any] = {"max_size": self.max_size, "size": self.size,
-                                 "n_seen": self.n_seen}
-        for name in _DEVICE_COLUMNS:
-            value = getattr(self, name)
-            state[name] = None if value is None else value.cpu()
-        state["generator"] = self.generator.get_state()
-        state["n_rejected"] = self.n_rejected
-        return state
+    def state_dict(self) -> dict[str, Tensor | None]:
+        """The device columns, on the CPU (the provenance is not saved)."""
+        return {name: None if getattr(self, name) is None else getattr(self, name).cpu()
+                for name in _DEVICE_COLUMNS}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (tensors stay on the CPU, see :meth:`to`)."""
+        """Restore sizes and columns from a buffer's state; the provenance is forgotten."""
         self.max_size = int(state["max_size"])
         self.size = int(state["size"])
-        self.n_seen = int(state["n_seen"])
-        self.n_rejected = int(state.get("n_rejected", 0))
         # copies: a state taken from a live buffer must not share its storage
-        self.x, self.y, self.scores = (None if state[k] is None else state[k].clone()
-                                       for k in ("x", "y", "scores"))
-        t = state.get("t")
-        t = None if t is None else t.clone()
-        if t is None and self.y is not None:
-            t = torch.zeros_like(self.y)
-        self.t = t
-        self._init_sources(self.max_size)
-        self.generator.set_state(state["generator"])
+        self.x, self.y, self.t, self.scores = (None if state[k] is None else state[k].clone()
+                                               for k in _DEVICE_COLUMNS)
+        m = self.max_size
+        self.src = torch.full((m,), -1, dtype=torch.long)
+        self.src_idx = torch.zeros(m, dtype=torch.long)
+        self.plain = torch.ones(m, dtype=torch.bool)
 
-    def to(self, device: torch.device | str) -> Self:
-        """Move the stored tensors to ``device`` in place (e.g. after :meth:`load_state_dict`).
-
-        :param device: where the samples live (normally the strategy's device).
-        :return: the buffer.
-        """
+    def to(self, device: torch.device | str) -> None:
+        """Move the device columns to ``device``."""
         for name in _DEVICE_COLUMNS:
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value.to(device))
-        self._data.reset(self.max_size)
-        return self
+
+    def snapshot(self) -> dict[str, Any]:
+        """The store's attributes, for :meth:`restore` (columns are written in place last)."""
+        return dict(self.__dict__)
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Go back to what :meth:`snapshot` saved."""
+        self.__dict__.update(snapshot)

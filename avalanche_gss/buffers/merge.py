@@ -136,7 +136,7 @@ class RecentMergeBuffer(OnlineBuffer):
             dest, vacant = vacant[: len(movers)], vacant[len(movers) :]
             self._move(dest, movers)
         self._write(new_rows, vacant, torch.zeros(len(new_rows)))
-        self.size = new_size
+        self.store.size = new_size
         return vacant
 
     def state_dict(self) -> dict[str, Any]:
@@ -151,13 +151,8 @@ class RecentMergeBuffer(OnlineBuffer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
         super().load_state_dict(state)
-        rx, ry = state.get("recent_x"), state.get("recent_y")
-        if rx is None or ry is None:
-            self.recent = None
-            return
-        rt = state.get("recent_t")
-        self.recent = Rows.of_tensors(rx.clone(), ry.clone(),
-                                      torch.zeros_like(ry) if rt is None else rt.clone())
+        rx, ry, rt = state["recent_x"], state["recent_y"], state["recent_t"]
+        self.recent = None if rx is None else Rows.of_tensors(rx.clone(), ry.clone(), rt.clone())
 
     def to(self, device: torch.device | str) -> Self:
         """Move the stored and the waiting tensors to ``device`` in place.

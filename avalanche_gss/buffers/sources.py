@@ -1,26 +1,29 @@
 """Where each stored sample came from, and the buffer read as an ``AvalancheDataset``.
 
-Each stored sample remembers its source dataset and its index there, so the buffer's
-:attr:`~SourcesMixin.buffer` is a subset of the stream's own datasets: samples keep their
-task label, their fields and their transform groups (a random train augmentation is drawn
-anew at each read, eval transforms apply in eval mode).
+Each stored sample remembers its source dataset and its index there (the store's ``src``
+and ``src_idx`` columns, :class:`~avalanche_gss.buffers.columns.SlotStore`), so the
+buffer's ``buffer`` is a subset of the stream's own datasets: samples keep their task
+label, their fields and their transform groups (a random train augmentation is drawn anew
+at each read, eval transforms apply in eval mode). :class:`ProvenanceIndex` maps source
+ids to the datasets and keeps that view up to date.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 from avalanche.benchmarks.utils import AvalancheDataset, concat_datasets
-from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor
 
 from avalanche_gss._avalanche import tensor_dataset
+from avalanche_gss.buffers.columns import SlotStore
 
-if TYPE_CHECKING:
-    from avalanche_gss.buffers.base import OnlineBuffer
+__all__ = ["BufferView", "ProvenanceIndex"]
 
-__all__ = ["BufferView", "SourcesMixin"]
+_Parts = Callable[[Tensor, Tensor, Tensor], tuple[list[Any], list[Tensor]]]
+"""``(src, idx, slots) -> (datasets, slots of each)``: :meth:`ProvenanceIndex.parts`."""
 
 
 class _DatasetIndex:
@@ -56,19 +59,23 @@ class _DatasetIndex:
         if self.pending_rows > capacity:
             self.reset(capacity)
 
-    def dataset(self, owner: SourcesMixin) -> AvalancheDataset:
-        """The owner's samples in slot order."""
+    def dataset(self, store: SlotStore, part: _Parts) -> AvalancheDataset:
+        """The store's samples in slot order.
+
+        :param store: the slots.
+        :param part: the datasets holding given samples (:meth:`ProvenanceIndex.parts`).
+        """
         if self.view is not None:
             return self.view
-        n = owner.size
+        n = store.size
         if self.data is None:
-            parts, order = owner._part(owner.src[:n], owner.src_idx[:n], torch.arange(n))
+            parts, order = part(store.src[:n], store.src_idx[:n], torch.arange(n))
             self.data = parts[0] if len(parts) == 1 else concat_datasets(parts)
             self.pos[torch.cat(order)] = torch.arange(n)
         elif self.pending:
             parts, offset = [self.data], len(self.data)
             for src, idx, slots in self.pending:  # later batches overwrite earlier ones
-                new, order = owner._part(src, idx, slots)
+                new, order = part(src, idx, slots)
                 for where in order:  # the parts' samples, in order
                     self.pos[where] = offset + torch.arange(len(where))
                     offset += len(where)
@@ -82,6 +89,109 @@ class _DatasetIndex:
         return self.view
 
 
+class ProvenanceIndex:
+    """The source datasets of a buffer's samples, and the samples as one dataset.
+
+    A source id (the store's ``src``, ``-1``: given as tensors) names a dataset of
+    :attr:`datasets`; :meth:`dataset` reads the store's samples through them.
+
+    :param capacity: the store's number of slots.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.datasets: dict[int, Any] = {}  # source id -> dataset
+        self._source_of: dict[int, int] = {}  # id(dataset) -> source id
+        self._next_source = 0
+        self._prune_at = 64  # registry size that triggers the next pruning
+        self._view = _DatasetIndex(capacity)
+
+    def register(self, data: Any) -> int:
+        """The source id of ``data``, a new one the first time it is seen."""
+        sid = self._source_of.get(id(data))
+        if sid is None:
+            sid = self._next_source
+            self._next_source += 1
+            self.datasets[sid] = data
+            self._source_of[id(data)] = sid
+        return sid
+
+    def prune(self, referenced: Callable[[], Tensor]) -> None:
+        """Forget the source datasets no sample refers to any more.
+
+        Runs when the registry has doubled since the last pruning, so its cost per
+        incoming batch stays constant.
+
+        :param referenced: gives the source ids still referenced (stored or waiting).
+        """
+        if len(self.datasets) <= self._prune_at:
+            return
+        used = set(torch.unique(referenced()).tolist())
+        for sid in [s for s in self.datasets if s not in used]:
+            data = self.datasets.pop(sid)
+            self._source_of.pop(id(data), None)
+        self._prune_at = max(64, 2 * len(self.datasets))
+
+    def stored(self, src: Tensor, idx: Tensor, slots: Tensor, capacity: int) -> None:
+        """Record that ``slots`` now hold samples ``idx`` of sources ``src``."""
+        if len(slots):
+            self._view.stored(src, idx, slots, capacity)
+
+    def reset(self, capacity: int) -> None:
+        """Forget the dataset view: the next read builds it from the slots."""
+        self._view.reset(capacity)
+
+    def dataset(self, store: SlotStore) -> AvalancheDataset:
+        """The store's samples as an ``AvalancheDataset``, in slot order (``size >= 1``)."""
+        return self._view.dataset(store, lambda src, idx, slots: self.parts(store, src, idx,
+                                                                            slots))
+
+    def parts(self, store: SlotStore, src: Tensor, idx: Tensor,
+              slots: Tensor) -> tuple[list[Any], list[Tensor]]:
+        """Datasets holding the given samples: one subset per source, in source order.
+
+        :return: the parts and, for each, the slots of its samples in order.
+        """
+        parts: list[Any] = []
+        order: list[Tensor] = []
+        for sid in torch.unique(src).tolist():
+            mask = src == sid
+            if sid < 0:  # given as tensors: served from the stored ones
+                parts_t, order_t = _tensor_parts(store, slots[mask])
+                parts += parts_t
+                order += order_t
+            else:
+                parts.append(self.datasets[sid].subset(idx[mask].tolist()))
+                order.append(slots[mask])
+        return parts, order
+
+
+def _tensor_parts(store: SlotStore, slots: Tensor) -> tuple[list[Any], list[Tensor]]:
+    """Datasets over the stored tensors of ``slots``: one per task label.
+
+    Each has one task label, as the stream's own datasets: Avalanche keeps it as a
+    constant sequence, and its concatenation fails when a per-sample label list
+    (a dataset built with a task label per sample) comes before such a sequence.
+    """
+    x, y, t = (v.cpu() for v in store.rows(slots))
+    parts: list[Any] = []
+    order: list[Tensor] = []
+    for task in torch.unique(t).tolist():
+        mask = t == task
+        parts.append(tensor_dataset(x[mask], y[mask], int(task)))
+        order.append(slots[mask])
+    return parts, order
+
+
+class _Buffered(Protocol):
+    """What a :class:`BufferView` reads of its buffer."""
+
+    @property
+    def max_size(self) -> int: ...  # noqa: D102
+
+    @property
+    def buffer(self) -> AvalancheDataset: ...  # noqa: D102
+
+
 class BufferView:
     """A read-only view of some of a buffer's samples (one class or one task).
 
@@ -92,7 +202,7 @@ class BufferView:
     :param slots: the slots of the samples in view.
     """
 
-    def __init__(self, owner: OnlineBuffer, slots: Tensor) -> None:
+    def __init__(self, owner: _Buffered, slots: Tensor) -> None:
         self.owner = owner
         self.slots = slots
         self.max_size = owner.max_size
@@ -102,153 +212,5 @@ class BufferView:
 
     @property
     def buffer(self) -> AvalancheDataset:
-        """The samples in view, as a subset of the owner's :attr:`OnlineBuffer.buffer`."""
+        """The samples in view, as a subset of the owner's ``buffer``."""
         return self.owner.buffer.subset(self.slots.tolist())
-
-
-class SourcesMixin:
-    """The source registry of :class:`~avalanche_gss.buffers.OnlineBuffer` and its reads.
-
-    ``src`` / ``src_idx`` / ``plain`` (CPU columns, one entry per slot) say where each
-    stored sample came from; the registry maps source ids to the datasets.
-    """
-
-    max_size: int
-    size: int
-    src: Tensor
-    src_idx: Tensor
-    plain: Tensor
-    x: Tensor | None
-    y: Tensor | None
-    t: Tensor | None
-
-    if TYPE_CHECKING:
-        def rows(self, slots: Tensor) -> tuple[Tensor, Tensor, Tensor]: ...  # noqa: D102
-
-    def _init_sources(self, m: int) -> None:
-        self.src = torch.full((m,), -1, dtype=torch.long)  # (M,) source ids
-        self.src_idx = torch.zeros(m, dtype=torch.long)  # (M,) index in source
-        self.plain = torch.ones(m, dtype=torch.bool)  # (M,) no transform
-        self._sources: dict[int, Any] = {}  # source id -> dataset
-        self._source_of: dict[int, int] = {}  # id(dataset) -> source id
-        self._next_source = 0
-        self._prune_at = 64  # registry size that triggers the next pruning
-        self._data = _DatasetIndex(m)
-
-    def _register(self, data: Any) -> int:
-        sid = self._source_of.get(id(data))
-        if sid is None:
-            sid = self._next_source
-            self._next_source += 1
-            self._sources[sid] = data
-            self._source_of[id(data)] = sid
-        return sid
-
-    def _referenced_sources(self) -> Tensor:
-        """Source ids still referenced by a stored (or waiting) sample."""
-        return self.src[: self.size]
-
-    def _prune_sources(self) -> None:
-        """Forget the source datasets no stored sample refers to any more.
-
-        Runs when the registry has doubled since the last pruning, so its cost per
-        incoming batch stays constant.
-        """
-        if len(self._sources) <= self._prune_at:
-            return
-        used = set(torch.unique(self._referenced_sources()).tolist())
-        for sid in [s for s in self._sources if s not in used]:
-            data = self._sources.pop(sid)
-            self._source_of.pop(id(data), None)
-        self._prune_at = max(64, 2 * len(self._sources))
-
-    @property
-    def replays_tensors(self) -> bool:
-        """Whether the stored tensors are what reading :attr:`buffer` gives (no transform).
-
-        Then replay may use the tensors directly; otherwise it reads :attr:`buffer`, so
-        that a random augmentation is drawn anew at each read.
-        """
-        return bool(self.plain[: self.size].all())
-
-    @property
-    def buffer(self) -> AvalancheDataset:
-        """The stored samples as an ``AvalancheDataset``, ``buffer[i]`` being slot ``i``.
-
-        Samples that came from a dataset are a subset of it (same fields, task labels and
-        transform groups); samples given as tensors (``add``, or restored by
-        ``load_state_dict``) yield ``(x, y, t)`` from the stored tensors.
-        """
-        if self.size == 0:
-            return super().buffer  # type: ignore[misc]  # Avalanche's empty dataset
-        return self._data.dataset(self)
-
-    @buffer.setter
-    def buffer(self, new_buffer: AvalancheDataset) -> None:
-        if len(new_buffer) == 0:  # Avalanche's base class empties it this way
-            ExemplarsBuffer.buffer.fset(self, new_buffer)  # type: ignore[attr-defined]
-            return
-        raise AttributeError(f"{type(self).__name__} is filled through add()/post_adapt()")
-
-    def _part(self, src: Tensor, idx: Tensor, slots: Tensor) -> tuple[list[Any], list[Tensor]]:
-        """Datasets holding the given samples: one subset per source, in source order.
-
-        :return: the parts and, for each, the slots of its samples in order.
-        """
-        parts: list[Any] = []
-        order: list[Tensor] = []
-        for sid in torch.unique(src).tolist():
-            mask = src == sid
-            if sid < 0:  # given as tensors: served from the stored ones
-                parts_t, order_t = self._tensor_parts(slots[mask])
-                parts += parts_t
-                order += order_t
-            else:
-                parts.append(self._sources[sid].subset(idx[mask].tolist()))
-                order.append(slots[mask])
-        return parts, order
-
-    def _tensor_parts(self, slots: Tensor) -> tuple[list[Any], list[Tensor]]:
-        """Datasets over the stored tensors of ``slots``: one per task label.
-
-        Each has one task label, as the stream's own datasets: Avalanche keeps it as a
-        constant sequence, and its concatenation fails when a per-sample label list
-        (a dataset built with a task label per sample) comes before such a sequence.
-        """
-        x, y, t = (v.cpu() for v in self.rows(slots))
-        parts: list[Any] = []
-        order: list[Tensor] = []
-        for task in torch.unique(t).tolist():
-            mask = t == task
-            parts.append(tensor_dataset(x[mask], y[mask], int(task)))
-            order.append(slots[mask])
-        return parts, order
-
-    def _groups(self, labels: Tensor) -> dict[int, BufferView]:
-        labels = labels.cpu()
-        return {int(v): BufferView(self, (labels == v).nonzero().flatten())  # type: ignore[arg-type]
-                for v in torch.unique(labels).tolist()}
-
-    @property
-    def buffer_groups(self) -> dict[int, BufferView]:
-        """The stored samples per class label (as Avalanche's ``ClassBalancedBuffer``)."""
-        if self.size == 0 or self.y is None:
-            return {}
-        return self._groups(self.y[: self.size])
-
-    @property
-    def task_groups(self) -> dict[int, BufferView]:
-        """The stored samples per task label."""
-        if self.size == 0 or self.t is None:
-            return {}
-        return self._groups(self.t[: self.size])
-
-    @property
-    def buffer_datasets(self) -> list[AvalancheDataset]:
-        """The datasets of :attr:`buffer_groups`, one per class present."""
-        return [group.buffer for group in self.buffer_groups.values()]
-
-    @property
-    def task_datasets(self) -> list[AvalancheDataset]:
-        """The datasets of :attr:`task_groups`, one per task present."""
-        return [group.buffer for group in self.task_groups.values()]

@@ -7,9 +7,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
@@ -50,7 +50,7 @@ class _Features(nn.Module):
         self.model = model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.features(x)  # type: ignore[operator]
+        return cast(Callable[[torch.Tensor], torch.Tensor], self.model.features)(x)
 
 
 def _whole_stream(x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> Any:

@@ -1,13 +1,10 @@
 """``CB-GSS``: class-balanced gradient-based sample selection (this library's policy).
 
-What the tables of this library show: on balanced streams a uniform sample of the stream
-(Reservoir) is as good as any GSS method, and on imbalanced streams GSS's gate wins only
-because it lets under-represented tasks in; the buffer composition diagnosis shows that
-how much of each task is kept decides the accuracy. CB-GSS therefore takes the quantity
-of each class from class-balancing reservoir sampling (CBRS) and uses GSS only where a
-choice among samples of one class remains: which stored sample gives up its slot. Its
-replay steps learn the classes the incoming batch does not hold first
-(``retrieval="other-classes"``): the batch's own step has just learnt its classes.
+CB-GSS takes the quantity of each class from class-balancing reservoir sampling (CBRS)
+and uses GSS only where a choice among samples of one class remains: which stored sample
+gives up its slot. Its replay steps learn the classes the incoming batch does not hold
+first (``retrieval="other-classes"``): the batch's own step has just learnt its classes.
+Why (what this library's tables show): ``docs/RESULTS.md``, "CB-GSS, this library's policy".
 """
 
 from __future__ import annotations
@@ -17,12 +14,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from avalanche_gss.buffers import GradientScored, Rows
+from avalanche_gss.buffers import ClassBalancedBuffer, GradientScored, Rows
 from avalanche_gss.buffers.base import reject
 from avalanche_gss.buffers.columns import check_size
-from avalanche_gss.methods.cbrs import CBRSBuffer
 from avalanche_gss.methods.spec import Method
-from avalanche_gss.selection.cbrs import cbrs_plan, place_by_weight
+from avalanche_gss.selection.cbrs import cbrs_plan, cbrs_slots, place_by_weight
 from avalanche_gss.selection.greedy import memory_scores
 from avalanche_gss.training.rehearsal import BufferStrategy
 
@@ -31,7 +27,7 @@ __all__ = ["Victim", "CBGSSBuffer", "CBGSS", "METHODS"]
 Victim = Literal["score", "random"]
 
 
-class CBGSSBuffer(GradientScored, CBRSBuffer):
+class CBGSSBuffer(GradientScored, ClassBalancedBuffer):
     """``CB-GSS``: CBRS's class quotas, GSS-Greedy's redundancy score for the victim.
 
     How many samples of each class stay is CBRS's rule
@@ -71,11 +67,14 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
 
     scored = True
     method = "CB-GSS"
+    class_state = ("class_seen", "full_classes")
+    """The per-class tensors saved with the samples: ``n_c`` and CBRS's full classes."""
 
     def __init__(self, max_size: int, *, n: int = 10, victim: Victim = "score",
                  loss_fn: Any = None, params: list[nn.Parameter] | None = None,
                  seed: int = 0) -> None:
         super().__init__(max_size, seed=seed)
+        self.full_classes = torch.zeros(0, dtype=torch.bool)  # CBRS's full classes, by label
         n = check_size(n, "n")
         if victim not in ("score", "random"):
             raise ValueError(f"victim must be 'score' or 'random', got {victim!r}")
@@ -88,7 +87,7 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
         self.compare_generator = torch.Generator().manual_seed(seed)
 
     def state_dict(self) -> dict[str, Any]:
-        """:meth:`CBRSBuffer.state_dict` plus the comparison draws' generator."""
+        """:meth:`ClassBalancedBuffer.state_dict` plus the comparison draws' generator."""
         return {**super().state_dict(), "compare_generator": self.compare_generator.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -97,8 +96,15 @@ class CBGSSBuffer(GradientScored, CBRSBuffer):
         self.compare_generator.set_state(state["compare_generator"])
 
     def _assign(self, rows: Rows, model: nn.Module | None) -> tuple[Tensor, Tensor | None]:
-        if self.victim == "random":  # CBRS itself
-            return CBRSBuffer._assign(self, rows, model)
+        if self.victim == "random":  # CBRS itself: its rule draws the victim uniformly
+            decision = cbrs_slots(self.stored_labels(), rows.y, self.max_size, self.class_seen,
+                                  self.full_classes, generator=self.generator)
+            self.class_seen, self.full_classes = decision.seen, decision.full
+            return decision.slots, None
+        return self._assign_by_score(rows, model)
+
+    def _assign_by_score(self, rows: Rows, model: nn.Module | None) -> tuple[Tensor, Tensor]:
+        """CBRS's class decisions, the victims drawn by GSS score among the chosen class."""
         stored = self.stored_labels()
         scores = torch.full((len(rows),), float("nan"))
         start = self.generator.get_state()
@@ -182,6 +188,4 @@ class CBGSS(BufferStrategy):
         self._rehearse(buffer, seed, options)
 
 
-# Revision 2: the class rule decides first and only the stored samples are scored
-# (a tie for largest is broken by class, not by score mass).
 METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS, options={"n": "n"}),)

@@ -109,9 +109,8 @@ class GSSClustBuffer(GradientScored, ClustBuffer):
     cluster centres (Charikar et al.'s doubling algorithm); the centres are stored.
 
     The threshold only grows, and these distances are at most 2: with ``growth=2`` it
-    soon exceeds most of them and the buffer shrinks to a few centres (disjoint MNIST,
-    5 x 400 digits, ``M = 300``, one seed: 1 centre left, 28% accuracy; ``growth=1.01``:
-    282 centres, 82%; ``Rand`` 57%, ``GSS-IQP`` 80%).
+    soon exceeds most of them and the buffer shrinks to a few centres (measured in
+    ``docs/RESULTS.md``, "Measurements the buffers' documentation used to quote").
 
     :param max_size: number of slots ``M``.
     :param variant: ``"authors"`` (default: it reproduces the paper's published numbers)
@@ -160,9 +159,7 @@ class FSSClustBuffer(ClustBuffer):
     :class:`~avalanche_gss.selection.clust.DoublingClustering`, which keeps at most ``M``
     cluster centres (Charikar et al.'s doubling algorithm); the centres are stored.
     As the threshold only grows, the buffer may hold far fewer than ``M`` centres
-    (disjoint MNIST, 5 x 400 digits, ``M = 300``: 48 with the paper's Euclidean
-    distances between penultimate features, 183 with the authors' squared distances
-    between logits).
+    (measured in ``docs/RESULTS.md``).
 
     :param max_size: number of slots ``M``.
     :param variant: ``"authors"`` (default: it reproduces the paper's published numbers)

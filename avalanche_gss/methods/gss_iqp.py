@@ -122,7 +122,7 @@ class GSSIQPBuffer(GradientScored, RecentMergeBuffer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
         super().load_state_dict(state)
-        last = state.get("last_result")
+        last = state["last_result"]
         self.last_result = None if last is None else IQPResult(**last)
 
 

@@ -122,7 +122,7 @@ class OCSBuffer(GradientScored, OnlineBuffer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
         super().load_state_dict(state)
-        self.n_selected = int(state.get("n_selected", self.size))
+        self.n_selected = int(state["n_selected"])
 
 
 class OCS(BufferStrategy):

@@ -85,7 +85,8 @@ def assert_same(before, after, path="state"):
 def full_state(buf):
     """The state_dict plus what it leaves implicit: the provenance columns and the sizes."""
     state = snapshot(buf.state_dict())
-    state["_columns"] = snapshot({"src": buf.src, "src_idx": buf.src_idx, "plain": buf.plain,
+    state["_columns"] = snapshot({"src": buf.store.src, "src_idx": buf.store.src_idx,
+                                  "plain": buf.store.plain,
                                   "last_slots": buf.last_slots, "last_scores": buf.last_scores})
     return state
 
@@ -207,7 +208,7 @@ def test_an_absurd_size_is_refused_up_front_with_the_bytes_it_needs(name):
     with pytest.raises(MemoryError, match=r"buffer size 1000000000000 needs [\d,]+ bytes"):
         buf.resize(None, 10**12)
     assert_same(before, full_state(buf))
-    assert buf.max_size == 12 and len(buf.src) == 12
+    assert buf.max_size == 12 and len(buf.store.src) == 12
 
 
 def test_the_check_counts_every_column_against_the_memory_available(monkeypatch):
@@ -257,7 +258,7 @@ def test_a_resize_that_fails_while_allocating_changes_nothing(monkeypatch):
     monkeypatch.undo()
     # And every column, the size and the generator are those before the call
     assert_same(before, full_state(buf))
-    assert buf.max_size == 12 and all(len(getattr(buf, c)) == 12
+    assert buf.max_size == 12 and all(len(getattr(buf.store, c)) == 12
                                       for c in ("x", "y", "t", "scores", "src", "src_idx", "plain"))
 
 
@@ -276,7 +277,7 @@ _UNDER_A_LIMIT = textwrap.dedent("""
     except MemoryError as err:
         print("refused:", err)
     after = buf.state_dict()
-    assert buf.max_size == 10 and all(len(getattr(buf, c)) == 10 for c in
+    assert buf.max_size == 10 and all(len(getattr(buf.store, c)) == 10 for c in
         ("x", "y", "t", "scores", "src", "src_idx", "plain")), "half-done resize"
     assert all(torch.equal(v, after[k]) for k, v in before.items()), "state changed"
     print("unchanged")

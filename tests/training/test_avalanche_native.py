@@ -536,8 +536,8 @@ def test_source_datasets_are_forgotten_once_no_sample_refers_to_them():
     strategy = type("S", (), {"model": None, "device": "cpu"})()
     for exp in bench.train_stream:
         buf.post_adapt(strategy, exp)
-        assert len(buf._sources) <= 64 + 1
-    assert set(buf.src[: len(buf)].tolist()) <= set(buf._sources)
+        assert len(buf.sources.datasets) <= 64 + 1
+    assert set(buf.store.src[: len(buf)].tolist()) <= set(buf.sources.datasets)
     assert len(buf.buffer) == 5
 
 
