@@ -69,8 +69,8 @@ def test_run_names_carry_the_variant_only_where_there_is_one(settings, label):
 
 def test_the_log_line_of_a_run_names_its_variant(tiny_split, caplog):
     with caplog.at_level(logging.INFO, logger="avalanche_gss.experiments"):
-        run(RunSettings(method="GSS-Greedy", variant="authors", buffer_size=20, n_iter=1),
-            tiny_split)
+        run(RunSettings(method="GSS-Greedy", options={"variant": "authors"}, buffer_size=20,
+                        n_iter=1), tiny_split)
     assert any(r.getMessage().startswith("GSS-Greedy-authors-M20-seed0: avg")
                for r in caplog.records)
 

@@ -168,7 +168,7 @@ def test_a_policy_this_version_cannot_run_is_refused_before_any_run(tmp_path, mo
     message = str(exc.value)
     assert "\n" not in message and message.startswith("python -m reproduce: error: --policies")
     assert "Later (no buffer method 'NoSuchMethod' in the registry)" in message
-    assert "Newer (RunSettings has no no_such_option)" in message
+    assert "Newer (Reservoir has no option 'no_such_option'" in message
     assert "Sized (it sets buffer_size" in message
     assert "Reservoir (" not in message  # the policies that can run are not blamed
     assert not out.exists()

@@ -172,6 +172,14 @@ class OnlineBuffer(_DatasetFeed, ReadsMixin, ExemplarsBuffer):
         self.last_slots: Tensor | None = None  # slots taken by the last batch (-1: not stored)
         self.last_scores: Tensor | None = None  # scores of the last batch's finite samples
 
+    def report(self) -> dict[str, Any]:
+        """What a run of this policy reports beyond accuracy and class counts.
+
+        Added to the run's ``extras``; none by default: a policy overrides it to add its
+        own facts (GSS-IQP: its last surrogate).
+        """
+        return {}
+
     def _assign(self, rows: Rows, model: nn.Module | None) -> tuple[Tensor, Tensor | None]:
         """The policy's decision: the slot of each new sample, and their scores.
 

@@ -173,4 +173,4 @@ class CBGSS(BufferStrategy):
 
 # Revision 2: the class rule decides first and only the stored samples are scored
 # (a tie for largest is broken by class, not by score mass).
-METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS, options={"n": "n"}),)
+METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS),)

@@ -144,4 +144,4 @@ class GCR(BufferStrategy):
     buffer_class = GCRBuffer
 
 
-METHODS = (Method("GCR", GCRBuffer, GCR, options={"recent_size": "recent_size"}),)
+METHODS = (Method("GCR", GCRBuffer, GCR),)

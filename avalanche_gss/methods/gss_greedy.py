@@ -133,5 +133,4 @@ class GSSGreedy(BufferStrategy):
     buffer_class = GSSGreedyBuffer
 
 
-METHODS = (Method("GSS-Greedy", GSSGreedyBuffer, GSSGreedy,
-                  options={"n": "n", "variant": "variant"}),)
+METHODS = (Method("GSS-Greedy", GSSGreedyBuffer, GSSGreedy),)

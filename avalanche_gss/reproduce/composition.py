@@ -175,7 +175,9 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
         for method in methods:
             for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
                 settings = RunSettings(method=method, buffer_size=m, seed=seed,
-                                       variant=variant, n_iter=n_iter, lr=lr,
+                                       options=({"variant": variant}
+                                                if method in VARIANT_METHODS else {}),
+                                       n_iter=n_iter, lr=lr,
                                        device=args.device)
                 trace = BufferTrace(None, split.task_classes, every=EVERY)
                 result = run(settings, split, plugins=[trace])

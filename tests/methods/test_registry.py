@@ -134,13 +134,16 @@ def test_an_unknown_variant_is_refused():
 
 
 @pytest.mark.parametrize(("settings", "expected"), [
-    (dict(method="GSS-IQP", iqp_solver="exact", iqp_time_limit=5.0, recent_size=7),
+    (dict(method="GSS-IQP", options={"solver": "exact", "time_limit": 5.0, "recent_size": 7}),
      {"solver": "exact", "time_limit": 5.0, "recent_size": 7}),
-    (dict(method="GSS-Clust", variant="paper"), {"growth": 2.0, "variant": "paper"}),
-    (dict(method="GSS-Clust", clust_growth=1.5), {"growth": 1.5, "variant": "authors"}),
-    (dict(method="FSS-Clust", variant="paper", fss_squared=True),
+    (dict(method="GSS-Clust", options={"variant": "paper"}),
+     {"growth": 2.0, "variant": "paper"}),
+    (dict(method="GSS-Clust", options={"growth": 1.5}), {"growth": 1.5, "variant": "authors"}),
+    (dict(method="FSS-Clust", options={"variant": "paper", "squared": True}),
      {"features": "penultimate", "squared": True, "growth": 2.0}),
-    (dict(method="GSS-Greedy", n=4, variant="paper"), {"n": 4, "gate": "sample"}),
+    (dict(method="GSS-Greedy", options={"n": 4, "variant": "paper"}),
+     {"n": 4, "gate": "sample"}),
+    (dict(method="OCS", options={"k": 3, "tau": 0.5}), {"k": 3, "tau": 0.5}),
 ])
 def test_run_settings_reach_the_buffer(settings, expected):
     buffer = make_buffer(RunSettings(buffer_size=12, seed=2, **settings))
