@@ -99,13 +99,12 @@ def test_device_auto_and_bad_devices():
 
 def test_the_cli_names_match_the_library():
     from avalanche_gss.benchmarks import DATASET_NAMES
-    from avalanche_gss.experiments import BASELINES, METHODS, RETRIEVALS, VARIANTS
+    from avalanche_gss.experiments import METHODS, RETRIEVALS, VARIANTS
     from avalanche_gss.reproduce import cli
     from avalanche_gss.reproduce.figures import FIGURES
     from avalanche_gss.reproduce.protocols import PROTOCOLS
 
     assert cli.METHOD_NAMES == METHODS
-    assert cli.BASELINE_NAMES == BASELINES
     assert cli.VARIANT_NAMES == VARIANTS
     assert cli.DATASET_NAMES == DATASET_NAMES
     assert cli.RETRIEVAL_NAMES == RETRIEVALS

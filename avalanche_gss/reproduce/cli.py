@@ -34,10 +34,7 @@ EXPERIMENTS: dict[str, str] = {
 }
 """Every experiment, with the line ``--help`` shows for it."""
 
-BASELINE_NAMES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
-"""``avalanche_gss.experiments.BASELINES``."""
-
-METHOD_NAMES = methods.NameView(lambda: (*methods.names(), *BASELINE_NAMES))
+METHOD_NAMES = methods.NameView(lambda: (*methods.names(), *methods.BASELINES))
 """``avalanche_gss.experiments.METHODS``: the registry's buffer methods (this package's,
 then those registered by ``--import`` modules and entry points), then the baselines."""
 

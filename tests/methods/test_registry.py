@@ -203,8 +203,10 @@ def test_a_policy_that_breaks_the_storage_invariants_is_refused():
         Holes(5).add(torch.randn(2, 3), torch.tensor([0, 1]))
 
 
-def test_a_registry_line_that_disagrees_with_its_file_is_refused(monkeypatch):
-    monkeypatch.setattr(methods, "MODULES", {"rand": ("Random",)})
-    with pytest.raises(ImportError, match="methods.rand defines \\['Rand'\\], the registry "
+def test_a_file_whose_methods_differ_from_its_text_is_refused(monkeypatch):
+    monkeypatch.setattr(methods, "MODULES", ("rand",))
+    monkeypatch.setattr(methods, "_declared", lambda module: ("Random",))
+    with pytest.raises(ImportError, match="methods.rand defines \\['Rand'\\], its text "
                                           "says \\['Random'\\]"):
         methods._load()
+
