@@ -27,25 +27,10 @@ from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import MIRRetrieval, quiet_evaluator
 from avalanche_gss.training.retrieval import RETRIEVALS
 
-__all__ = [
-    "BUFFER_METHODS",
-    "BASELINES",
-    "METHODS",
-    "RETRIEVALS",
-    "default_retrieval",
-    "TASK_AWARE",
-    "VARIANTS",
-    "VARIANT_METHODS",
-    "RunSettings",
-    "RunResult",
-    "build_strategy",
-    "make_buffer",
-    "make_settings",
-    "resolve_device",
-    "run",
-    "run_label",
-    "settings_dict",
-]
+__all__ = ["BUFFER_METHODS", "BASELINES", "METHODS", "RETRIEVALS", "default_retrieval",
+           "TASK_AWARE", "VARIANTS", "VARIANT_METHODS", "RunSettings", "RunResult",
+           "build_strategy", "make_buffer", "make_settings", "resolve_device", "run", "run_label",
+           "settings_dict"]
 
 logger = logging.getLogger(__name__)
 
