@@ -53,8 +53,8 @@ def test_reports_are_written_atomically_and_readable_by_others(tmp_path):
 
 
 @pytest.mark.parametrize("settings, label", [
-    ({"method": "GSS-Clust", "variant": "paper"}, "GSS-Clust-paper-M300-seed0"),
-    ({"method": "GSS-Clust", "variant": "authors"}, "GSS-Clust-authors-M300-seed0"),
+    ({"method": "GSS-Clust", "options": {"variant": "paper"}}, "GSS-Clust-paper-M300-seed0"),
+    ({"method": "GSS-Clust"}, "GSS-Clust-authors-M300-seed0"),
     ({"method": "Reservoir"}, "Reservoir-M300-seed0"),
     ({"method": "GSS-IQP", "update": "constrained"}, "GSS-IQP-constrained-M300-seed0"),
     ({"method": "Single", "seed": 2}, "Single-seed2"),

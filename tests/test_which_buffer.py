@@ -49,7 +49,7 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
         assert s.method == POLICIES[r["policy"]]["method"]
         assert r["stream_config"]["protocol"] == spec.protocol
     greedy = next(r["settings"] for r in runs if r["policy"] == "GSS-Greedy")
-    assert greedy.variant == "authors"
+    assert greedy.options == {"variant": "authors"}
     configs = {r["stream"]: r["stream_config"] for r in runs}
     assert configs["blurry"]["blur"] == BLURRY_KEEP and "blur" not in configs["disjoint"]
     assert configs["imbalanced-4"]["variant"] == {"sequence": 4}
@@ -179,7 +179,7 @@ def test_a_new_policy_is_one_entry_of_the_table(monkeypatch):
                                                          "variant": "paper", "n": 5})
     runs, _ = plan(parse_args(["which-buffer", "--policies", "GSS-Greedy (paper)",
                                "--streams", "disjoint", "--seeds", "0"]))
-    assert {(r["settings"].variant, r["settings"].n) for r in runs} == {("paper", 5)}
+    assert [r["settings"].options for r in runs] == [{"variant": "paper", "n": 5}]
 
 
 def test_the_policies_that_exist_now_run(monkeypatch):
