@@ -51,7 +51,17 @@ def _declared(module: str) -> tuple[str, ...]:
     """The names a method file's ``METHODS = (Method("NAME", ...), ...)`` gives, read as text."""
     path = os.path.join(os.path.dirname(__file__), f"{module}.py")
     with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
+        whole = f.read()
+    text, start, depth = whole, whole.find("\nMETHODS = (") + 1, 0
+    for end, char in enumerate(whole[start:] if start else "", start):
+        depth += (char in "([{") - (char in ")]}")
+        if depth == 0 and char == ")":  # parse that statement only, not the whole file
+            text = whole[start:end + 1]
+            break
+    try:
+        tree = ast.parse(text, path)
+    except SyntaxError:
+        tree = ast.parse(whole, path)
     for node in tree.body:
         if (isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List))
                 and any(isinstance(t, ast.Name) and t.id == "METHODS" for t in node.targets)):
