@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -23,29 +23,14 @@ from avalanche_gss import methods
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
-from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import MIRRetrieval, quiet_evaluator
 from avalanche_gss.training.retrieval import RETRIEVALS
 
-__all__ = [
-    "BUFFER_METHODS",
-    "BASELINES",
-    "METHODS",
-    "RETRIEVALS",
-    "default_retrieval",
-    "TASK_AWARE",
-    "VARIANTS",
-    "VARIANT_METHODS",
-    "RunSettings",
-    "RunResult",
-    "build_strategy",
-    "make_buffer",
-    "resolve_device",
-    "run",
-    "run_label",
-    "settings_dict",
-]
+__all__ = ["BUFFER_METHODS", "BASELINES", "METHODS", "RETRIEVALS", "default_retrieval",
+           "TASK_AWARE", "VARIANTS", "VARIANT_METHODS", "RunSettings", "RunResult",
+           "build_strategy", "make_buffer", "make_settings", "resolve_device", "run", "run_label",
+           "settings_dict"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +83,13 @@ class RunSettings:
     """Everything that defines one run (hashable into a cache key by :func:`settings_dict`).
 
     :param method: one of :data:`METHODS`.
+    :param options: a buffer method's options, by its buffer's own parameter names
+        (``{"growth": 1.01, "recent_size": 100}`` for GSS-Clust); those left out take the
+        buffer's defaults. A method's named preset is its option ``"variant"``:
+        ``"authors"`` (the authors' code, which gave the paper's published numbers; the
+        default) or ``"paper"`` (the paper's text), for GSS-Greedy, GSS-Clust and FSS-Clust
+        (:data:`VARIANT_METHODS`). Checked against the buffer's signature; the baselines
+        take none.
     :param buffer_size: replay buffer size ``M`` (GEM: split evenly over the tasks;
         iCaRL: its total memory). Ignored by Single and the i.i.d. baselines.
     :param seed: seeds the model's initialisation, the buffer and the replay draws.
@@ -107,23 +99,8 @@ class RunSettings:
     :param replay_batch_size: buffer samples per replay step (10).
     :param model: ``"mlp"`` or ``"resnet18"``.
     :param device: where to train.
-    :param n: GSS-Greedy's number of buffer gradients per score.
-    :param variant: ``"authors"`` (the authors' code, which gave the paper's published
-        numbers; the default, as for the buffers) or ``"paper"`` (the paper's text):
-        GSS-Greedy's gate, buffer gradients and candidate draw (see ``GSSGreedyBuffer``);
-        GSS-Clust's threshold growth (2, doubling / 1.01); FSS-Clust's features
-        (penultimate layer, Euclidean / logits, squared Euclidean).
     :param iid_epochs: epochs of the ``iid-offline`` baseline.
     :param gem_memory_strength: GEM's margin (0.5 in the authors' scripts).
-    :param recent_size: recent buffer size ``M_r`` of GSS-IQP, GSS-Clust and FSS-Clust
-        (Alg. 1; 100 in the authors' scripts).
-    :param iqp_solver: GSS-IQP's ``"fast"`` or ``"exact"`` (SCIP) solver.
-    :param iqp_time_limit: the exact solver's time limit per selection, in seconds.
-    :param clust_growth: GSS-Clust's and FSS-Clust's threshold factor per merge round;
-        ``None``: by ``variant`` (2: the doubling algorithm; the authors' GSS-Clust 1.01).
-    :param fss_features: FSS-Clust's ``"penultimate"`` or ``"logits"``; ``None``: by
-        ``variant``.
-    :param fss_squared: FSS-Clust on squared Euclidean distances; ``None``: by ``variant``.
     :param update: ``"rehearsal"`` (the paper's replay steps) or ``"constrained"``
         (appendix C: each step projected so as not to increase any buffer sample's loss;
         GSS-IQP only).
@@ -141,6 +118,7 @@ class RunSettings:
     """
 
     method: str
+    options: dict[str, Any] = field(default_factory=dict)
     buffer_size: int = 300
     seed: int = 0
     n_iter: int = 3
@@ -149,22 +127,15 @@ class RunSettings:
     replay_batch_size: int = 10
     model: str = "mlp"
     device: str = "cpu"
-    n: int = 10
-    variant: str = "authors"
     iid_epochs: int = 5
     gem_memory_strength: float = 0.5
-    recent_size: int = 100
-    iqp_solver: str = "fast"
-    iqp_time_limit: float = 60.0
-    clust_growth: float | None = None
-    fss_features: str | None = None
-    fss_squared: bool | None = None
     update: str = "rehearsal"
     constraint_margin: float = 0.0
     retrieval: str | None = None
     mir_candidates: int = 50
 
     def __post_init__(self) -> None:
+        self.options = dict(self.options)
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
         if self.buffer_size < 1:
@@ -175,10 +146,10 @@ class RunSettings:
             raise ValueError("batch sizes must be >= 1")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"unknown variant {self.variant!r}; choose from {', '.join(VARIANTS)}")
-        if self.recent_size < 1:
-            raise ValueError(f"recent_size must be >= 1, got {self.recent_size}")
+        if self.method in BUFFER_METHODS:
+            methods.get(self.method).check_options(self.options)
+        elif self.options:
+            raise ValueError(f"{self.method} takes no options, got {', '.join(self.options)}")
         if self.update not in UPDATES:
             raise ValueError(f"unknown update {self.update!r}; choose from {', '.join(UPDATES)}")
         if self.update == "constrained" and self.method not in CONSTRAINED_METHODS:
@@ -225,12 +196,6 @@ class RunResult:
         return {**asdict(self), "settings": asdict(self.settings)}
 
 
-LATER_FIELDS = {"retrieval": "random", "mir_candidates": 50}
-"""Run settings added after results were first cached, with the value every run had
-before: left out of a cache key at that value (:func:`settings_dict`), so that the
-results cached before they existed stay valid."""
-
-
 def default_retrieval(method: str, update: str = "rehearsal") -> str:
     """The retrieval a run of ``method`` uses when its settings name none.
 
@@ -247,20 +212,32 @@ def default_retrieval(method: str, update: str = "rehearsal") -> str:
     return "random"
 
 
-def settings_dict(settings: RunSettings) -> dict[str, Any]:
-    """The run's settings as a dict for a cache key.
+def make_settings(method: str, **keywords: Any) -> RunSettings:
+    """A run's settings from flat keywords: :class:`RunSettings` fields, and options.
 
-    ``asdict``, less any of :data:`LATER_FIELDS` at its earlier value (the retrieval only
-    where that is also the method's own, so that leaving it out means it); ``RunSettings(**d)``
-    gives the run back.
+    Each keyword that names a ``RunSettings`` field sets it; every other is one of the
+    method's options (``make_settings("GSS-Clust", seed=1, growth=1.5)`` is
+    ``RunSettings("GSS-Clust", {"growth": 1.5}, seed=1)``); an ``options`` keyword adds its
+    options to them.
+
+    :param method: one of :data:`METHODS`.
+    :param keywords: fields and options.
+    :raises ValueError: an option the method does not take (:class:`RunSettings`).
+    """
+    names = {f.name for f in fields(RunSettings)}
+    options = {**keywords.pop("options", {}),
+               **{k: keywords.pop(k) for k in list(keywords) if k not in names}}
+    return RunSettings(method=method, options=options, **keywords)
+
+
+def settings_dict(settings: RunSettings) -> dict[str, Any]:
+    """The run's settings as a JSON-ready dict, a cache key's part.
+
+    Every field, the options included: ``RunSettings(**d)`` gives the run back.
 
     :param settings: the run's settings.
     """
-    values = asdict(settings)
-    own = default_retrieval(settings.method, settings.update)
-    return {k: v for k, v in values.items()
-            if not (k in LATER_FIELDS and v == LATER_FIELDS[k]
-                    and (k != "retrieval" or v == own))}
+    return asdict(settings)
 
 
 def run_label(settings: RunSettings) -> str:
@@ -274,7 +251,8 @@ def run_label(settings: RunSettings) -> str:
     """
     parts = [settings.method]
     if settings.method in VARIANT_METHODS:
-        parts.append(settings.variant)
+        options = {**methods.get(settings.method).defaults(), **settings.options}
+        parts.append(str(options["variant"]))
     if settings.method in CONSTRAINED_METHODS:
         parts.append(settings.update)
     if settings.retrieval != default_retrieval(settings.method, settings.update):
@@ -291,8 +269,7 @@ def make_buffer(settings: RunSettings) -> OnlineBuffer:
     :param settings: the run's settings; ``settings.method`` must be in :data:`BUFFER_METHODS`.
     """
     method = methods.get(settings.method)
-    return method.buffer(settings.buffer_size, seed=settings.seed,
-                         **method.buffer_options(settings))
+    return method.buffer(settings.buffer_size, seed=settings.seed, **settings.options)
 
 
 def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -300,7 +277,7 @@ def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.opt
     """The ready strategy of a buffer method, as :func:`run` trains it.
 
     The method's strategy from the registry (its constrained one with
-    ``update="constrained"``), given the run's settings as its buffer's options.
+    ``update="constrained"``), given the run's options as its buffer's.
 
     :param settings: the run's settings; ``settings.method`` must be in :data:`BUFFER_METHODS`.
     :param model: the network.
@@ -313,8 +290,7 @@ def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.opt
     common: dict[str, Any] = {
         "model": model, "optimizer": optimizer, "n_iter": s.n_iter,
         "train_mb_size": s.batch_size, "device": s.device, "evaluator": evaluator,
-        "plugins": list(plugins), "mem_size": s.buffer_size, "seed": s.seed,
-        **method.buffer_options(s),
+        "plugins": list(plugins), "mem_size": s.buffer_size, "seed": s.seed, **s.options,
     }
     if s.update == "constrained":
         assert method.constrained is not None  # RunSettings checked it
@@ -354,8 +330,7 @@ def _buffer_extras(strategy: Any, split: TaskSplit) -> dict[str, Any]:
         extras["buffer_task_counts"] = [
             int(class_counts[list(classes)].sum()) for classes in split.task_classes
         ]
-    if isinstance(buffer, GSSIQPBuffer) and buffer.last_surrogate is not None:
-        extras["last_surrogate"] = buffer.last_surrogate
+    extras.update(buffer.report())
     constrained = getattr(strategy, "constrained", None)
     if constrained is not None:
         extras["projected_steps"] = constrained.projections

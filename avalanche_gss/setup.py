@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
@@ -24,9 +24,19 @@ from avalanche_gss.models import make_model
 
 if TYPE_CHECKING:
     from avalanche_gss.benchmarks import TaskSplit
-    from avalanche_gss.experiments import RunSettings
 
-__all__ = ["seeded_rng", "seeded_model_and_optimizer"]
+__all__ = ["SeededSettings", "seeded_rng", "seeded_model_and_optimizer"]
+
+
+class SeededSettings(Protocol):
+    """What :func:`seeded_model_and_optimizer` reads of a run's settings.
+
+    A :class:`~avalanche_gss.experiments.RunSettings` has it.
+    """
+
+    model: str
+    seed: int
+    lr: float
 
 
 @contextmanager
@@ -44,7 +54,7 @@ def seeded_rng(seed: int) -> Iterator[None]:
         yield
 
 
-def seeded_model_and_optimizer(settings: RunSettings, split: TaskSplit
+def seeded_model_and_optimizer(settings: SeededSettings, split: TaskSplit
                                ) -> tuple[nn.Module, torch.optim.SGD]:
     """Build a run's network, initialised from its seed, and its SGD optimizer.
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from avalanche_gss import experiments
+from avalanche_gss import experiments, methods
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings, run
 
 CASES = [(m, "rehearsal", "paper") for m in BUFFER_METHODS] + [
@@ -30,8 +30,10 @@ def _run(monkeypatch, split, **settings):
 
 @pytest.mark.parametrize(("method", "update", "variant"), CASES)
 def test_same_seed_same_buffer_and_accuracy(monkeypatch, tiny_split, method, update, variant):
-    settings = dict(method=method, update=update, variant=variant, buffer_size=30,
-                    recent_size=20, n_iter=2, seed=3)
+    takes = methods.get(method).defaults()  # the buffer's options
+    options = {k: v for k, v in {"variant": variant, "recent_size": 20}.items() if k in takes}
+    settings = dict(method=method, update=update, options=options, buffer_size=30, n_iter=2,
+                    seed=3)
     # Given two runs with the same settings and seed
     first, buf1 = _run(monkeypatch, tiny_split, **settings)
     second, buf2 = _run(monkeypatch, tiny_split, **settings)

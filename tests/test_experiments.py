@@ -1,10 +1,16 @@
 """One run per method through the registry, on tiny real data."""
 
-from dataclasses import asdict
-
 import pytest
 
-from avalanche_gss.experiments import LATER_FIELDS, METHODS, RunSettings, run, settings_dict
+from avalanche_gss.experiments import (
+    METHODS,
+    VARIANT_METHODS,
+    RunSettings,
+    make_settings,
+    run,
+    run_label,
+    settings_dict,
+)
 from avalanche_gss.sweep import config_key
 
 
@@ -13,7 +19,9 @@ def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, baselin
     # The clustering methods as the paper writes them (pure doubling) collapse the buffer
     # on 300 samples (methods/test_gss_iqp_clust.py shows it); run the authors' variant here.
     variant = "authors" if method in ("GSS-Clust", "FSS-Clust") else "paper"
-    settings = RunSettings(method=method, buffer_size=40, n_iter=1, iid_epochs=2, variant=variant)
+    options = {"variant": variant} if method in VARIANT_METHODS else {}
+    settings = RunSettings(method=method, options=options, buffer_size=40, n_iter=1,
+                           iid_epochs=2)
     result = run(settings, tiny_split)
     assert len(result.task_accuracy) == tiny_split.n_tasks
     assert all(0.0 <= a <= 100.0 for a in result.task_accuracy)
@@ -68,14 +76,39 @@ def test_random_retrieval_with_a_large_replay_batch_needs_no_candidates():
     assert RunSettings(method="Rand", replay_batch_size=60).mir_candidates == 50
 
 
-def test_cache_keys_of_runs_without_a_retrieval_are_those_before_it_existed():
+def test_a_cache_key_holds_every_setting_and_gives_the_run_back():
     plain = RunSettings(method="GSS-Greedy", buffer_size=400, seed=2)
-    before = {k: v for k, v in asdict(plain).items() if k not in LATER_FIELDS}
-    assert settings_dict(plain) == before  # the fields added later are not in the key
-    assert config_key({"settings": settings_dict(plain)}) == config_key({"settings": before})
-    assert RunSettings(**settings_dict(plain)) == plain
     mir = RunSettings(method="GSS-Greedy", retrieval="mir", mir_candidates=100)
-    assert settings_dict(mir)["retrieval"] == "mir"
-    assert settings_dict(mir)["mir_candidates"] == 100
-    assert RunSettings(**settings_dict(mir)) == mir
-    assert config_key({"settings": settings_dict(mir)}) != config_key({"settings": before})
+    clust = RunSettings(method="GSS-Clust", options={"growth": 1.5, "recent_size": 50})
+    for s in (plain, mir, clust):
+        assert settings_dict(s)["retrieval"] == s.retrieval  # every field, defaults too
+        assert RunSettings(**settings_dict(s)) == s
+    assert settings_dict(clust)["options"] == {"growth": 1.5, "recent_size": 50}
+    keys = {config_key({"settings": settings_dict(s)}) for s in (plain, mir, clust)}
+    assert len(keys) == 3
+
+
+def test_options_are_the_buffers_own_and_reach_it():
+    from avalanche_gss.experiments import make_buffer
+
+    s = RunSettings(method="GSS-Clust", options={"growth": 1.5, "recent_size": 7})
+    buffer = make_buffer(s)
+    assert (buffer.clustering.growth, buffer.recent_size) == (1.5, 7)
+    assert make_settings("GSS-Clust", seed=3, growth=1.5, recent_size=7) == \
+        RunSettings(method="GSS-Clust", options={"growth": 1.5, "recent_size": 7}, seed=3)
+    assert run_label(RunSettings(method="FSS-Clust")) == "FSS-Clust-authors-M300-seed0"
+    assert run_label(RunSettings(method="FSS-Clust", options={"variant": "paper"})) == \
+        "FSS-Clust-paper-M300-seed0"
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"method": "GSS-Clust", "options": {"clust_growth": 2.0}},
+     "GSS-Clust has no option 'clust_growth'; its options: variant, recent_size, growth"),
+    ({"method": "GSS-Greedy", "options": {"variant": "both"}},
+     "GSS-Greedy has no preset 'both'; choose from paper, authors"),
+    ({"method": "GEM", "options": {"n": 3}}, "GEM takes no options, got n"),
+])
+def test_an_option_the_buffer_lacks_gets_one_line_naming_it_and_the_allowed(bad, message):
+    with pytest.raises(ValueError, match=message) as err:
+        RunSettings(**bad)
+    assert "\n" not in str(err.value)

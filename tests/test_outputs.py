@@ -53,8 +53,8 @@ def test_reports_are_written_atomically_and_readable_by_others(tmp_path):
 
 
 @pytest.mark.parametrize("settings, label", [
-    ({"method": "GSS-Clust", "variant": "paper"}, "GSS-Clust-paper-M300-seed0"),
-    ({"method": "GSS-Clust", "variant": "authors"}, "GSS-Clust-authors-M300-seed0"),
+    ({"method": "GSS-Clust", "options": {"variant": "paper"}}, "GSS-Clust-paper-M300-seed0"),
+    ({"method": "GSS-Clust"}, "GSS-Clust-authors-M300-seed0"),
     ({"method": "Reservoir"}, "Reservoir-M300-seed0"),
     ({"method": "GSS-IQP", "update": "constrained"}, "GSS-IQP-constrained-M300-seed0"),
     ({"method": "Single", "seed": 2}, "Single-seed2"),
@@ -69,8 +69,8 @@ def test_run_names_carry_the_variant_only_where_there_is_one(settings, label):
 
 def test_the_log_line_of_a_run_names_its_variant(tiny_split, caplog):
     with caplog.at_level(logging.INFO, logger="avalanche_gss.experiments"):
-        run(RunSettings(method="GSS-Greedy", variant="authors", buffer_size=20, n_iter=1),
-            tiny_split)
+        run(RunSettings(method="GSS-Greedy", options={"variant": "authors"}, buffer_size=20,
+                        n_iter=1), tiny_split)
     assert any(r.getMessage().startswith("GSS-Greedy-authors-M20-seed0: avg")
                for r in caplog.records)
 
@@ -99,13 +99,12 @@ def test_device_auto_and_bad_devices():
 
 def test_the_cli_names_match_the_library():
     from avalanche_gss.benchmarks import DATASET_NAMES
-    from avalanche_gss.experiments import BASELINES, METHODS, RETRIEVALS, VARIANTS
+    from avalanche_gss.experiments import METHODS, RETRIEVALS, VARIANTS
     from avalanche_gss.reproduce import cli
     from avalanche_gss.reproduce.figures import FIGURES
     from avalanche_gss.reproduce.protocols import PROTOCOLS
 
     assert cli.METHOD_NAMES == METHODS
-    assert cli.BASELINE_NAMES == BASELINES
     assert cli.VARIANT_NAMES == VARIANTS
     assert cli.DATASET_NAMES == DATASET_NAMES
     assert cli.RETRIEVAL_NAMES == RETRIEVALS

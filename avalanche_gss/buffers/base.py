@@ -121,6 +121,13 @@ class SlotBuffer(StoredSamples):
             raise
         self.store.replace(columns, len(keep))
 
+    def report(self) -> dict[str, Any]:
+        """What a run of this policy reports beyond accuracy and class counts (its extras).
+
+        None by default; a policy overrides it with its own facts (GSS-IQP: its surrogate).
+        """
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: samples, scores, counters and the RNG state.
 

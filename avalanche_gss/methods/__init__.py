@@ -3,7 +3,7 @@
 Each method file of this package holds the method's buffer (a storage policy), its named
 presets and its ready strategy, and declares them in ``METHODS``. :data:`REGISTRY` maps
 each name (``"GSS-Greedy"``, ...) to its :class:`~avalanche_gss.methods.spec.Method`:
-this package's methods (:data:`NAMES`, listed in :data:`MODULES`), then the methods
+this package's methods (:data:`NAMES`, from the files of :data:`MODULES`), then the methods
 registered from other code, in the order they came:
 
 - :func:`register` (``register(Method("Newest", NewestBuffer, Newest))``, both from
@@ -13,13 +13,15 @@ registered from other code, in the order they came:
   installed distributions declare, read by :func:`load_plugins` the first time the names
   are asked for.
 
-The names are known without importing any method of this package (:func:`names`), so
-that the command line's ``--help`` stays instant; the method files are imported when
-:data:`REGISTRY` or :func:`get` is first used.
+The names are known without importing any method of this package (:func:`names`): each
+file's ``METHODS`` is read as text (a few milliseconds), so that the command line's
+``--help`` stays instant; the method files are imported when :data:`REGISTRY` or
+:func:`get` is first used.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import importlib.util
@@ -32,35 +34,61 @@ from typing import TYPE_CHECKING, Any, overload
 if TYPE_CHECKING:
     from avalanche_gss.methods.spec import Method
 
-__all__ = ["ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY", "Method", "NameView", "get",
-           "import_user",
-           "imports_for", "load_plugins", "names", "register"]
+__all__ = ["BASELINES", "ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY", "Method", "NameView",
+           "get", "import_user", "imports_for", "load_plugins", "names", "register"]
 
-MODULES: dict[str, tuple[str, ...]] = {
-    "rand": ("Rand",),
-    "reservoir": ("Reservoir",),
-    "gss_greedy": ("GSS-Greedy",),
-    "gss_iqp": ("GSS-IQP",),
-    "clust": ("GSS-Clust", "FSS-Clust"),
-    "cbrs": ("CBRS",),
-    "gdumb": ("GDumb",),
-    "cb_gss": ("CB-GSS",),
-    "ocs": ("OCS",),
-    "gcr": ("GCR",),
-}
-"""This package's method files and the names each defines (for contributors: a new file
-here and one line in this table)."""
+MODULES: tuple[str, ...] = ("rand", "reservoir", "gss_greedy", "gss_iqp", "clust", "cbrs",
+                            "gdumb", "cb_gss", "ocs", "gcr")
+"""This package's method files, in the tables' order (for contributors: a new file here,
+its ``METHODS`` naming its methods, and its name in this tuple)."""
 
-NAMES: tuple[str, ...] = tuple(name for names in MODULES.values() for name in names)
-"""This package's buffer methods, in the tables' order (registered ones: :func:`names`)."""
+BASELINES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
+"""The baselines, run through Avalanche's own strategies
+(:mod:`avalanche_gss.methods.baselines`): no buffer method takes their names."""
+
+
+def _declared(module: str) -> tuple[str, ...]:
+    """The names a method file's ``METHODS = (Method("NAME", ...), ...)`` gives, read as text."""
+    path = os.path.join(os.path.dirname(__file__), f"{module}.py")
+    with open(path, encoding="utf-8") as f:
+        whole = f.read()
+    text, start, depth = whole, whole.find("\nMETHODS = (") + 1, 0
+    for end, char in enumerate(whole[start:] if start else "", start):
+        depth += (char in "([{") - (char in ")]}")
+        if depth == 0 and char == ")":  # parse that statement only, not the whole file
+            text = whole[start:end + 1]
+            break
+    try:
+        tree = ast.parse(text, path)
+    except SyntaxError:
+        tree = ast.parse(whole, path)
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List))
+                and any(isinstance(t, ast.Name) and t.id == "METHODS" for t in node.targets)):
+            names = [call.args[0].value for call in node.value.elts
+                     if isinstance(call, ast.Call) and call.args
+                     and isinstance(call.args[0], ast.Constant)
+                     and isinstance(call.args[0].value, str)]
+            if len(names) == len(node.value.elts):
+                return tuple(str(n) for n in names)
+    raise ImportError(f"{path}: no METHODS = (Method(\"NAME\", ...), ...) to read its "
+                      "methods' names from")
+
+
+def _names() -> tuple[str, ...]:
+    """:data:`NAMES`, this package's buffer methods in the tables' order.
+
+    Read from the files of :data:`MODULES` on first use (the registered ones: :func:`names`).
+    """
+    found: tuple[str, ...] | None = globals().get("NAMES")
+    if found is None:  # read once, on first use
+        found = globals()["NAMES"] = tuple(n for module in MODULES for n in _declared(module))
+    return found
 
 ENTRY_POINTS = "avalanche_gss.methods"
 """The entry-point group whose entries add methods: each names a
 :class:`~avalanche_gss.methods.spec.Method`, a sequence of them (a module's ``METHODS``),
 or a module whose import calls :func:`register` itself."""
-
-RESERVED = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
-"""The baselines' names (``avalanche_gss.experiments.BASELINES``): no method takes them."""
 
 _USER: dict[str, Method] = {}  # registered methods, in order
 _ORIGIN: dict[str, str] = {}  # registered name -> the import_user spec that registered it
@@ -69,11 +97,12 @@ _PLUGINS: list[bool] = []  # non-empty once the entry points have been read
 
 def _builtin() -> dict[str, Method]:
     registry: dict[str, Method] = {}
-    for module, names in MODULES.items():
+    for module in MODULES:
         defined = importlib.import_module(f"avalanche_gss.methods.{module}").METHODS
-        if tuple(m.name for m in defined) != names:
+        if tuple(m.name for m in defined) != _declared(module):
             raise ImportError(f"avalanche_gss.methods.{module} defines "
-                              f"{[m.name for m in defined]}, the registry says {list(names)}")
+                              f"{[m.name for m in defined]}, its text says "
+                              f"{list(_declared(module))}")
         registry.update((m.name, m) for m in defined)
     return registry
 
@@ -95,6 +124,8 @@ def _registry() -> dict[str, Method]:
 def __getattr__(name: str) -> Any:
     if name == "REGISTRY":
         return _registry()
+    if name == "NAMES":
+        return _names()
     if name == "Method":  # imported on use: it needs torch
         from avalanche_gss.methods.spec import Method
 
@@ -126,7 +157,7 @@ def register(method: Method) -> Method:
     name = method.name
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a method's name must be a non-empty string, got {name!r}")
-    if name in NAMES or name in RESERVED:
+    if name in _names() or name in BASELINES:
         raise ValueError(f"method name {name!r} is taken by this package; choose another")
     if not (isinstance(method.buffer, type) and issubclass(method.buffer, OnlineBuffer)):
         raise TypeError(f"method {name!r}: buffer must be a subclass of OnlineBuffer, got "
@@ -187,7 +218,7 @@ def names() -> tuple[str, ...]:
     methods.
     """
     load_plugins()
-    return (*NAMES, *_USER)
+    return (*_names(), *_USER)
 
 
 def import_user(spec: str) -> ModuleType:

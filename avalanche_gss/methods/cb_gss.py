@@ -188,4 +188,4 @@ class CBGSS(BufferStrategy):
         self._rehearse(buffer, seed, options)
 
 
-METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS, options={"n": "n"}),)
+METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS),)

@@ -262,9 +262,7 @@ class FSSClust(BufferStrategy):
         self._rehearse(buffer, seed, options)
 
 
-_CLUST = {"variant": "variant", "recent_size": "recent_size", "clust_growth": "growth"}
 METHODS = (
-    Method("GSS-Clust", GSSClustBuffer, GSSClust, options=_CLUST),
-    Method("FSS-Clust", FSSClustBuffer, FSSClust,
-           options={**_CLUST, "fss_features": "features", "fss_squared": "squared"}),
+    Method("GSS-Clust", GSSClustBuffer, GSSClust),
+    Method("FSS-Clust", FSSClustBuffer, FSSClust),
 )

@@ -155,4 +155,4 @@ class GCR(BufferStrategy):
         self._rehearse(buffer, seed, options)
 
 
-METHODS = (Method("GCR", GCRBuffer, GCR, options={"recent_size": "recent_size"}),)
+METHODS = (Method("GCR", GCRBuffer, GCR),)

@@ -148,5 +148,4 @@ class GSSGreedy(BufferStrategy):
         self._rehearse(buffer, seed, options)
 
 
-METHODS = (Method("GSS-Greedy", GSSGreedyBuffer, GSSGreedy,
-                  options={"n": "n", "variant": "variant"}),)
+METHODS = (Method("GSS-Greedy", GSSGreedyBuffer, GSSGreedy),)

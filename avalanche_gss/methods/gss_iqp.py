@@ -86,6 +86,11 @@ class GSSIQPBuffer(GradientScored, RecentMergeBuffer):
         """Surrogate ``x^T G x`` of the last selection (``None`` before the first one)."""
         return None if self.last_result is None else self.last_result.objective
 
+    def report(self) -> dict[str, Any]:
+        """The last selection's surrogate (``last_surrogate``), once there was one."""
+        surrogate = self.last_surrogate
+        return {} if surrogate is None else {"last_surrogate": surrogate}
+
     def _select(self, union: Rows, n_stored: int, model: nn.Module | None) -> Tensor:
         if len(union) <= self.max_size:
             return torch.arange(len(union))
@@ -191,6 +196,4 @@ class GSSIQPConstrained(OnlineTemplate):
         return cast(GSSIQPBuffer, self.constrained.storage_policy)  # the one built above
 
 
-METHODS = (Method("GSS-IQP", GSSIQPBuffer, GSSIQP, constrained=GSSIQPConstrained,
-                  options={"recent_size": "recent_size", "iqp_solver": "solver",
-                           "iqp_time_limit": "time_limit"}),)
+METHODS = (Method("GSS-IQP", GSSIQPBuffer, GSSIQP, constrained=GSSIQPConstrained),)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from avalanche_gss.buffers import OnlineBuffer
@@ -20,8 +21,6 @@ class Method:
     :param buffer: the storage policy class; its ``PRESETS`` (if any) are the method's
         named presets, ``"paper"`` and ``"authors"``.
     :param strategy: the ready strategy (online rehearsal with that buffer).
-    :param options: which run setting feeds which buffer option
-        (``{"iqp_solver": "solver"}``); ``buffer_size`` and ``seed`` always do.
     :param constrained: the strategy that uses the buffer as constraints instead of
         replay (appendix C), if the method has one.
     """
@@ -29,7 +28,6 @@ class Method:
     name: str
     buffer: type[OnlineBuffer]
     strategy: type[Any]
-    options: Mapping[str, str] = field(default_factory=dict)
     constrained: type[Any] | None = None
 
     @property
@@ -38,9 +36,30 @@ class Method:
         presets: Mapping[str, Mapping[str, Any]] = getattr(self.buffer, "PRESETS", {})
         return presets
 
-    def buffer_options(self, settings: Any) -> dict[str, Any]:
-        """The buffer's options taken from a run's settings (by :attr:`options`)."""
-        return {option: getattr(settings, name) for name, option in self.options.items()}
+    def defaults(self) -> dict[str, Any]:
+        """The buffer's options and their defaults, in its signature's order.
+
+        Its keyword-only parameters, less ``seed`` (a run's seed sets it): what a run's
+        ``options`` may set (``RunSettings(method=..., options={...})``).
+        """
+        return {p.name: p.default for p in inspect.signature(self.buffer).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "seed"}
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Refuse options the buffer does not take, or a preset it does not have.
+
+        :param options: buffer options by the buffer's own parameter names.
+        :raises ValueError: in one line, naming the bad option (or preset) and the allowed.
+        """
+        allowed = self.defaults()
+        for name in options:
+            if name not in allowed:
+                raise ValueError(f"{self.name} has no option {name!r}; its options: "
+                                 f"{', '.join(allowed) or 'none'}")
+        presets = self.presets
+        if presets and "variant" in options and options["variant"] not in presets:
+            raise ValueError(f"{self.name} has no preset {options['variant']!r}; choose from "
+                             f"{', '.join(presets)}")
 
     def code_modules(self) -> tuple[str, ...]:
         """The modules outside this package whose code decides the method's runs, sorted.

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from avalanche_gss import methods  # the registry's names only: no torch, no Avalanche
-from avalanche_gss.reproduce.policies import POLICIES, STREAM_GROUPS, STREAMS  # data only
+from avalanche_gss.reproduce.policies import POLICIES, STREAM_GROUPS, STREAMS, policy_label
 
 EXPERIMENTS: dict[str, str] = {
     "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
@@ -34,10 +34,7 @@ EXPERIMENTS: dict[str, str] = {
 }
 """Every experiment, with the line ``--help`` shows for it."""
 
-BASELINE_NAMES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
-"""``avalanche_gss.experiments.BASELINES``."""
-
-METHOD_NAMES = methods.NameView(lambda: (*methods.names(), *BASELINE_NAMES))
+METHOD_NAMES = methods.NameView(lambda: (*methods.names(), *methods.BASELINES))
 """``avalanche_gss.experiments.METHODS``: the registry's buffer methods (this package's,
 then those registered by ``--import`` modules and entry points), then the baselines."""
 
@@ -198,10 +195,12 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         metavar="METHOD",
                         help=f"methods to run: {', '.join(METHOD_NAMES)} (default: the "
                              "experiment's)")
-    parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=None,
+    parser.add_argument("--policies", nargs="+", type=_policy, default=None,
                         metavar="POLICY",
                         help=f"which-buffer: policies to compare: {', '.join(POLICIES)} "
-                             "(default: all)")
+                             "(default: all), or METHOD:OPTION=VALUE,... (a buffer "
+                             "method with options of its buffer or run settings, e.g. "
+                             "GSS-Clust:growth=1.5,recent_size=50)")
     stream_names = [*STREAMS, *STREAM_GROUPS]
     parser.add_argument("--streams", nargs="+", choices=stream_names, default=None,
                         metavar="STREAM",
@@ -254,6 +253,14 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="log each buffer method's buffer composition and surrogate "
                              "value every 100 batches to TensorBoard under DIR")
     return parser
+
+
+def _policy(text: str) -> str:
+    """A ``--policies`` value: a policy's label, or ``METHOD:OPTION=VALUE,...`` (registered)."""
+    try:
+        return policy_label(text, methods.names())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _refuse_repeats(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -363,8 +370,8 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
                          f"with --policies ({', '.join(POLICIES)})")
         if args.variants != list(VARIANT_NAMES):
             parser.error("argument --variants: which-buffer's policies carry their variant "
-                         "(e.g. GSS-Greedy: variant=authors); declare another policy with "
-                         "avalanche_gss.reproduce.policies.register_policy")
+                         "(e.g. GSS-Greedy: variant=authors); give another as a policy: "
+                         "--policies GSS-Greedy:variant=paper")
         streams = [s for name in args.streams or () for s in STREAM_GROUPS.get(name, (name,))]
         repeated = sorted({s for s in streams if streams.count(s) > 1})
         if repeated:

@@ -16,7 +16,7 @@ from avalanche_gss import methods
 from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
 from avalanche_gss.cache import module_sha256, package_sha256
-from avalanche_gss.experiments import BUFFER_METHODS, RunSettings
+from avalanche_gss.experiments import BUFFER_METHODS, RunSettings, make_settings
 from avalanche_gss.reproduce.cli import PROG
 from avalanche_gss.reproduce.protocols import METHOD_OVERRIDES, Protocol
 
@@ -213,12 +213,17 @@ def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
     if args.lr is not None:
         values["lr"] = args.lr
     values.update(fields)
-    return RunSettings(method=method, **values)
+    return make_settings(method, **values)  # keywords that are no field: the method's options
 
 
 def settings_from_dict(values: Mapping[str, Any]) -> RunSettings:
-    """A run's settings from their record (``settings_dict``), as a job receives them."""
-    return RunSettings(**values)
+    """A run's settings from their record (``settings_dict``, as a job receives them).
+
+    Flat keywords work too: a key that is no ``RunSettings`` field is one of the method's
+    options (:func:`~avalanche_gss.experiments.make_settings`).
+    """
+    rest = dict(values)
+    return make_settings(rest.pop("method"), **rest)
 
 
 PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_size", "retrieval")
@@ -226,10 +231,14 @@ PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_siz
 
 
 def settings_by_method(settings: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each method's settings as run (``RunSettings`` dicts), beyond those in ``PER_RUN``."""
+    """Each method's settings as run (``RunSettings`` dicts), beyond those in ``PER_RUN``.
+
+    A run's options count as settings of their own (``{"growth": 1.5}``).
+    """
     by_method: dict[str, dict[str, Any]] = {}
     for s in settings:
-        by_method.setdefault(s["method"], {k: v for k, v in s.items() if k not in PER_RUN})
+        flat = {**{k: v for k, v in s.items() if k != "options"}, **s.get("options", {})}
+        by_method.setdefault(s["method"], {k: v for k, v in flat.items() if k not in PER_RUN})
     return by_method
 
 

@@ -184,8 +184,9 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
         for method in methods:
             for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
                 settings = settings_from_dict({
-                    "method": method, "buffer_size": m, "seed": seed, "variant": variant,
-                    "n_iter": n_iter, "lr": lr, "device": args.device})
+                    "method": method, "buffer_size": m, "seed": seed, "n_iter": n_iter,
+                    "lr": lr, "device": args.device,
+                    **({"variant": variant} if method in VARIANT_METHODS else {})})
                 trace = BufferTrace(None, split.task_classes, every=EVERY)
                 result = run(settings, split, plugins=[trace])
                 rows.append({"method": method, "seed": seed,

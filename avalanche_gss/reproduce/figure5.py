@@ -78,8 +78,8 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                     if method == "GSS-Greedy":
                         points = [{"n": n} for n in chosen["n_values"]] + points
                     for point in points:
-                        fields = {"n": chosen["n"], "batch_size": chosen["batch_size"],
-                                  **point}
+                        fields = {**({"n": chosen["n"]} if method == "GSS-Greedy" else {}),
+                                  "batch_size": chosen["batch_size"], **point}
                         s = settings_for(args, DISJOINT, method, buffer_size=m,
                                          seed=seed, **flavour, **fields)
                         runs.append(Run(s, {**variant, **point}))

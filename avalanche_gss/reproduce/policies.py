@@ -4,18 +4,22 @@ Data only, and the standard library only: the command line reads the labels for
 ``--help`` and ``--policies`` / ``--streams`` without importing torch.
 
 **Adding a policy** is one entry in :data:`POLICIES`: its row label, mapped to the
-:class:`~avalanche_gss.experiments.RunSettings` keywords that make it (``method`` names a
-buffer method of the registry, ``avalanche_gss.methods``; every other key is a
-``RunSettings`` field). From one's own module, :func:`register_policy` adds it (give the
-module to ``python -m reproduce --import``); in this package, one line below. Nothing
-else changes: the label becomes a ``--policies`` choice, a row of the table, a series of
-the figure and a row of the composition report. A policy whose method is not in the
-registry, or that sets a keyword this version's ``RunSettings`` lacks, is refused before
-any run, in one line naming it.
+keywords that make it (``method`` names a buffer method of the registry,
+``avalanche_gss.methods``; every other key is a
+:class:`~avalanche_gss.experiments.RunSettings` field, or else an option of the method's
+buffer, by the buffer's own parameter name). From one's own module,
+:func:`register_policy` adds it (give the module to ``python -m reproduce --import``); on
+the command line, ``--policies METHOD:OPTION=VALUE,...`` (:func:`policy_label`); in this
+package, one line below. Nothing else changes: the label becomes a ``--policies`` choice,
+a row of the table, a series of the figure and a row of the composition report. A policy
+whose method is not in the registry, or that sets an option its method does not take, is
+refused before any run, in one line naming it.
 """
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +37,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "CB-GSS": {"method": "CB-GSS"},
     "CBRS+OC": {"method": "CBRS", "retrieval": "other-classes"},
 }
-"""Each policy's row label and the ``RunSettings`` keywords that make it, in row order.
+"""Each policy's row label and the keywords that make it (``RunSettings`` fields and the
+buffer's options), in row order.
 
 GSS-Greedy, GSS-Clust and FSS-Clust run as the authors' code does them (the variant
 that gave the paper's numbers). ``ER-MIR`` and ``GSS+MIR`` are Reservoir and GSS-Greedy
@@ -47,17 +52,18 @@ BUILTIN_POLICIES: tuple[str, ...] = tuple(POLICIES)
 
 
 def register_policy(label: str, *, method: str, **settings: Any) -> None:
-    """Add a which-buffer policy: a row label and the ``RunSettings`` keywords that make it.
+    """Add a which-buffer policy: a row label and the keywords that make it.
 
     ``register_policy("Newest", method="Newest")``, or a registered method with settings
-    of its own: ``register_policy("Newest+MIR", method="Newest", retrieval="mir")``. Whether
-    the method exists and the keywords are ``RunSettings`` fields is checked before any
-    run of ``python -m reproduce which-buffer``. Registering the same policy again does
-    nothing.
+    of its own: ``register_policy("Newest+MIR", method="Newest", retrieval="mir")``,
+    ``register_policy("Clust-1.5", method="GSS-Clust", growth=1.5)``. Whether the method
+    exists and takes the options is checked before any run of ``python -m reproduce
+    which-buffer``. Registering the same policy again does nothing.
 
     :param label: the row label and ``--policies`` name.
     :param method: a buffer method of the registry (``avalanche_gss.methods``).
-    :param settings: other ``RunSettings`` keywords (``variant``, ``retrieval``, ...).
+    :param settings: ``RunSettings`` fields (``retrieval``, ...) and options of the
+        method's buffer (``variant``, ``growth``, ...).
     :raises ValueError: an empty label, or one taken by another policy.
     """
     if not isinstance(label, str) or not label.strip():
@@ -68,6 +74,43 @@ def register_policy(label: str, *, method: str, **settings: Any) -> None:
         raise ValueError(f"policy label {label!r} is taken by {owner} ({POLICIES[label]}); "
                          "choose another")
     POLICIES[label] = keywords
+
+
+def policy_label(text: str, methods: Sequence[str] | None = None) -> str:
+    """The policy a ``--policies`` value names: a label of :data:`POLICIES`, or a new one.
+
+    ``METHOD:KEY=VALUE,...`` (``"GSS-Clust:growth=1.5,recent_size=50"``) registers the
+    policy of that method with those keywords (:func:`register_policy`), labelled by the
+    text itself. Each value is read as a Python literal (``1.5``, ``3``, ``True``,
+    ``None``, ``'a'``) where it is one, else as the string written.
+
+    :param text: the command line's value.
+    :param methods: the buffer methods a new policy may name (``None``: any, checked later).
+    :return: the policy's label.
+    :raises ValueError: neither a label nor ``METHOD:KEY=VALUE,...`` of one of ``methods``,
+        in one line.
+    """
+    if text in POLICIES:
+        return text
+    method, colon, rest = (part.strip() for part in text.partition(":"))
+    if not colon:
+        raise ValueError(f"unknown policy {text!r}; choose from "
+                         f"{', '.join(map(repr, POLICIES))}, or give METHOD:OPTION=VALUE,...")
+    if methods is not None and method not in methods:
+        raise ValueError(f"no buffer method {method!r} in policy {text!r}; choose from "
+                         f"{', '.join(methods)}")
+    keywords: dict[str, Any] = {}
+    for item in rest.split(","):
+        key, equals, value = (part.strip() for part in item.partition("="))
+        if not equals or not key.isidentifier() or key == "method" or key in keywords:
+            raise ValueError(f"policy {text!r}: {item.strip()!r} is not OPTION=VALUE (each "
+                             "option once, an identifier other than method)")
+        try:
+            keywords[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            keywords[key] = value
+    register_policy(text, method=method, **keywords)
+    return text
 
 
 @dataclass(frozen=True)

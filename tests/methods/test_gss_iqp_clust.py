@@ -247,9 +247,9 @@ def test_bad_arguments_raise(model):
 @pytest.mark.parametrize(
     "settings",
     [
-        {"method": "GSS-IQP", "recent_size": 50},
-        {"method": "GSS-Clust", "clust_growth": 1.01},
-        {"method": "FSS-Clust", "fss_features": "logits", "fss_squared": True},
+        {"method": "GSS-IQP", "options": {"recent_size": 50}},
+        {"method": "GSS-Clust", "options": {"growth": 1.01}},
+        {"method": "FSS-Clust", "options": {"features": "logits", "squared": True}},
     ],
     ids=["GSS-IQP-recent50", "GSS-Clust-authors-growth", "FSS-Clust-authors-logits"],
 )
@@ -269,9 +269,9 @@ def test_pure_doubling_collapses_gss_clust_on_unit_gradients(tiny_split):
     # algorithm's threshold (which only grows) soon forces centres further apart than any
     # two points can be, and the buffer shrinks far below M. The authors' 1.01 growth
     # (variant="authors") keeps it nearly full.
-    paper = run(RunSettings(method="GSS-Clust", buffer_size=40, n_iter=1, variant="paper"),
-                tiny_split)
-    authors = run(RunSettings(method="GSS-Clust", buffer_size=40, n_iter=1, variant="authors"),
-                  tiny_split)
+    paper = run(RunSettings(method="GSS-Clust", options={"variant": "paper"}, buffer_size=40,
+                            n_iter=1), tiny_split)
+    authors = run(RunSettings(method="GSS-Clust", options={"variant": "authors"},
+                              buffer_size=40, n_iter=1), tiny_split)
     assert sum(paper.extras["buffer_class_counts"]) < 20
     assert sum(authors.extras["buffer_class_counts"]) > 30

@@ -134,13 +134,16 @@ def test_an_unknown_variant_is_refused():
 
 
 @pytest.mark.parametrize(("settings", "expected"), [
-    (dict(method="GSS-IQP", iqp_solver="exact", iqp_time_limit=5.0, recent_size=7),
+    (dict(method="GSS-IQP", options={"solver": "exact", "time_limit": 5.0, "recent_size": 7}),
      {"solver": "exact", "time_limit": 5.0, "recent_size": 7}),
-    (dict(method="GSS-Clust", variant="paper"), {"growth": 2.0, "variant": "paper"}),
-    (dict(method="GSS-Clust", clust_growth=1.5), {"growth": 1.5, "variant": "authors"}),
-    (dict(method="FSS-Clust", variant="paper", fss_squared=True),
+    (dict(method="GSS-Clust", options={"variant": "paper"}),
+     {"growth": 2.0, "variant": "paper"}),
+    (dict(method="GSS-Clust", options={"growth": 1.5}), {"growth": 1.5, "variant": "authors"}),
+    (dict(method="FSS-Clust", options={"variant": "paper", "squared": True}),
      {"features": "penultimate", "squared": True, "growth": 2.0}),
-    (dict(method="GSS-Greedy", n=4, variant="paper"), {"n": 4, "gate": "sample"}),
+    (dict(method="GSS-Greedy", options={"n": 4, "variant": "paper"}),
+     {"n": 4, "gate": "sample"}),
+    (dict(method="OCS", options={"k": 3, "tau": 0.5}), {"k": 3, "tau": 0.5}),
 ])
 def test_run_settings_reach_the_buffer(settings, expected):
     buffer = make_buffer(RunSettings(buffer_size=12, seed=2, **settings))
@@ -200,8 +203,10 @@ def test_a_policy_that_breaks_the_storage_invariants_is_refused():
         Holes(5).add(torch.randn(2, 3), torch.tensor([0, 1]))
 
 
-def test_a_registry_line_that_disagrees_with_its_file_is_refused(monkeypatch):
-    monkeypatch.setattr(methods, "MODULES", {"rand": ("Random",)})
-    with pytest.raises(ImportError, match="methods.rand defines \\['Rand'\\], the registry "
+def test_a_file_whose_methods_differ_from_its_text_is_refused(monkeypatch):
+    monkeypatch.setattr(methods, "MODULES", ("rand",))
+    monkeypatch.setattr(methods, "_declared", lambda module: ("Random",))
+    with pytest.raises(ImportError, match="methods.rand defines \\['Rand'\\], its text "
                                           "says \\['Random'\\]"):
         methods._load()
+

@@ -125,7 +125,7 @@ def test_constrained_update_runs_through_the_registry(tiny_split, baselines):
 
 @pytest.mark.parametrize("bad", [{"method": "GSS-Greedy", "update": "constrained"},
                                  {"method": "GSS-IQP", "update": "projected"},
-                                 {"method": "GSS-IQP", "recent_size": 0}])
+                                 {"method": "GSS-IQP", "options": {"recent": 50}}])
 def test_bad_update_settings_raise(bad):
     with pytest.raises(ValueError):
         RunSettings(**bad)

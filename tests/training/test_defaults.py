@@ -19,7 +19,7 @@ from avalanche_gss import (
     Rand,
     Reservoir,
 )
-from avalanche_gss.experiments import RunSettings
+from avalanche_gss.experiments import RunSettings, run_label
 from avalanche_gss.models import MLP
 
 
@@ -28,7 +28,7 @@ from avalanche_gss.models import MLP
 def test_every_gss_class_takes_variant_the_same_way_and_defaults_to_the_authors(cls):
     param = inspect.signature(cls).parameters["variant"]
     assert param.default == "authors" and param.kind is inspect.Parameter.KEYWORD_ONLY
-    assert RunSettings(method="GSS-Greedy").variant == "authors"
+    assert run_label(RunSettings(method="GSS-Greedy")) == "GSS-Greedy-authors-M300-seed0"
 
 
 def test_variant_sets_each_buffers_options():

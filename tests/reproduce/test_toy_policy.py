@@ -1,0 +1,91 @@
+"""A buffer policy with options is one file: the README's ``stride.py``, written outside the
+repository, loaded with ``--import`` and run by name with both of its options from the
+command line, which reach its buffer (its ``report()`` says so in the run's extras)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _stride_file() -> str:
+    """The text of ``stride.py`` as the README's "Your own policy" shows it."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("**Your own policy.**"):text.index("### The paper's online")]
+    (block,) = re.findall(r"```py\n(.*?)```", section, re.S)
+    return "\n".join(line.removeprefix("  ") for line in block.splitlines()) + "\n"
+
+
+def _toy_npz(path: Path) -> Path:
+    """Ten well-separated classes of 40 + 10 samples: 5 tasks of 80 training samples."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 3, size=(10, 12))
+    arrays = {}
+    for split, per_class in (("train", 40), ("test", 10)):
+        y = np.repeat(np.arange(10), per_class)
+        arrays[f"x_{split}"] = (centres[y] + rng.normal(0, 1, (len(y), 12))).astype(np.float32)
+        arrays[f"y_{split}"] = y
+    np.savez(path, **arrays)
+    return path
+
+
+def _reproduce(*args: object, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
+    (tmp_path / "stride.py").write_text(_stride_file())
+    data = _toy_npz(tmp_path / "toy.npz")
+    label = "Stride:every=3,start=5"
+    res = _reproduce("which-buffer", "--quick", "--data", data, "--import", "stride.py",
+                     "--policies", label, "--streams", "disjoint", "--seeds", 0,
+                     "--buffer-sizes", 100, "--out", "out", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads((tmp_path / "out" / "which_buffer.json").read_text())["rows"]
+    assert row["policy"] == label
+    extras = row["extras"][0]
+    assert (extras["every"], extras["start"]) == (3, 5)  # both options reached the buffer
+    # and acted: samples 5, 8, ..., 398 kept, the last 100 of them from tasks 2-5
+    assert extras["buffer_task_counts"] == [0, 20, 27, 26, 27]
+
+
+def test_an_option_the_buffer_lacks_is_refused_in_one_line_naming_the_allowed(tmp_path):
+    (tmp_path / "stride.py").write_text(_stride_file())
+    res = _reproduce("which-buffer", "--import", "stride.py", "--policies",
+                     "Stride:every=3,stop=5", "--streams", "disjoint", "--out", "out",
+                     cwd=tmp_path)
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "Stride has no option 'stop'; its options: every, start" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_policies_value_names_a_label_or_a_method_with_its_options(monkeypatch):
+    from avalanche_gss.reproduce import policies
+
+    monkeypatch.setattr(policies, "POLICIES", dict(policies.POLICIES))
+    assert policies.policy_label("GSS-IQP") == "GSS-IQP"  # a label stays one
+    text = "GSS-Clust: growth=1.5, recent_size=50,variant=paper ,retrieval=mir"
+    assert policies.policy_label(text, ("GSS-Clust",)) == text
+    assert policies.POLICIES[text] == {"method": "GSS-Clust", "growth": 1.5,
+                                       "recent_size": 50, "variant": "paper",
+                                       "retrieval": "mir"}
+    for bad, words in (("Nope", ["'Nope'", "'Reservoir'", "METHOD:OPTION=VALUE"]),
+                       ("Nope:a=1", ["'Nope'", "GSS-Clust"]),
+                       ("GSS-Clust:growth", ["'growth'", "OPTION=VALUE"]),
+                       ("GSS-Clust:a=1,a=2", ["'a=2'", "once"])):
+        with pytest.raises(ValueError) as err:
+            policies.policy_label(bad, ("GSS-Clust",))
+        assert "\n" not in str(err.value) and all(w in str(err.value) for w in words), err
