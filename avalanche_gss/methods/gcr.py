@@ -370,11 +370,10 @@ class GCR(BufferStrategy):
     plugin_class = GCRReplayPlugin
 
     def __init__(
-        self, *, mem_size: int, seed: int = 0, recent_size: int = 100, lam: float = 0.5,
+        self, *, mem_size: int, seed: int = 0, replay_loss: ReplayLoss = "weighted",
+        alpha: float = 0.1, beta: float = 0.5, recent_size: int = 100, lam: float = 0.5,
         positive: bool = True, per_class: bool = True, class_share: ClassShare = "equal",
-        loss_fn: Any = None, params: list[nn.Parameter] | None = None,
-        replay_loss: ReplayLoss = "weighted",
-        alpha: float = 0.1, beta: float = 0.5, **options: Any,
+        loss_fn: Any = None, params: list[nn.Parameter] | None = None, **options: Any,
     ) -> None:
         if replay_loss not in REPLAY_LOSSES:
             raise ValueError(f"replay_loss must be one of {', '.join(REPLAY_LOSSES)}, "
