@@ -312,13 +312,22 @@ class GCRReplayPlugin(OnlineRehearsalPlugin):
     unweighted (selection only). The supervised contrastive term is not provided (it needs
     a projection head and two augmented views; the library's models have neither).
 
-    Set :attr:`replay_loss`, :attr:`alpha` and :attr:`beta` after construction
-    (:class:`GCR` does); the retrieval must be a :class:`SlotRetrieval`.
+    :class:`~avalanche_gss.training.OnlineRehearsal` builds the plugin with the generic
+    arguments; :class:`GCR` sets :attr:`replay_loss`, :attr:`alpha` and :attr:`beta` after.
+    The retrieval must be a :class:`SlotRetrieval` for the weighted loss.
+
+    :param replay_loss: ``"weighted"`` or ``"uniform"``.
+    :param alpha: weight of the distillation term.
+    :param beta: weight of the label term.
+    :param rehearsal: :class:`~avalanche_gss.training.OnlineRehearsalPlugin`'s arguments.
     """
 
-    replay_loss: ReplayLoss = "uniform"
-    alpha = 0.1
-    beta = 0.5
+    def __init__(self, storage_policy: Any, replay_batch_size: int = 10, *,
+                 replay_loss: ReplayLoss = "uniform", alpha: float = 0.1, beta: float = 0.5,
+                 **rehearsal: Any) -> None:
+        super().__init__(storage_policy, replay_batch_size, **rehearsal)
+        self.replay_loss: ReplayLoss = replay_loss
+        self.alpha, self.beta = float(alpha), float(beta)
 
     def _replay_loss(self, strategy: Any, batch: Batch) -> Tensor:  # type: ignore[override]
         slots = getattr(self.retrieval, "last_slots", None)
