@@ -33,6 +33,7 @@ from avalanche_gss.checkpoint.model import model_layout
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.clust import FSSClust, GSSClust
+from avalanche_gss.methods.gcr import GCR
 from avalanche_gss.methods.gdumb import GDumb
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPConstrained
@@ -53,6 +54,8 @@ BUILDERS = {
     "CBRS": lambda **kw: CBRS(mem_size=30, **kw),
     "GDumb": lambda **kw: GDumb(mem_size=30, **kw),
     "CB-GSS": lambda **kw: CBGSS(mem_size=30, n=5, **kw),
+    "GCR": lambda **kw: GCR(mem_size=30, recent_size=20, **kw),
+    "GCR-uniform": lambda **kw: GCR(mem_size=30, recent_size=20, replay_loss="uniform", **kw),
 }
 
 

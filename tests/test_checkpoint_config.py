@@ -68,6 +68,8 @@ ALTERNATIVES: dict[str, Callable[[nn.Module], Any]] = {
     "n_iter": lambda m: 2, "train_mb_size": lambda m: 5, "eval_every": lambda m: 1,
     "peval_mode": lambda m: "iteration",
     "k": lambda m: 3, "tau": lambda m: 10.0, "lam": lambda m: 0.1,
+    "positive": lambda m: False, "per_class": lambda m: False, "class_share": lambda m: "seen",
+    "replay_loss": lambda m: "uniform", "alpha": lambda m: 0.2, "beta": lambda m: 0.7,
 }
 
 

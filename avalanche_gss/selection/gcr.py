@@ -1,21 +1,22 @@
-"""Gradient Coreset based Replay (GCR): a weighted coreset by orthogonal matching pursuit.
+"""GCR (Tiwari et al., CVPR 2022): orthogonal matching pursuit on a Gram, and class budgets.
 
-Tiwari, Killamsetty, Iyer and Shenoy, "GCR: Gradient Coreset Based Replay Buffer Selection
-for Continual Learning", CVPR 2022 (arXiv:2111.11210). From a candidate pool with weights
-``w_i`` (the buffer's weights, 1 for new data), GCR chooses ``k`` samples ``X`` and weights
-``W`` minimising ``|sum_{i in X} W_i g_i - b|^2 + lam |W|^2`` with the target
-``b = sum_{i in pool} w_i g_i`` (the gradient of all data seen, as the weighted buffer
-summarises it), greedily by orthogonal matching pursuit (OMP, as GRAD-MATCH's
-``OrthogonalMP_REG``): the residual ``r = b - sum_X W_i g_i`` starts at ``b``; each step
-adds the candidate of largest ``<g_i, r>`` and re-fits ``W`` by ridge least squares
-``(G_X G_X^T + lam I) W = G_X b``. Only inner products appear, so the pool's Gram ``K``
-suffices: ``<g_i, b> = (K w)_i``, ``<g_i, r> = (K w)_i - (K_{:,X} W)_i``. Pure tensor code.
+From a candidate pool with weights ``w_i`` (the buffer's weights, 1 for new data), GCR chooses
+``k`` samples ``X`` and weights ``W`` minimising ``|sum_{i in X} W_i g_i - b|^2 + lam |W|^2``
+with the target ``b = sum_{i in pool} w_i g_i`` (the gradient of all data seen, as the
+weighted buffer summarises it), greedily by orthogonal matching pursuit (OMP, GRAD-MATCH's
+``OrthogonalMP_REG_Parallel``, which the authors' code calls): the residual
+``r = b - sum_X W_i g_i`` starts at ``b``; each step adds the candidate of largest
+``<g_i, r>`` and re-fits ``W`` by ridge least squares ``(G_X G_X^T + lam I) W = G_X b``.
+Only inner products appear, so the pool's Gram ``K`` suffices: ``<g_i, b> = (K w)_i``,
+``<g_i, r> = (K w)_i - (K_{:,X} W)_i``. Pure tensor code.
 
-Differences from GRAD-MATCH's ``OrthogonalMP_REG_Parallel`` (``positive=True``), whose
-choice rule (largest signed projection) and ridge fit this follows: it also drops a chosen
-sample whenever its weight turns negative, and stops once the residual is below a
-tolerance; here neither: the weights are the unconstrained ridge solution and exactly
-``k`` samples are chosen.
+``positive=True`` (the authors' setting, the default) keeps the weights nonnegative as
+GRAD-MATCH's solver does: after each fit, the sample of most negative weight leaves the
+support and ``W`` is re-fitted until none is negative, and the pursuit stops early when
+the best candidate is one already chosen (no unchosen sample correlates better with the
+residual). ``positive=False`` is the unconstrained ridge pursuit that always chooses
+exactly ``k`` (no samples leave). GCR runs the pursuit per class
+(:func:`class_budgets` splits the buffer).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["OMPResult", "omp_select"]
+__all__ = ["OMPResult", "omp_select", "class_budgets"]
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,19 @@ class OMPResult:
     residual: float
 
 
-def omp_select(gram: Tensor, pool_weights: Tensor, k: int, lam: float = 0.5) -> OMPResult:
-    """Choose ``k`` of the pool and their weights to match the pool's weighted gradient.
+def omp_select(gram: Tensor, pool_weights: Tensor, k: int, lam: float = 0.5, *,
+               positive: bool = True) -> OMPResult:
+    """Choose up to ``k`` of the pool and their weights to match the pool's weighted gradient.
 
     :param gram: ``(N, N)`` Gram ``<g_i, g_j>`` of the pool's gradients (finite).
     :param pool_weights: ``(N,)`` weights ``w`` of the target ``b = sum_i w_i g_i``.
-    :param k: samples to choose, ``0 <= k <= N``; exactly ``k`` are chosen (a zero
-        residual does not stop the pursuit, so a buffer stays full).
-    :param lam: ridge regularisation ``lam >= 0`` of the weights (0.5: this library's
-        default, not a value taken from the paper).
+    :param k: samples to choose, ``0 <= k <= N``; with ``positive=False`` exactly ``k``
+        are chosen (a zero residual does not stop the pursuit); with ``positive=True``
+        at most ``k`` (the caller fills the rest, as the authors' code does at random).
+    :param lam: ridge regularisation ``lam >= 0`` of the weights (0.5: the authors'
+        ``OMPGradMatchStrategy.lam``).
+    :param positive: nonnegative weights, as the authors' ``positive=True`` (see the
+        module's docstring); ``False``: unconstrained ridge weights.
     :raises ValueError: shapes disagree, ``k`` is out of range or ``lam < 0``.
     """
     if gram.dim() != 2 or gram.shape[0] != gram.shape[1]:
@@ -73,13 +78,19 @@ def omp_select(gram: Tensor, pool_weights: Tensor, k: int, lam: float = 0.5) -> 
     taken = torch.zeros(n, dtype=torch.bool)
     for _ in range(k):
         corr = kb - g[:, chosen] @ weights if chosen else kb.clone()  # (N,) <g_i, r>
-        corr[taken] = -torch.inf
-        j = int(torch.argmax(corr))
+        if positive:
+            j = int(torch.argmax(corr))
+            if taken[j]:  # GRAD-MATCH's stop: the best candidate is already in
+                break
+        else:
+            corr[taken] = -torch.inf
+            j = int(torch.argmax(corr))
         chosen.append(j)
         taken[j] = True
-        idx = torch.tensor(chosen)
-        a = g[idx[:, None], idx[None, :]] + lam * torch.eye(len(chosen), dtype=torch.float64)
-        weights = torch.linalg.lstsq(a, kb[idx].unsqueeze(1)).solution.squeeze(1)
+        weights = _ridge(g, kb, chosen, lam)
+        while positive and chosen and float(weights.min()) < 0:
+            taken[chosen.pop(int(torch.argmin(weights)))] = False
+            weights = _ridge(g, kb, chosen, lam)
     order = torch.tensor(chosen, dtype=torch.long)
     if chosen:
         kx = g[order[:, None], order[None, :]]
@@ -88,3 +99,48 @@ def omp_select(gram: Tensor, pool_weights: Tensor, k: int, lam: float = 0.5) -> 
         residual = bb
     sort = torch.argsort(order)
     return OMPResult(order[sort], weights[sort], order, max(residual, 0.0))
+
+
+def _ridge(g: Tensor, kb: Tensor, chosen: list[int], lam: float) -> Tensor:
+    """Ridge weights of the chosen samples: ``(K_XX + lam I) W = (K w)_X``."""
+    if not chosen:
+        return torch.zeros(0, dtype=torch.float64)
+    idx = torch.tensor(chosen)
+    a = g[idx[:, None], idx[None, :]] + lam * torch.eye(len(chosen), dtype=torch.float64)
+    return torch.linalg.lstsq(a, kb[idx].unsqueeze(1)).solution.squeeze(1)
+
+
+def class_budgets(available: Tensor, share: Tensor, k: int) -> Tensor:
+    """Split ``k`` slots among classes in proportion to ``share``, capped by ``available``.
+
+    Largest remainders round the proportional shares to integers; a class capped by what it
+    has gives its surplus to the others, in proportion again, so that ``min(k,
+    sum(available))`` slots are given in all.
+
+    :param available: ``(C,)`` candidates of each class (int64, >= 0).
+    :param share: ``(C,)`` nonnegative share of each class (GCR: samples seen per class).
+    :param k: slots to split, ``>= 0``.
+    :return: ``(C,)`` int64 budgets, ``0 <= budget <= available``.
+    """
+    if available.shape != share.shape or available.dim() != 1:
+        raise ValueError(f"available and share must be two (C,) tensors, got shapes "
+                         f"{tuple(available.shape)} and {tuple(share.shape)}")
+    avail = available.long().clamp(min=0)
+    out = torch.zeros_like(avail)
+    left = min(int(k), int(avail.sum()))
+    open_ = avail > 0
+    while left > 0:
+        s = torch.where(open_, share.double().clamp(min=0), torch.zeros(()))
+        if float(s.sum()) <= 0:
+            s = open_.double()
+        exact = s / s.sum() * left
+        part = exact.floor().long()
+        rest = left - int(part.sum())
+        if rest:
+            frac = torch.where(open_, exact - part, torch.full_like(exact, -1.0))
+            part[torch.argsort(frac, descending=True, stable=True)[:rest]] += 1
+        part = torch.minimum(part, avail - out)
+        out += part
+        left -= int(part.sum())
+        open_ = out < avail
+    return out

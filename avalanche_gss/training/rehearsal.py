@@ -210,13 +210,16 @@ class OnlineRehearsal(OnlineTemplate):
         (``model``, ``optimizer``, ``n_iter``, ...).
     """
 
+    plugin_class: ClassVar[type[OnlineRehearsalPlugin]] = OnlineRehearsalPlugin
+    """The rehearsal plugin built; a method whose replay loss differs subclasses it."""
+
     def __init__(
         self, *, storage_policy: ExemplarsBuffer, replay_batch_size: int = 10, seed: int = 0,
         retrieval: Retrieval | str | None = None, joint: bool = False,
         plugins: Sequence[BasePlugin] | None = None, **kwargs: Any,
     ) -> None:
-        self.rehearsal = OnlineRehearsalPlugin(storage_policy, replay_batch_size, seed=seed,
-                                               retrieval=retrieval, joint=joint)
+        self.rehearsal = self.plugin_class(storage_policy, replay_batch_size, seed=seed,
+                                           retrieval=retrieval, joint=joint)
         super().__init__(plugins=[self.rehearsal, *(plugins or [])], **kwargs)
 
     @property

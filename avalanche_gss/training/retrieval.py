@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
 __all__ = ["RETRIEVALS", "Retrieval", "RandomRetrieval", "OtherClassesRetrieval",
-           "MIRRetrieval", "make_retrieval", "draw", "per_sample_loss"]
+           "MIRRetrieval", "make_retrieval", "draw", "draw_slots", "per_sample_loss"]
 
 RETRIEVALS = ("random", "mir", "other-classes")
 """The retrievals named by a string (``retrieval="mir"``)."""
@@ -65,13 +65,28 @@ def draw(policy: ExemplarsBuffer, k: int, generator: torch.Generator,
     :param device: where the samples go.
     :return: the samples, or ``None`` while the buffer is empty.
     """
+    drawn = draw_slots(policy, k, generator, device)
+    return None if drawn is None else drawn[0]
+
+
+def draw_slots(policy: ExemplarsBuffer, k: int, generator: torch.Generator,
+               device: torch.device | str) -> tuple[Batch, Tensor] | None:
+    """:func:`draw`, with the drawn slots: ``((x, y, t), slots)``, the same draw.
+
+    For a replay loss that reads per-slot state the buffer keeps beside the samples
+    (GCR's weights and stored logits).
+
+    :return: the samples and their ``(k',)`` CPU slot indices, or ``None`` while empty.
+    """
     if isinstance(policy, OnlineBuffer):
         if len(policy) == 0:
             return None
-        return _read(policy, policy.sample_slots(k, generator), device)
-    if len(policy.buffer) == 0:
-        return None
-    return _read(policy, torch.randperm(len(policy.buffer), generator=generator)[:k], device)
+        slots = policy.sample_slots(k, generator)
+    else:
+        if len(policy.buffer) == 0:
+            return None
+        slots = torch.randperm(len(policy.buffer), generator=generator)[:k]
+    return _read(policy, slots, device), slots
 
 
 def _read(policy: ExemplarsBuffer, idx: Tensor, device: torch.device | str) -> Batch:

@@ -70,7 +70,8 @@ OPTIONS = {
     "CB-GSS": {"n": 7, "victim": "random", "loss_fn": _loss, "params": _PARAMS},
     "GDumb": {},
     "OCS": {"k": 3, "n": 7, "tau": 0.5, "loss_fn": _loss, "params": _PARAMS},
-    "GCR": {"recent_size": 7, "lam": 0.1, "loss_fn": _loss, "params": _PARAMS},
+    "GCR": {"recent_size": 7, "lam": 0.1, "positive": False, "per_class": False,
+            "class_share": "seen", "loss_fn": _loss, "params": _PARAMS},
 }
 
 

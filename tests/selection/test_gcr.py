@@ -9,7 +9,7 @@ import torch
 from avalanche_gss.gradients import per_sample_grad_loop, sample_gram
 from avalanche_gss.methods.gcr import GCRBuffer
 from avalanche_gss.models import MLP
-from avalanche_gss.selection.gcr import omp_select
+from avalanche_gss.selection.gcr import class_budgets, omp_select
 
 D, C = 12, 4
 
@@ -50,7 +50,7 @@ def test_omp_on_the_gram_equals_omp_on_the_gradients(seed):
     x, y = _data(16, seed + 10)
     grads = _loop_grads(model, x, y)
     w = torch.rand(16, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) + 0.5
-    got = omp_select(sample_gram(model, x, y).double(), w, 6, lam=0.3)
+    got = omp_select(sample_gram(model, x, y).double(), w, 6, lam=0.3, positive=False)
     order, weights, residual = _omp_on_vectors(grads, w, 6, 0.3)
     assert got.order.tolist() == order
     assert got.indices.tolist() == sorted(order)
@@ -64,7 +64,7 @@ def test_omp_on_the_gram_equals_omp_on_the_gradients(seed):
 def test_choosing_every_sample_without_ridge_matches_the_target_exactly():
     g = torch.randn(5, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     w = torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0], dtype=torch.float64)
-    got = omp_select(g @ g.T, w, 5, lam=0.0)
+    got = omp_select(g @ g.T, w, 5, lam=0.0, positive=False)
     torch.testing.assert_close(got.weights, w)
     assert got.residual == pytest.approx(0.0, abs=1e-9)
 
@@ -80,9 +80,9 @@ def test_bad_arguments_are_refused():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_buffer_keeps_the_omp_coreset_of_buffer_and_recent_with_its_weights(seed):
+def test_one_unconstrained_pursuit_keeps_the_omp_coreset_of_buffer_and_recent(seed):
     model = _model(seed)
-    buf = GCRBuffer(8, recent_size=10, lam=0.2, seed=seed)
+    buf = GCRBuffer(8, recent_size=10, lam=0.2, seed=seed, per_class=False, positive=False)
     x1, y1 = _data(10, seed + 1)
     buf.add(x1[:6], y1[:6], model)  # waits
     assert buf.size == 0
@@ -136,3 +136,133 @@ def test_waiting_samples_with_a_non_finite_gradient_are_dropped_at_the_merge():
         buf.add(x, y, model)
     assert buf.size == 6 and buf.n_rejected == 3 and 3 not in buf.y[: buf.size].tolist()
     assert bool(torch.isfinite(buf.weights).all())
+
+
+def _positive_omp_on_vectors(grads, w, k, lam):
+    """GRAD-MATCH's nonnegative OMP with vectors: argmax of <g_i, r> over all samples, stop
+    when it is already chosen, drop the most negative weight until none is negative."""
+    b = grads.T @ w
+    chosen, weights = [], torch.zeros(0, dtype=torch.float64)
+    for _ in range(k):
+        r = b - grads[chosen].T @ weights if chosen else b
+        j = int(torch.argmax(grads @ r))
+        if j in chosen:
+            break
+        chosen.append(j)
+        while True:
+            gx = grads[chosen]
+            a = gx @ gx.T + lam * torch.eye(len(chosen), dtype=torch.float64)
+            weights = torch.linalg.solve(a, gx @ b)
+            if not chosen or float(weights.min()) >= 0:
+                break
+            chosen.pop(int(torch.argmin(weights)))
+    return chosen, weights
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+def test_nonnegative_omp_on_the_gram_equals_it_on_the_gradients(seed):
+    model = _model(seed)
+    x, y = _data(20, seed + 30)
+    grads = _loop_grads(model, x, y)
+    w = torch.rand(20, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
+    got = omp_select(sample_gram(model, x, y).double(), w, 8, lam=0.5)
+    order, weights = _positive_omp_on_vectors(grads, w, 8, 0.5)
+    assert got.order.tolist() == order
+    assert bool((got.weights >= 0).all())
+    by_index = dict(zip(order, weights.tolist(), strict=True))
+    torch.testing.assert_close(got.weights, torch.tensor([by_index[i] for i in sorted(order)],
+                                                         dtype=torch.float64),
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_nonnegative_omp_keeps_weights_nonnegative_where_ridge_turns_negative():
+    negative = 0
+    for seed in range(20):
+        g = torch.randn(12, 3, generator=torch.Generator().manual_seed(seed),
+                        dtype=torch.float64)
+        w = torch.ones(12, dtype=torch.float64)
+        negative += float(omp_select(g @ g.T, w, 8, lam=0.01, positive=False).weights.min()) < 0
+        got = omp_select(g @ g.T, w, 8, lam=0.01)
+        assert bool((got.weights >= 0).all()) and len(got.indices) <= 8
+    assert negative  # the unconstrained pursuit does give negative weights here
+
+
+def test_class_budgets_are_proportional_capped_and_exact():
+    assert class_budgets(torch.tensor([100, 100, 100]), torch.tensor([1.0, 1.0, 1.0]),
+                         30).tolist() == [10, 10, 10]
+    assert class_budgets(torch.tensor([100, 100]), torch.tensor([3.0, 1.0]), 8).tolist() == [6, 2]
+    # a class capped by its candidates gives its surplus to the others
+    assert class_budgets(torch.tensor([2, 100, 100]), torch.tensor([1.0, 1.0, 1.0]),
+                         30).tolist() == [2, 14, 14]
+    assert class_budgets(torch.tensor([2, 3]), torch.tensor([1.0, 1.0]), 30).tolist() == [2, 3]
+    assert int(class_budgets(torch.tensor([7, 7, 7]), torch.tensor([1.0, 1.0, 1.0]),
+                             10).sum()) == 10
+    with pytest.raises(ValueError, match="available and share"):
+        class_budgets(torch.tensor([1, 2]), torch.tensor([1.0]), 2)
+
+
+def _stream(n_classes, per_class, seed):
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(per_class, D, generator=g) + 2 * c for c in range(n_classes)]
+    ys = [torch.full((per_class,), c) for c in range(n_classes)]
+    return torch.cat(xs), torch.cat(ys)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_buffer_keeps_class_budgets_along_a_disjoint_stream(seed):
+    """The authors' per-class selection: every class seen keeps its share of the slots (the
+    single unconstrained pursuit lets classes of the first tasks vanish)."""
+    model = _model(seed)
+    buf = GCRBuffer(12, recent_size=10, seed=seed)
+    x, y = _stream(C, 20, seed)
+    for i in range(0, len(y), 10):
+        buf.add(x[i : i + 10], y[i : i + 10], model)
+    counts = torch.bincount(buf.y[: buf.size], minlength=C)
+    assert counts.tolist() == [3, 3, 3, 3]
+    assert bool((buf.weights >= 0).all()) and bool(torch.isfinite(buf.weights).all())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_each_class_keeps_its_nonnegative_omp_coreset(seed):
+    """Per class: OMP on that class's candidates (stored at their weights, waiting at 1) for
+    its budget, against the per-sample-loop float64 oracle; a short pursuit is filled."""
+    model = _model(seed)
+    buf = GCRBuffer(8, recent_size=10, seed=seed)
+    x1, y1 = _data(10, seed + 1)
+    buf.add(x1, y1, model)  # the union of 10 > 8
+    classes, available = torch.unique(y1, return_counts=True)
+    budgets = class_budgets(available, torch.ones(len(classes)), 8)  # equal shares
+    grads = _loop_grads(model, x1, y1)
+    stored = {tuple(r.tolist()): float(w) for r, w in zip(buf.x[: buf.size], buf.weights,
+                                                           strict=True)}
+    assert buf.size == 8
+    for c, budget in zip(classes.tolist(), budgets.tolist(), strict=True):
+        members = (y1 == c).nonzero().flatten()
+        kept = [tuple(x1[i].tolist()) for i in members.tolist()
+                if tuple(x1[i].tolist()) in stored]
+        assert len(kept) == budget
+        if len(members) <= budget:
+            continue
+        order, weights = _positive_omp_on_vectors(grads[members],
+                                                  torch.ones(len(members), dtype=torch.float64),
+                                                  budget, 0.5)
+        for i, v in zip(order, weights.tolist(), strict=True):
+            assert stored[tuple(x1[members[i]].tolist())] == pytest.approx(v, rel=1e-3,
+                                                                           abs=1e-5)
+
+
+def test_seen_shares_follow_the_class_frequencies():
+    model = _model(0)
+    x, y = _stream(2, 40, 0)
+    x, y = torch.cat([x[:40], x[40:50]]), torch.cat([y[:40], y[40:50]])  # 40 of 0, 10 of 1
+    perm = torch.randperm(50, generator=torch.Generator().manual_seed(0))
+    x, y = x[perm], y[perm]
+    counts = {}
+    for share in ("equal", "seen"):
+        buf = GCRBuffer(10, recent_size=10, class_share=share)
+        for i in range(0, 50, 10):
+            buf.add(x[i : i + 10], y[i : i + 10], model)
+        counts[share] = torch.bincount(buf.y[: buf.size], minlength=2).tolist()
+    assert counts == {"equal": [5, 5], "seen": [8, 2]}
+    with pytest.raises(ValueError, match="class_share must be one of equal, seen"):
+        GCRBuffer(10, class_share="task")
