@@ -1,7 +1,7 @@
 """Pickling a strategy with ``dill`` (Avalanche's ``save_checkpoint``) and ``deepcopy``.
 
-:class:`~avalanche_gss.training.template.OnlineTemplate`'s ``__getstate__`` uses
-:func:`picklable_optimizer`.
+:class:`PicklableStrategy` (a base of
+:class:`~avalanche_gss.training.template.OnlineTemplate`) uses :func:`picklable_optimizer`.
 
 ``dill`` 0.4 cannot locate ``torch.optim.sgd.SGD`` (``torch.optim`` deletes its submodule
 attributes), tries to pickle the class itself and fails; the optimizer is therefore
@@ -14,8 +14,9 @@ import importlib
 from typing import Any
 
 from torch.optim import Optimizer
+from typing_extensions import Self  # typing.Self is Python 3.11+
 
-__all__ = ["picklable_optimizer"]
+__all__ = ["PicklableStrategy", "picklable_optimizer"]
 
 
 def _rebuild_optimizer(module: str, qualname: str, state: dict[str, Any]) -> Optimizer:
@@ -47,3 +48,19 @@ def picklable_optimizer(state: dict[str, Any]) -> dict[str, Any]:
     if isinstance(state.get("optimizer"), Optimizer):
         state["optimizer"] = _OptimizerByName(state["optimizer"])
     return state
+
+
+class PicklableStrategy:
+    """A strategy that pickles (``dill``, ``deepcopy``) and copies: its own attributes only."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle state: the optimizer by class name; the plugin-dispatch cache is rebuilt."""
+        state = self.__dict__.copy()
+        state["_hook_cache"] = {}
+        return picklable_optimizer(state)
+
+    def __copy__(self) -> Self:
+        """A shallow copy sharing every attribute (not routed through :meth:`__getstate__`)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new

@@ -4,6 +4,17 @@
 ``n_iter`` times, firing every Avalanche callback; the per-experience work that makes
 Avalanche slow on 10-sample experiences (a new ``DataLoader``, model adaptation and an
 optimizer update that change nothing) is skipped where it is a no-op.
+
+The fast path: for the library's tensor experiences
+(:class:`~avalanche_gss.benchmarks.online.TensorExperience`, no transform), the dataloader
+is the experience's tensors cut into mini-batches of ``train_mb_size``, in order, instead
+of a new ``DataLoader``; model adaptation and the optimizer update are skipped when the
+model has no Avalanche ``DynamicModule`` (they would change nothing).
+``strategy.dataloader`` and ``strategy.adapted_dataset`` are set as usual, so plugins that
+replace the dataloader (``ReplayPlugin``) take effect. When a plugin replaces the adapted
+dataset (GDumb, ...), a subclass overrides ``make_train_dataloader``, or the experiences
+are not tensor experiences, the template builds Avalanche's own dataloader, and says so
+once (a :class:`SlowPathWarning`).
 """
 
 from __future__ import annotations
@@ -20,13 +31,12 @@ from avalanche.training.templates import SupervisedTemplate
 from avalanche.training.templates.strategy_mixin_protocol import SGDStrategyProtocol
 from torch import Tensor, nn
 from torch.optim import Optimizer
-from typing_extensions import Self  # typing.Self is Python 3.11+
 
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.benchmarks.online import TensorExperience
 from avalanche_gss.training.finite import finite_loss
 from avalanche_gss.training.hooks import FastHooks
-from avalanche_gss.training.pickling import picklable_optimizer
+from avalanche_gss.training.pickling import PicklableStrategy
 
 __all__ = ["quiet_evaluator", "RepeatedBatchMixin", "OnlineTemplate", "SlowPathWarning"]
 
@@ -84,6 +94,26 @@ class _TensorBatches(list[list[Tensor]]):
     """An experience's tensors cut into ``[x, y, t]`` mini-batches: the fast path's loader."""
 
 
+def check_labels(span: tuple[int, int] | None, out: Any, loss: Any) -> None:
+    """Refuse class-index labels (``span``: their min and max) outside ``out``'s outputs.
+
+    :param span: the batch's smallest and largest label, or ``None`` (not class indices).
+    :param out: the model's output on the batch.
+    :param loss: the criterion; only cross-entropy and NLL take class indices.
+    :raises ValueError: a label is negative (not the ignore index) or not below the outputs.
+    """
+    if span is None or not isinstance(out, torch.Tensor) or out.dim() < 2:
+        return
+    if not isinstance(loss, (nn.CrossEntropyLoss, nn.NLLLoss)):
+        return
+    low, high = span
+    outputs = out.shape[1]
+    if high >= outputs or (low < 0 and low != loss.ignore_index):
+        bad = high if high >= outputs else low
+        raise ValueError(f"label {bad} is outside the model's {outputs} outputs (labels must "
+                         f"be in [0, {outputs - 1}])")
+
+
 def _label_range(y: Any) -> tuple[int, int] | None:
     """``(min, max)`` of a batch's integer labels (read before they move to the device)."""
     if not isinstance(y, torch.Tensor) or len(y) == 0:
@@ -93,7 +123,7 @@ def _label_range(y: Any) -> tuple[int, int] | None:
     return int(y.min()), int(y.max())
 
 
-class OnlineTemplate(FastHooks, RepeatedBatchMixin, SupervisedTemplate):
+class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, SupervisedTemplate):
     """Online learning on a stream of small experiences: each one is an incoming batch.
 
     A ``SupervisedTemplate`` whose every experience is one epoch in which each mini-batch
@@ -102,26 +132,15 @@ class OnlineTemplate(FastHooks, RepeatedBatchMixin, SupervisedTemplate):
     Every Avalanche callback fires, in Avalanche's order. Loggers see one epoch per
     experience. ``eval_every`` / ``peval_mode`` work as in Avalanche.
 
-    The fast path: for the library's tensor experiences
-    (:class:`~avalanche_gss.benchmarks.online.TensorExperience`, no transform), the
-    dataloader is the experience's tensors cut into mini-batches of ``train_mb_size``, in
-    order, instead of a new ``DataLoader``; model adaptation and the optimizer update
-    are skipped when the model has no Avalanche ``DynamicModule`` (they would change
-    nothing). ``strategy.dataloader`` and ``strategy.adapted_dataset`` are set as usual,
-    so plugins that replace the dataloader (``ReplayPlugin``) take effect. When a plugin
-    replaces the adapted dataset (GDumb, ...), a subclass overrides
-    ``make_train_dataloader``, or the experiences are not tensor experiences, the
-    template builds Avalanche's own dataloader, and says so once (a
-    :class:`SlowPathWarning`). A step whose loss is not finite is skipped and counted in
-    ``skipped_steps``. Pass the whole stream to one :meth:`train` call.
+    It takes the fast path of this module's docstring where it can. A step whose loss is
+    not finite is skipped and counted in ``skipped_steps``. Pass the whole stream to one
+    :meth:`train` call.
 
     :param model: the network.
     :param optimizer: its optimizer (plain SGD in the paper).
     :param criterion: training loss (mean over the batch); cross-entropy by default.
-    :param n_iter: iterations per incoming batch (paper: "few iterations (1-5)"; 3 in its
-        MNIST protocol).
-    :param train_mb_size: largest batch learnt in one step (an experience is normally
-        exactly one batch).
+    :param n_iter: iterations per incoming batch (paper: 1-5; 3 in its MNIST protocol).
+    :param train_mb_size: largest batch learnt in one step (normally the experience).
     :param eval_mb_size: mini-batch size for evaluation.
     :param device: where the model runs.
     :param plugins: extra plugins (the caller's list is copied, never modified).
@@ -164,10 +183,8 @@ class OnlineTemplate(FastHooks, RepeatedBatchMixin, SupervisedTemplate):
         """Learn the experiences in order (a stream, a list, or one experience).
 
         :param experiences: the online stream (may be lazy) or one experience.
-        :param eval_streams: the streams that periodic evaluation (``eval_every``) uses.
-            With ``eval_every=-1`` (the default) nothing is evaluated during training and a
-            lazy stream is not walked twice; otherwise, as in Avalanche, ``None`` means
-            the training experiences.
+        :param eval_streams: the streams periodic evaluation (``eval_every``) uses; ``None``
+            is, as in Avalanche, the training experiences, except with ``eval_every=-1``.
         :return: the last value of every metric, as Avalanche's ``train``.
         """
         self._reset_hooks()  # plugins may have changed since the last call
@@ -178,23 +195,13 @@ class OnlineTemplate(FastHooks, RepeatedBatchMixin, SupervisedTemplate):
 
     def check_model_and_optimizer(self, reset_optimizer_state: bool = False,
                                   **kwargs: Any) -> None:
-        """Avalanche's model adaptation and optimizer update, skipped when they are no-ops.
-
-        Without a ``DynamicModule`` the model cannot change between experiences, so after
-        the first experience of a :meth:`train` call there is nothing to adapt or update.
-        """
+        """Avalanche's model adaptation and optimizer update, unless they are no-ops."""
         if self._static_model and not reset_optimizer_state and self.optimized_param_id:
             return
         super().check_model_and_optimizer(reset_optimizer_state=reset_optimizer_state, **kwargs)
 
     def forward(self) -> Any:
-        """The model's output on the mini-batch, with its task labels when it has them.
-
-        As Avalanche's ``avalanche_forward``: a ``MultiTaskModule`` gets
-        ``model(x, task_labels)``, any other model ``model(x)``. Unlike Avalanche 0.6's
-        template, mini-batches of online experiences (``split_online_stream``) keep their
-        task labels too.
-        """
+        """The model's output (``avalanche_forward``: task labels to a ``MultiTaskModule``)."""
         mbatch = self.mbatch
         assert mbatch is not None
         if len(mbatch) >= 3:
@@ -226,7 +233,12 @@ class OnlineTemplate(FastHooks, RepeatedBatchMixin, SupervisedTemplate):
         elif type(self).make_train_dataloader is not OnlineTemplate.make_train_dataloader:
             reason = f"{type(self).__name__} overrides make_train_dataloader"
         if reason is not None:
-            self._say_slow(reason)
+            self._slow_reason = reason
+            if not getattr(self, "_warned_slow", False):
+                self._warned_slow = True
+                warnings.warn(f"{type(self).__name__}: {reason}, so training goes through "
+                              "Avalanche's DataLoader (slower than the tensor path)",
+                              SlowPathWarning, stacklevel=3)
             super().make_train_dataloader(**kwargs)
             return
         x, y = experience.tensors
@@ -235,17 +247,6 @@ class OnlineTemplate(FastHooks, RepeatedBatchMixin, SupervisedTemplate):
         self.dataloader = _TensorBatches(
             [x[i : i + step], y[i : i + step], t[i : i + step]] for i in range(0, len(y), step)
         )
-
-    def _say_slow(self, reason: str) -> None:
-        self._slow_reason = reason
-        if not getattr(self, "_warned_slow", False):
-            self._warned_slow = True
-            warnings.warn(
-                f"{type(self).__name__}: {reason}, so training goes through Avalanche's "
-                "DataLoader (slower than the tensor path)",
-                SlowPathWarning,
-                stacklevel=4,
-            )
 
     # Class-index labels checked against the model's outputs, with no device sync.
 
@@ -269,35 +270,5 @@ class OnlineTemplate(FastHooks, RepeatedBatchMixin, SupervisedTemplate):
             raise an ``IndexError``, or a device-side assert on CUDA).
         """
         if self.is_training:
-            self._check_labels()
+            check_labels(self._label_range, self.mb_output, criterion_of(self))
         return super().criterion()
-
-    def _check_labels(self) -> None:
-        span, out = self._label_range, self.mb_output
-        if span is None or not isinstance(out, torch.Tensor) or out.dim() < 2:
-            return
-        loss = criterion_of(self)
-        if not isinstance(loss, (nn.CrossEntropyLoss, nn.NLLLoss)):
-            return
-        low, high = span
-        outputs = out.shape[1]
-        if high >= outputs or (low < 0 and low != loss.ignore_index):
-            bad = high if high >= outputs else low
-            raise ValueError(
-                f"label {bad} is outside the model's {outputs} outputs (labels must be in "
-                f"[0, {outputs - 1}])"
-            )
-
-    # Pickling (dill, copy): see avalanche_gss.training.pickling.
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle state: the optimizer by class name; the plugin-dispatch cache is rebuilt."""
-        state = self.__dict__.copy()
-        state["_hook_cache"] = {}
-        return picklable_optimizer(state)
-
-    def __copy__(self) -> Self:
-        """A shallow copy sharing every attribute (not routed through :meth:`__getstate__`)."""
-        new = type(self).__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        return new
