@@ -11,7 +11,7 @@ import pytest
 from avalanche_gss.experiments import RunResult, RunSettings, resolve_device, run, run_label
 from avalanche_gss.reporting import format_cell, provenance, rows_from_runs, write_outputs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def result(method="Rand", seed=0, avg=50.0, **kw):
