@@ -26,7 +26,6 @@ import gc
 import json
 import multiprocessing
 import platform
-import resource
 import sys
 import time
 from typing import Any
@@ -38,6 +37,7 @@ from avalanche.models import SimpleMLP
 from avalanche.training import Naive
 from avalanche.training.plugins import ReplayPlugin
 from avalanche.training.storage_policy import ReservoirSamplingBuffer
+from rss import rss_mb
 
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import tensor_dataset
@@ -46,12 +46,6 @@ from avalanche_gss.training import quiet_evaluator
 REFERENCE = "avalanche-reservoir"
 IMPLS = ("Reservoir", "GSS-Greedy", "CB-GSS", REFERENCE)
 CASE = "replay-plugin"
-
-
-def rss_mb() -> float:
-    """The process's resident memory, from Linux's procfs."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 class Probe(SupervisedPlugin):
