@@ -14,7 +14,6 @@ otherwise be in a cycle with each of them).
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
