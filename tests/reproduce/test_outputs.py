@@ -75,6 +75,7 @@ def test_the_log_line_of_a_run_names_its_variant(tiny_split, caplog):
                for r in caplog.records)
 
 
+@pytest.mark.reads_source  # asks git about the checkout, which mutmut's copy is not
 def test_provenance_names_versions_device_and_threads():
     info = provenance("cpu", 3)
     assert info["device"] == "cpu" and info["threads"] == 3 and info["accelerator"] == "cpu"
