@@ -26,7 +26,6 @@ import gc
 import json
 import multiprocessing
 import platform
-import resource
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Any
 
 import torch
 from avalanche.core import SupervisedPlugin
+from rss import peak_rss_mb, rss_mb
 
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.benchmarks.online import experience_tensors
@@ -64,19 +64,6 @@ def synthetic_split(samples: int, *, dim: int = 784, n_tasks: int = 5, test_per_
                      task_classes=tuple((2 * t, 2 * t + 1) for t in range(n_tasks)),
                      num_classes=2 * n_tasks, dataset="synthetic-784",
                      data_source=f"synthetic prototypes + noise, seed {seed}")
-
-
-def rss_mb() -> float:
-    try:
-        import psutil
-    except ImportError:  # not a dependency of the library: Linux's procfs instead
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-    return psutil.Process().memory_info().rss / 2**20
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 class Probe(SupervisedPlugin):

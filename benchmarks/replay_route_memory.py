@@ -33,7 +33,6 @@ import argparse
 import gc
 import json
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from avalanche.models import SimpleMLP
 from avalanche.training import Naive
 from avalanche.training.plugins import ReplayPlugin
 from avalanche.training.storage_policy import ReservoirSamplingBuffer
+from rss import rss_mb, rss_parts_mb
 
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import tensor_dataset
@@ -54,24 +54,6 @@ from avalanche_gss.training import quiet_evaluator
 REFERENCE = "avalanche-reservoir"
 IMPLS = ("Reservoir", "GSS-Greedy", "CB-GSS", REFERENCE)
 CASE = "replay-plugin"
-
-
-def rss_mb() -> float:
-    """The process's resident memory, from Linux's procfs."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-def rss_parts_mb() -> dict[str, float]:
-    """Resident memory by kind (``/proc/self/status``): ``anon`` (the heap, tensors: what a
-    leak grows) and ``file`` (pages of mapped files, such as the code of torch's shared
-    libraries, resident from the first time they are read)."""
-    parts = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("RssAnon:", "RssFile:")):
-                parts[line[3:7].lower()] = int(line.split()[1]) / 1024
-    return parts
 
 
 class Probe(SupervisedPlugin):

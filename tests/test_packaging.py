@@ -14,6 +14,7 @@ from avalanche_gss.reporting import provenance_line
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = (REPO / "pyproject.toml").read_text()
+pytestmark = pytest.mark.reads_source  # the checkout's files, which mutmut's copy lacks
 
 
 def test_the_console_script_names_itself_in_usage_and_errors(monkeypatch, capsys):

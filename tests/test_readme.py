@@ -44,6 +44,7 @@ def test_readme_example_runs(index, monkeypatch, capsys):
     assert "Top1_Acc_Stream/eval_phase/test_stream" in out
 
 
+@pytest.mark.reads_source
 def test_the_layout_section_names_every_module():
     # Every top-level module and package of avalanche_gss, and every file of the method
     # packages (buffers/, methods/, training/), appears in README's Layout section.

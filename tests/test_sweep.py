@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 import pytest
+from helpers import importable_module
 
 from avalanche_gss.sweep import ResultCache, SweepError, config_key, run_sweep, worker_threads
 
@@ -50,15 +51,7 @@ if __name__ == "__main__":  # spawned workers import this file again
 @pytest.fixture
 def jobs_module(tmp_path, monkeypatch):
     """An importable module of job functions (for spawned workers and submitit jobs too)."""
-    mod_dir = tmp_path / "mod"
-    mod_dir.mkdir()
-    (mod_dir / "sweep_jobs.py").write_text(JOB_MODULE)
-    monkeypatch.syspath_prepend(str(mod_dir))
-    path = os.pathsep.join(filter(None, [str(mod_dir), os.environ.get("PYTHONPATH")]))
-    monkeypatch.setenv("PYTHONPATH", path)
-    import sweep_jobs
-
-    return sweep_jobs
+    return importable_module(tmp_path, monkeypatch, "sweep_jobs", JOB_MODULE)
 
 
 def make_jobs(tmp_path, n, sleep=0.0, **extra):

@@ -6,6 +6,7 @@ import os
 import warnings
 
 import pytest
+from helpers import importable_module
 
 from avalanche_gss import cache as cache_module
 from avalanche_gss import sweep
@@ -20,15 +21,7 @@ def square(config):
 @pytest.fixture
 def jobs_module(tmp_path, monkeypatch):
     """An importable job module (spawned workers import it too)."""
-    mod_dir = tmp_path / "mod"
-    mod_dir.mkdir()
-    (mod_dir / "disk_jobs.py").write_text(JOB_MODULE)
-    monkeypatch.syspath_prepend(str(mod_dir))
-    path = os.pathsep.join(filter(None, [str(mod_dir), os.environ.get("PYTHONPATH")]))
-    monkeypatch.setenv("PYTHONPATH", path)
-    import disk_jobs
-
-    return disk_jobs
+    return importable_module(tmp_path, monkeypatch, "disk_jobs", JOB_MODULE)
 
 
 def _uncached(caught):

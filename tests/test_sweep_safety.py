@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers import importable_module
 
 from avalanche_gss.sweep import ResultCache, available_cpus, run_sweep
 
@@ -45,15 +46,7 @@ if __name__ == "__main__":
 
 @pytest.fixture
 def jobs_module(tmp_path, monkeypatch):
-    mod_dir = tmp_path / "mod"
-    mod_dir.mkdir()
-    (mod_dir / "safety_jobs.py").write_text(JOB_MODULE)
-    monkeypatch.syspath_prepend(str(mod_dir))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        filter(None, [str(mod_dir), os.environ.get("PYTHONPATH")])))
-    import safety_jobs
-
-    return safety_jobs
+    return importable_module(tmp_path, monkeypatch, "safety_jobs", JOB_MODULE)
 
 
 def _alive(pid):

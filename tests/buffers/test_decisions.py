@@ -6,6 +6,8 @@ import warnings
 
 import pytest
 import torch
+from helpers import C, D
+from helpers import small_mlp as _model
 from torch.nn import functional as F
 
 import avalanche_gss.methods.gss_greedy as gss_greedy
@@ -14,14 +16,6 @@ from avalanche_gss.methods.gdumb import GDumbBuffer
 from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
 from avalanche_gss.methods.rand import RandBuffer
 from avalanche_gss.methods.reservoir import ReservoirBuffer
-from avalanche_gss.models import MLP
-
-D, C = 12, 4
-
-
-def _model(seed=0):
-    torch.manual_seed(seed)
-    return MLP(input_size=D, hidden_sizes=(16,), num_classes=C)
 
 
 def _batch(b, seed, label=None):

@@ -4,18 +4,12 @@ import math
 
 import pytest
 import torch
+from helpers import C, D
+from helpers import small_mlp as _model
 
 from avalanche_gss.methods.cb_gss import CBGSSBuffer
 from avalanche_gss.methods.cbrs import CBRSBuffer
-from avalanche_gss.models import MLP
 from avalanche_gss.selection.cbrs import cbrs_plan, place_by_weight
-
-D, C = 12, 4
-
-
-def _model(seed=0):
-    torch.manual_seed(seed)
-    return MLP(input_size=D, hidden_sizes=(16,), num_classes=C)
 
 
 def _imbalanced_stream(seed=0):

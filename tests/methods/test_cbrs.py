@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+from helpers import image_batches
 
 from avalanche_gss.methods.cbrs import CBRS, CBRSBuffer
 from avalanche_gss.models import MLP
@@ -160,10 +161,7 @@ def test_within_a_full_class_each_seen_sample_is_stored_with_probability_m_c_ove
 
 
 def _batches(n, seed, n_classes=5):
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.tensor(_imbalanced_labels(10 * n, n_classes, seed))
-    for k in range(n):
-        yield torch.randn(10, 1, 28, 28, generator=g), labels[10 * k : 10 * k + 10]
+    return image_batches(torch.tensor(_imbalanced_labels(10 * n, n_classes, seed)), seed)
 
 
 def test_the_buffer_follows_the_rule_and_keeps_n_c_in_its_state():

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from helpers import image_batches
 
 from avalanche_gss.methods.gdumb import GDumb, GDumbBuffer
 from avalanche_gss.models import MLP
@@ -151,10 +152,7 @@ def test_a_class_above_its_share_keeps_the_excess_until_a_smaller_class_claims_i
 
 
 def _batches(n, seed, n_classes=5):
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.tensor(_stream("imbalanced", 10 * n, n_classes, seed))
-    for k in range(n):
-        yield torch.randn(10, 1, 28, 28, generator=g), labels[10 * k : 10 * k + 10]
+    return image_batches(torch.tensor(_stream("imbalanced", 10 * n, n_classes, seed)), seed)
 
 
 def test_the_buffer_follows_the_rule_and_keeps_the_seen_counts_in_its_state():

@@ -84,6 +84,7 @@ def test_cbrs_when_one_slot_holds_everything():
     assert decision.full.tolist() == [True, True] and decision.seen.tolist() == [3, 1]
 
 
+@pytest.mark.reads_source
 @pytest.mark.parametrize("module", ["classes", "cbrs", "gdumb"])
 def test_the_rules_are_pure_tensor_code(module):
     # Imports of the module's source: torch, typing, collections and the selection package only

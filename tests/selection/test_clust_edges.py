@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+from helpers import exactly as _exactly
 
 from avalanche_gss.selection.clust import (
     DoublingClustering,
@@ -12,10 +13,6 @@ from avalanche_gss.selection.clust import (
     feature_distance,
     gradient_distance,
 )
-
-
-def _exactly(message):
-    return "^" + re.escape(message) + "$"
 
 
 def test_metric_inputs_are_checked_with_exact_messages():

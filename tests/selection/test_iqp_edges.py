@@ -1,7 +1,6 @@
 """Edges of the IQP solvers: direct calls, defaults, randomness, and what SCIP reports."""
 
 import itertools
-import re
 import sys
 import time
 import warnings
@@ -9,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import exactly as _exactly
 
 from avalanche_gss.selection import iqp
 from avalanche_gss.selection.iqp import (
@@ -18,10 +18,6 @@ from avalanche_gss.selection.iqp import (
     solve_fast,
     surrogate,
 )
-
-
-def _exactly(message):
-    return "^" + re.escape(message) + "$"
 
 
 def unit_gram(k: int, dim: int, seed: int, shift: float = 0.0) -> torch.Tensor:

@@ -1,31 +1,16 @@
 """OCS (Yoon et al., ICLR 2022): the scores and the top-k against the paper's equations,
 recomputed in float64 from the per-sample gradient loop (not the engine the buffer uses)."""
 
-import copy
 
 import pytest
 import torch
+from helpers import loop_grads as _loop_grads
+from helpers import small_data as _data
+from helpers import small_mlp as _model
 
-from avalanche_gss.gradients import per_sample_grad_loop, sample_gram
+from avalanche_gss.gradients import sample_gram
 from avalanche_gss.methods.ocs import OCSBuffer
-from avalanche_gss.models import MLP
 from avalanche_gss.selection.ocs import ocs_scores, ocs_topk
-
-D, C = 12, 4
-
-
-def _model(seed):
-    torch.manual_seed(seed)
-    return MLP(input_size=D, hidden_sizes=(16,), num_classes=C)
-
-
-def _data(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, D, generator=g), torch.randint(0, C, (n,), generator=g)
-
-
-def _loop_grads(model, x, y):
-    return per_sample_grad_loop(copy.deepcopy(model).double(), x.double(), y)
 
 
 def _cos(a, b):

@@ -9,6 +9,8 @@ import copy
 
 import pytest
 import torch
+from helpers import C, D
+from helpers import small_mlp as _model
 
 import avalanche_gss.methods.gss_greedy as gss_greedy
 from avalanche_gss.buffers import Rows, model_features
@@ -16,15 +18,7 @@ from avalanche_gss.gradients import per_sample_grad_loop
 from avalanche_gss.methods.clust import FSSClustBuffer
 from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
 from avalanche_gss.methods.reservoir import ReservoirBuffer
-from avalanche_gss.models import MLP
 from avalanche_gss.selection.reservoir import reservoir_slots
-
-D, C = 12, 4  # input features, classes: a small model keeps the float64 loop cheap
-
-
-def _model(seed=0):
-    torch.manual_seed(seed)
-    return MLP(input_size=D, hidden_sizes=(16,), num_classes=C)
 
 
 def _batch(b, seed):

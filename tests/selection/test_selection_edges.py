@@ -4,18 +4,14 @@ Each test states the rule it pins (Algorithm 2's lines, Algorithm R, the paper's
 statistical checks are seeded, with their thresholds stated.
 """
 
-import re
 
 import pytest
 import torch
+from helpers import exactly as _exactly
 
 from avalanche_gss.selection.greedy import greedy_scores, greedy_slots
 from avalanche_gss.selection.rand import rand_slots
 from avalanche_gss.selection.reservoir import reservoir_slots
-
-
-def _exactly(message):
-    return "^" + re.escape(message) + "$"
 
 
 def _gen(seed):

@@ -5,6 +5,7 @@ import torch
 from avalanche.training import Naive
 from avalanche.training.plugins import EvaluationPlugin, ReplayPlugin
 from avalanche.training.storage_policy import ReservoirSamplingBuffer
+from helpers import sgd as _sgd
 
 from avalanche_gss.benchmarks import online_benchmark
 from avalanche_gss.methods.gss_greedy import GSSGreedy, GSSGreedyBuffer
@@ -25,10 +26,6 @@ class StepCounter(OnlineRehearsalPlugin.__mro__[1]):  # a bare SupervisedPlugin
 
     def after_training_exp(self, strategy, **kw):
         self.experiences += 1
-
-
-def _sgd(model):
-    return torch.optim.SGD(model.parameters(), lr=0.05)
 
 
 def _earlier_tasks_accuracy(model, split):

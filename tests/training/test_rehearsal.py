@@ -3,17 +3,11 @@
 import pytest
 import torch
 from avalanche.training.storage_policy import ReservoirSamplingBuffer
+from helpers import filled_reservoir as _filled
 
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.training import OnlineRehearsalPlugin
 from avalanche_gss.training.retrieval import draw
-
-
-def _filled(n=30, seed=0):
-    buf = ReservoirBuffer(n, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    buf.add(torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g))
-    return buf
 
 
 def _replay(plugin):

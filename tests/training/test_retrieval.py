@@ -8,6 +8,7 @@ import torch
 from avalanche.benchmarks import nc_benchmark
 from avalanche.benchmarks.utils import _make_taskaware_tensor_classification_dataset
 from avalanche.models import MTSimpleMLP
+from helpers import filled_reservoir as _filled
 from torch import nn
 from torch.nn import functional as F
 
@@ -22,13 +23,6 @@ from avalanche_gss.training import (
     RandomRetrieval,
     make_retrieval,
 )
-
-
-def _filled(n=30, seed=0, dim=4, classes=3):
-    buf = ReservoirBuffer(n, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    buf.add(torch.randn(n, dim, generator=g), torch.randint(0, classes, (n,), generator=g))
-    return buf
 
 
 def _stepped(seed=0, dim=4, classes=3, momentum=0.0, norm=False):

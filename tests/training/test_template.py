@@ -3,6 +3,7 @@
 import torch
 from avalanche.core import SupervisedPlugin
 from avalanche.training import Naive
+from helpers import sgd as _sgd
 
 from avalanche_gss.benchmarks import online_benchmark
 from avalanche_gss.models import MLP
@@ -22,10 +23,6 @@ class _Batches(SupervisedPlugin):
 
 class _RepeatedNaive(RepeatedBatchMixin, Naive):
     pass
-
-
-def _sgd(model):
-    return torch.optim.SGD(model.parameters(), lr=0.05)
 
 
 def test_repeated_batch_mixin_repeats_each_batch_of_a_stock_strategy(tiny_split):

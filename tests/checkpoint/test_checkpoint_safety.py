@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 import torch
-from torch import nn
+from helpers import Tiny
 
 from avalanche_gss.benchmarks import TensorExperience
 from avalanche_gss.checkpoint import (
@@ -33,19 +33,6 @@ BUILD = {
     "FSS-Clust": lambda **kw: FSSClust(recent_size=4, features="logits", **kw),
     "CB-GSS": lambda **kw: CBGSS(n=3, **kw),
 }
-
-
-class Tiny(nn.Module):
-    def __init__(self, hidden=5):
-        super().__init__()
-        self.body = nn.Linear(4, hidden)
-        self.classifier = nn.Linear(hidden, 3)
-
-    def features(self, x):
-        return torch.relu(self.body(x))
-
-    def forward(self, x):
-        return self.classifier(self.features(x))
 
 
 def make(method="Reservoir", *, mem_size=6, seed=0, lr=0.05, optimizer="sgd", hidden=5,

@@ -25,7 +25,7 @@ from avalanche_gss.reproduce.which_buffer import (
     traced_streams,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PRESENT = ("Reservoir", "Rand", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust")
 

@@ -20,7 +20,7 @@ from avalanche_gss.reproduce import cli, policies
 from avalanche_gss.reproduce.common import code_identity, method_code, prepare_job
 from avalanche_gss.training import BufferStrategy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 POLICY = '''"""Newest: the buffer keeps the newest samples of the stream."""
 import torch

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import Tiny
 from torch import nn
 
 from avalanche_gss.buffers import OnlineBuffer
@@ -30,19 +31,6 @@ from avalanche_gss.training import retrieval as retrievals
 from avalanche_gss.training.constrained import ConstrainedUpdatePlugin
 from avalanche_gss.training.rehearsal import OnlineRehearsal, OnlineRehearsalPlugin
 from avalanche_gss.training.template import OnlineTemplate
-
-
-class Tiny(nn.Module):
-    def __init__(self, hidden=5):
-        super().__init__()
-        self.body = nn.Linear(4, hidden)
-        self.classifier = nn.Linear(hidden, 3)
-
-    def features(self, x):
-        return torch.relu(self.body(x))
-
-    def forward(self, x):
-        return self.classifier(self.features(x))
 
 
 def other_loss(logits, y):

@@ -1,0 +1,100 @@
+"""Helpers shared by test files: each is defined here once and imported where it is used.
+
+Test files import them as ``from helpers import ...``: ``tests/`` is on ``sys.path`` because
+``tests/conftest.py`` is a root-level conftest (pytest's default ``prepend`` import mode puts
+its folder first). The gradient engine's oracle and models are in :mod:`helpers.gradients`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from avalanche_gss.gradients import per_sample_grad_loop
+from avalanche_gss.methods.reservoir import ReservoirBuffer
+from avalanche_gss.models import MLP
+
+D, C = 12, 4  # input features, classes of the small scoring model: keeps float64 loops cheap
+
+
+def small_mlp(seed: int = 0) -> MLP:
+    """The small scoring model (``D`` inputs, 16 hidden units, ``C`` classes), seeded."""
+    torch.manual_seed(seed)
+    return MLP(input_size=D, hidden_sizes=(16,), num_classes=C)
+
+
+def small_data(n: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``n`` Gaussian samples of ``D`` features and uniform labels among ``C`` classes."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, D, generator=g), torch.randint(0, C, (n,), generator=g)
+
+
+def loop_grads(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """Per-sample gradients from the float64 loop oracle, on a copy of ``model``."""
+    return per_sample_grad_loop(copy.deepcopy(model).double(), x.double(), y)
+
+
+def exactly(message: str) -> str:
+    """A ``pytest.raises(match=...)`` pattern that matches ``message`` and nothing more."""
+    return "^" + re.escape(message) + "$"
+
+
+def sgd(model: nn.Module) -> torch.optim.SGD:
+    """Plain SGD at the paper's learning rate, 0.05."""
+    return torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def image_batches(labels: Tensor, seed: int, batch: int = 10) -> Iterator[tuple[Tensor, Tensor]]:
+    """Batches of Gaussian 1x28x28 images with the given labels, in order, seeded."""
+    g = torch.Generator().manual_seed(seed)
+    for k in range(len(labels) // batch):
+        yield torch.randn(batch, 1, 28, 28, generator=g), labels[batch * k : batch * k + batch]
+
+
+def filled_reservoir(n: int = 30, seed: int = 0, dim: int = 4, classes: int = 3
+                     ) -> ReservoirBuffer:
+    """A reservoir buffer of ``n`` slots, full of Gaussian samples of ``dim`` features."""
+    buf = ReservoirBuffer(n, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    buf.add(torch.randn(n, dim, generator=g), torch.randint(0, classes, (n,), generator=g))
+    return buf
+
+
+class Tiny(nn.Module):
+    """4 features -> ``hidden`` ReLU units -> 3 classes, with a ``features`` method."""
+
+    def __init__(self, hidden=5):
+        super().__init__()
+        self.body = nn.Linear(4, hidden)
+        self.classifier = nn.Linear(hidden, 3)
+
+    def features(self, x):
+        return torch.relu(self.body(x))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+def importable_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                      source: str) -> ModuleType:
+    """Module ``name`` written from ``source`` and importable here and in child processes.
+
+    Spawned sweep workers and submitit jobs import job functions by module name, so the
+    module's folder goes on ``sys.path`` and on ``PYTHONPATH`` (both undone after the test).
+    """
+    mod_dir = tmp_path / "mod"
+    mod_dir.mkdir()
+    (mod_dir / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(mod_dir))
+    path = os.pathsep.join(filter(None, [str(mod_dir), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+    return importlib.import_module(name)
