@@ -116,20 +116,6 @@ def test_the_graph_and_its_cycles_are_read_from_the_source(tmp_path):
 
 
 @pytest.mark.reads_source
-# The cycles on the commit this test was written on (being removed; 7 of the 10 go through
-# an in-function import). Remove the xfail once the failure lists none.
-# benchmarks -> benchmarks.online -> benchmarks
-# benchmarks.datasets -> benchmarks.npz -> benchmarks.datasets
-# experiments -> setup -> experiments
-# reproduce.composition -> reproduce.tables -> reproduce.composition
-# reproduce.figures -> reproduce.tables -> reproduce.figures
-# reproduce.tables -> reproduce.which_buffer -> reproduce.tables
-# buffers.base -> buffers.columns -> buffers.sources -> buffers.base
-# reproduce.composition -> reproduce.tables -> reproduce.jobs -> reproduce.composition
-# reproduce.composition -> reproduce.tables -> reproduce.which_buffer -> reproduce.composition
-# reproduce.composition -> reproduce.tables -> reproduce.which_buffer -> reproduce.jobs
-#   -> reproduce.composition
-@pytest.mark.xfail(strict=True, reason="import cycles in avalanche_gss, being removed")
 def test_the_package_has_no_import_cycle():
     found = cycles(import_graph(PACKAGE))
     assert not found, "import cycles:\n" + "\n".join(found)

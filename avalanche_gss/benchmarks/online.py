@@ -31,11 +31,13 @@ from torch import Tensor
 
 from avalanche_gss._avalanche import tensor_dataset as _tensor_dataset
 
-from . import _ONLINE
 from ._split import TaskSplit
 
-# What the package re-exports from here (listed in its __all__), and sample_fields.
-__all__ = sorted([*_ONLINE, "sample_fields"])
+# The package re-exports all of these but sample_fields (its __init__ imports this module on
+# first access to one of them).
+__all__ = ["OnlineBenchmark", "OnlineTrainStream", "TensorExperience",
+           "class_incremental_benchmark_for", "dataset_tensors", "experience_tensors",
+           "online_benchmark", "sample_fields", "tensor_dataset"]
 
 
 def tensor_dataset(x: Tensor, y: Tensor) -> AvalancheDataset:
