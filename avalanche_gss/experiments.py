@@ -269,7 +269,9 @@ def make_buffer(settings: RunSettings) -> OnlineBuffer:
     :param settings: the run's settings; ``settings.method`` must be in :data:`BUFFER_METHODS`.
     """
     method = methods.get(settings.method)
-    return method.buffer(settings.buffer_size, seed=settings.seed, **settings.options)
+    own = method.buffer_defaults()  # the strategy's own options (replay_loss...) stay out
+    options = {k: v for k, v in settings.options.items() if k in own}
+    return method.buffer(settings.buffer_size, seed=settings.seed, **options)
 
 
 def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.optim.Optimizer,

@@ -185,7 +185,7 @@ class CBGSS(BufferStrategy):
     ) -> None:
         buffer = CBGSSBuffer(mem_size, n=n, victim=victim, loss_fn=loss_fn, params=params,
                              seed=seed)
-        self._rehearse(buffer, seed, options)
+        self.rehearse(buffer, seed, options)
 
 
 METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS),)

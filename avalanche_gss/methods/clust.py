@@ -234,7 +234,7 @@ class GSSClust(BufferStrategy):
     ) -> None:
         buffer = GSSClustBuffer(mem_size, variant=variant, recent_size=recent_size, growth=growth,
                                 loss_fn=loss_fn, params=params, seed=seed)
-        self._rehearse(buffer, seed, options)
+        self.rehearse(buffer, seed, options)
 
 
 class FSSClust(BufferStrategy):
@@ -259,7 +259,7 @@ class FSSClust(BufferStrategy):
     ) -> None:
         buffer = FSSClustBuffer(mem_size, variant=variant, recent_size=recent_size,
                                 features=features, squared=squared, growth=growth, seed=seed)
-        self._rehearse(buffer, seed, options)
+        self.rehearse(buffer, seed, options)
 
 
 METHODS = (

@@ -1,4 +1,47 @@
-"""``GCR`` (Gradient Coreset based Replay, Tiwari et al., CVPR 2022): the buffer and strategy."""
+"""``GCR`` (Gradient Coreset based Replay, Tiwari et al., CVPR 2022): the buffer and strategy.
+
+Tiwari, Killamsetty, Iyer and Shenoy, "GCR: Gradient Coreset Based Replay Buffer Selection
+for Continual Learning", CVPR 2022 (arXiv:2111.11210), and the authors' code
+(google-research ``gradient_coresets_replay``).
+
+The buffer is a weighted coreset: each stored sample carries a weight (kept in
+:attr:`GCRBuffer.scores`) and the model's logits when it was stored
+(:attr:`GCRBuffer.logits`, for the distillation term of the replay loss,
+:class:`~avalanche_gss.training.weighted_replay.GCRReplayPlugin`). Incoming samples wait in
+a recent buffer (the :class:`~avalanche_gss.buffers.RecentMergeBuffer` template); once it
+holds ``recent_size`` samples and buffer ∪ recent exceeds ``M``, the exact per-sample Gram
+of the union's loss gradients (gradient engine, model in eval mode, state untouched) goes to
+:func:`~avalanche_gss.selection.gcr.omp_select`, per class as in the authors' code
+(``selection_type = 'PerClass'``): each class present gets an equal budget of slots (capped
+by its candidates, the surplus shared by the others:
+:func:`~avalanche_gss.selection.gcr.class_budgets`), and OMP picks that many of its samples
+and nonnegative weights whose weighted gradient matches ``sum_i w_i g_i`` over the class's
+candidates (stored samples with their weights, waiting ones with weight 1), with ridge
+``lam`` (the authors' 0.5). When the nonnegative pursuit stops short of the budget, the
+rest is drawn at random from the class's other candidates with weight 1, as in the
+authors' code.
+
+Adaptations to the task-free online setting:
+
+- GCR updates its coreset from the buffer and the data of the current task seen since the
+  last update; here the data since the last update are the ``recent_size`` samples of the
+  recent buffer (one update per ``recent_size / 10`` batches of 10), and the candidate
+  pool is buffer ∪ recent;
+- the authors give each task ``M / tasks`` slots, whatever its size, split among its
+  classes in proportion to their counts; without tasks, each class gets an equal share
+  (the same split for tasks of disjoint, equally frequent classes); ``class_share="seen"``:
+  shares in proportion to the samples of each class seen (the split a reservoir tends to);
+- the gradients are those of ``loss_fn`` (cross-entropy) with respect to all trainable
+  parameters; the authors' code takes the last layer's gradient of their training loss
+  (label and distillation terms);
+- the logits stored with a sample are the model's (eval mode) when the buffer sees it,
+  after the batch was learnt; the authors store the training forward's outputs.
+
+``per_class=False`` and ``positive=False`` give this library's first version: one pursuit
+over the whole union with unconstrained ridge weights. Those weights turn negative and
+large, feed back as the next target's pool weights, and the class composition drifts (on
+disjoint MNIST, M = 300, classes of the first tasks vanish).
+"""
 
 from __future__ import annotations
 
@@ -9,75 +52,110 @@ from avalanche.models import avalanche_forward
 from torch import Tensor, nn
 from typing_extensions import Self  # typing.Self is Python 3.11+
 
-from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import GradientScored, RecentMergeBuffer, Rows
 from avalanche_gss.buffers.merge import usable as usable_rows
 from avalanche_gss.gradients.state import eval_mode
 from avalanche_gss.methods.spec import Method
-from avalanche_gss.selection.gcr import OMPResult, class_budgets, omp_select
-from avalanche_gss.training.rehearsal import (
-    BufferStrategy,
-    OnlineRehearsalPlugin,
-    single_sample_norm,
+from avalanche_gss.selection.gcr import OMPResult, class_groups, count_classes, pursue
+from avalanche_gss.training.rehearsal import BufferStrategy
+from avalanche_gss.training.weighted_replay import (
+    REPLAY_LOSSES,
+    GCRReplayPlugin,
+    ReplayLoss,
+    SlotRetrieval,
 )
-from avalanche_gss.training.retrieval import Batch, RandomRetrieval, draw_slots, per_sample_loss
 
-__all__ = ["GCRBuffer", "GCR", "GCRReplayPlugin", "SlotRetrieval", "METHODS"]
+__all__ = ["GCRBuffer", "GCR", "GCRReplayPlugin", "SlotRetrieval", "SlotLogits", "METHODS"]
 
-ReplayLoss = Literal["weighted", "uniform"]
-REPLAY_LOSSES = ("weighted", "uniform")
 ClassShare = Literal["equal", "seen"]
 CLASS_SHARES = ("equal", "seen")
+
+
+class SlotLogits:
+    """The logits stored with each slot of a buffer, and those of its waiting samples.
+
+    The coreset's bookkeeping of :class:`GCRBuffer`: a column that follows the buffer's
+    slots (merge, moves, shrinking), moved with it and saved with its state.
+    """
+
+    def __init__(self) -> None:
+        self.stored: Tensor | None = None  # (M, n_out) logits stored with each sample
+        self.recent: Tensor | None = None  # (R, n_out) those of the waiting samples
+
+    def wait(self, out: Tensor) -> None:
+        """Append the logits of newly waiting samples."""
+        self.recent = out if self.recent is None else torch.cat([self.recent, out])
+
+    def place(self, recent: Tensor | None, slots: Tensor, kept_new: Tensor, max_size: int
+              ) -> None:
+        """Store the logits ``recent`` of the waiting samples ``kept_new`` at ``slots``."""
+        if recent is None or len(recent) != len(slots):
+            return
+        if self.stored is None:
+            self.stored = recent.new_zeros((max_size, recent.shape[1]))
+        self.stored[slots[kept_new].to(self.stored.device)] = recent[
+            kept_new.to(recent.device)].to(self.stored.device)
+
+    def move(self, dest: Tensor, source: Tensor) -> None:
+        """Copy the logits of slots ``source`` to slots ``dest``."""
+        if self.stored is not None:
+            self.stored[dest.to(self.stored.device)] = self.stored[source.to(self.stored.device)]
+
+    def keep(self, keep: Tensor, max_size: int) -> None:
+        """Keep the logits of slots ``keep``, in that order, in ``max_size`` slots."""
+        if self.stored is not None:
+            logits = self.stored.new_zeros((max_size, self.stored.shape[1]))
+            logits[: len(keep)] = self.stored[keep.to(self.stored.device)]
+            self.stored = logits
+
+    def state_dict(self) -> dict[str, Tensor | None]:
+        """CPU copies of the stored and waiting logits."""
+        return {"logits": None if self.stored is None else self.stored.cpu().clone(),
+                "recent_logits": None if self.recent is None else self.recent.cpu().clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (missing keys: no logits)."""
+        logits, recent = state.get("logits"), state.get("recent_logits")
+        self.stored = None if logits is None else logits.clone()
+        self.recent = None if recent is None else recent.clone()
+
+    def to(self, device: torch.device | str) -> None:
+        """Move the logits to ``device``."""
+        if self.stored is not None:
+            self.stored = self.stored.to(device)
+        if self.recent is not None:
+            self.recent = self.recent.to(device)
+
+
+def store_weights(scores: Tensor | None, pool: Tensor | None, n: int, slots: Tensor,
+                  kept_new: Tensor) -> None:
+    """Write a merge's weights: the ``n`` stored samples' and the kept waiting ones'.
+
+    The kept stored samples stay in their slots: a selection keeps at least the ``n``
+    stored ones' count (``M >= n``, or all of a fitting union).
+
+    :param scores: the buffer's weight column, changed in place (``None``: nothing to do).
+    :param pool: ``(n + R,)`` the union's new weights (``None``: no selection ran).
+    :param n: the stored samples before the merge.
+    :param slots: ``(R,)`` slot of each waiting sample, ``-1`` where dropped.
+    :param kept_new: the waiting samples kept.
+    """
+    if scores is None or pool is None:
+        return
+    dev = scores.device
+    scores[:n] = pool[:n].to(dev, torch.float32)
+    scores[slots[kept_new].to(dev)] = pool[n + kept_new].to(dev, torch.float32)
 
 
 class GCRBuffer(GradientScored, RecentMergeBuffer):
     """``GCR``: Gradient Coreset based Replay, adapted to a task-free stream and a fixed buffer.
 
-    Tiwari, Killamsetty, Iyer and Shenoy, "GCR: Gradient Coreset Based Replay Buffer
-    Selection for Continual Learning", CVPR 2022 (arXiv:2111.11210), and the authors' code
-    (google-research ``gradient_coresets_replay``).
-
-    The buffer is a weighted coreset: each stored sample carries a weight (kept in
-    :attr:`scores`) and the model's logits when it was stored (:attr:`logits`, for the
-    distillation term of :class:`GCR`'s loss). Incoming samples wait in a recent buffer
-    (the :class:`~avalanche_gss.buffers.RecentMergeBuffer` template); once it holds
-    ``recent_size`` samples and buffer ∪ recent exceeds ``M``, the exact per-sample Gram of
-    the union's loss gradients (gradient engine, model in eval mode, state untouched) goes
-    to :func:`~avalanche_gss.selection.gcr.omp_select`, per class as in the authors' code
-    (``selection_type = 'PerClass'``): each class present gets an equal budget of slots
-    (capped by its candidates, the surplus shared by the others:
-    :func:`~avalanche_gss.selection.gcr.class_budgets`), and OMP picks that many of
-    its samples and nonnegative weights whose weighted gradient matches ``sum_i w_i g_i``
-    over the class's candidates (stored samples with their weights, waiting ones with
-    weight 1), with ridge ``lam`` (the authors' 0.5). When the
-    nonnegative pursuit stops short of the budget, the rest is drawn at random from the
-    class's other candidates with weight 1, as in the authors' code.
-
-    Adaptations to the task-free online setting:
-
-    - GCR updates its coreset from the buffer and the data of the current task seen since
-      the last update; here the data since the last update are the ``recent_size``
-      samples of the recent buffer (one update per ``recent_size / 10`` batches of 10),
-      and the candidate pool is buffer ∪ recent;
-    - the authors give each task ``M / tasks`` slots, whatever its size, split among its
-      classes in proportion to their counts; without tasks, each class gets an equal
-      share (the same split for tasks of disjoint, equally frequent classes);
-      ``class_share="seen"``: shares in proportion to the samples of each class seen
-      (the split a reservoir tends to);
-    - the gradients are those of ``loss_fn`` (cross-entropy) with respect to all trainable
-      parameters; the authors' code takes the last layer's gradient of their training
-      loss (label and distillation terms);
-    - the logits stored with a sample are the model's (eval mode) when the buffer sees it,
-      after the batch was learnt; the authors store the training forward's outputs.
-
-    ``per_class=False`` and ``positive=False`` give this library's first version: one
-    pursuit over the whole union with unconstrained ridge weights. Those weights turn
-    negative and large, feed back as the next target's pool weights, and the class
-    composition drifts (on disjoint MNIST, M = 300, classes of the first tasks vanish).
-
-    Waiting samples with a non-finite gradient are dropped at the merge; a stored sample
-    with a non-finite gradient skips the merge (buffer unchanged, waiting samples dropped).
-    The model's output size must stay the same along the stream (the stored logits).
+    A weighted coreset: every ``recent_size`` samples, per class, orthogonal matching
+    pursuit on the Gram of buffer ∪ recent picks samples and nonnegative weights whose
+    weighted gradient matches the class's (the module's docstring: the method, its
+    adaptations to the task-free setting, the references). A non-finite gradient drops a
+    waiting sample, or skips the merge if stored. The output size must stay the same
+    along the stream (the stored logits, :attr:`columns`).
 
     :param max_size: number of slots ``M``.
     :param recent_size: samples between two coreset updates.
@@ -106,37 +184,35 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
             raise ValueError(f"class_share must be one of {', '.join(CLASS_SHARES)}, "
                              f"got {class_share!r}")
         self.class_share: ClassShare = class_share
-        self.lam = float(lam)
-        self.positive = bool(positive)
-        self.per_class = bool(per_class)
-        self.loss_fn = loss_fn
-        self.params = params
+        self.lam, self.positive, self.per_class = float(lam), bool(positive), bool(per_class)
+        self.loss_fn, self.params = loss_fn, params
         self.last_result: OMPResult | None = None  # the last pursuit of the last merge
         self.class_seen = torch.zeros(0, dtype=torch.long)  # (C,) samples seen per class
-        self.logits: Tensor | None = None  # (M, n_out) logits stored with each sample
-        self.recent_logits: Tensor | None = None  # (R, n_out) those of the waiting samples
+        self.columns = SlotLogits()  # the logits stored with each slot and waiting sample
         self._union_weights: Tensor | None = None  # (K,) weights of the last selection's union
         self._kept: Tensor | None = None
 
     @property
     def weights(self) -> Tensor:
         """The stored samples' coreset weights, ``(size,)`` float32 (slot order)."""
-        if self.scores is None:
-            return torch.zeros(0)
-        return self.scores[: self.size]
+        return torch.zeros(0) if self.scores is None else self.scores[: self.size]
+
+    @property
+    def logits(self) -> Tensor | None:
+        """``(M, n_out)`` logits stored with each slot (model in eval mode), ``None`` before any."""
+        return self.columns.stored
+
+    @property
+    def recent_logits(self) -> Tensor | None:
+        """``(R, n_out)`` logits of the waiting samples, ``None`` when none."""
+        return self.columns.recent
 
     def _admit(self, rows: Rows, model: nn.Module | None) -> Tensor:
-        y = rows.y.detach().cpu().long()
-        n_cls = max(len(self.class_seen), int(y.max()) + 1 if len(y) else 0)
-        seen = torch.zeros(n_cls, dtype=torch.long)
-        seen[: len(self.class_seen)] = self.class_seen
-        self.class_seen = seen + torch.bincount(y, minlength=n_cls)
+        self.class_seen = count_classes(self.class_seen, rows.y)
         if model is not None:
             with torch.no_grad(), eval_mode(model):
                 out = avalanche_forward(model, rows.x, rows.t).detach().float()
-            out = out.to(rows.x.device)
-            old = self.recent_logits
-            self.recent_logits = out if old is None else torch.cat([old, out])
+            self.columns.wait(out.to(rows.x.device))
         return super()._admit(rows, model)
 
     def _select(self, union: Rows, n_stored: int, model: nn.Module | None) -> Tensor:
@@ -155,42 +231,18 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
             return usable
         gram = gram.detach().to("cpu", torch.float64)
         labels = union.y.detach().cpu().long()[usable]
-        if self.per_class:
-            classes, available = torch.unique(labels, return_counts=True)
-            share = torch.ones(len(classes), dtype=torch.float64)
-            if self.class_share == "seen":
-                known = classes < len(self.class_seen)
-                share[~known] = 0.0
-                share[known] = self.class_seen[classes[known]].double()
-            budgets = class_budgets(available, share, self.max_size)
-            groups = [(usable[labels == c], int(b)) for c, b in zip(classes, budgets, strict=True)]
-        else:
-            groups = [(usable, self.max_size)]
+        groups = (class_groups(usable, labels, self.class_seen, self.class_share, self.max_size)
+                  if self.per_class else [(usable, self.max_size)])
         new = pool.clone()
         kept = []
         for members, budget in groups:
-            keep, weights = self._pursue(gram, pool, members, budget)
+            keep, weights, result = pursue(gram, pool, members, budget, self.lam,
+                                           positive=self.positive, generator=self.generator)
+            self.last_result = self.last_result if result is None else result
             new[keep] = weights
             kept.append(keep)
         self._union_weights = new
         return torch.cat(kept).sort().values
-
-    def _pursue(self, gram: Tensor, pool: Tensor, members: Tensor, budget: int
-                ) -> tuple[Tensor, Tensor]:
-        """OMP on ``members`` for ``budget`` slots, the rest drawn at random with weight 1."""
-        if len(members) <= budget:
-            return members, pool[members]
-        result = omp_select(gram[members[:, None], members[None, :]], pool[members], budget,
-                            self.lam, positive=self.positive)
-        self.last_result = result
-        keep, weights = members[result.indices], result.weights
-        short = budget - len(keep)
-        if short > 0:  # the authors' fill: random candidates, weight 1
-            rest = members[~torch.isin(members, keep)]
-            fill = rest[torch.randperm(len(rest), generator=self.generator)[:short]]
-            keep = torch.cat([keep, fill])
-            weights = torch.cat([weights, torch.ones(short, dtype=torch.float64)])
-        return keep, weights
 
     def merge_recent(self, model: nn.Module | None = None) -> Tensor:
         """Run the coreset update on buffer ∪ recent now; store the new weights and logits.
@@ -200,30 +252,19 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
         """
         n = self.size
         self._union_weights = None
-        recent_logits = self.recent_logits
+        recent_logits = self.columns.recent
         slots = super().merge_recent(model)
-        self.recent_logits = None
+        self.columns.recent = None
         pool = self._union_weights
         kept_new = (slots >= 0).nonzero().flatten()
-        if pool is not None and self.scores is not None:
-            # The kept stored samples stay in their slots: a selection keeps at least
-            # the n stored ones' count (M >= n, or all of a fitting union).
-            dev = self.scores.device
-            stored = self.weights
-            stored[: n] = pool[:n].to(dev, torch.float32)
-            self.scores[slots[kept_new].to(dev)] = pool[n + kept_new].to(dev, torch.float32)
-        if recent_logits is not None and len(recent_logits) == len(slots):
-            if self.logits is None:
-                self.logits = recent_logits.new_zeros((self.max_size, recent_logits.shape[1]))
-            self.logits[slots[kept_new].to(self.logits.device)] = recent_logits[
-                kept_new.to(recent_logits.device)].to(self.logits.device)
+        store_weights(self.scores, pool, n, slots, kept_new)
+        self.columns.place(recent_logits, slots, kept_new, self.max_size)
         self._union_weights = None
         return slots
 
     def _move(self, dest: Tensor, source: Tensor) -> None:
         super()._move(dest, source)
-        if self.logits is not None:
-            self.logits[dest.to(self.logits.device)] = self.logits[source.to(self.logits.device)]
+        self.columns.move(dest, source)
 
     def _kept_on_shrink(self, new_size: int) -> Tensor:
         self._kept = super()._kept_on_shrink(new_size)
@@ -234,118 +275,27 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
         self._kept = None
         size = self.size
         super().resize(strategy, new_size)
-        if self.logits is not None:
-            keep = self._kept if self._kept is not None else torch.arange(size)
-            logits = self.logits.new_zeros((self.max_size, self.logits.shape[1]))
-            logits[: len(keep)] = self.logits[keep.to(self.logits.device)]
-            self.logits = logits
+        self.columns.keep(self._kept if self._kept is not None else torch.arange(size),
+                          self.max_size)
         self._kept = None
 
     def state_dict(self) -> dict[str, Any]:
         """:meth:`RecentMergeBuffer.state_dict` plus the class counts and the stored logits."""
-        state = super().state_dict()
-        state["class_seen"] = self.class_seen.clone()
-        state["logits"] = None if self.logits is None else self.logits.cpu().clone()
-        state["recent_logits"] = (None if self.recent_logits is None
-                                  else self.recent_logits.cpu().clone())
-        return state
+        return {**super().state_dict(), "class_seen": self.class_seen.clone(),
+                **self.columns.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
         super().load_state_dict(state)
         seen = state.get("class_seen")
         self.class_seen = torch.zeros(0, dtype=torch.long) if seen is None else seen.clone()
-        logits, recent = state.get("logits"), state.get("recent_logits")
-        self.logits = None if logits is None else logits.clone()
-        self.recent_logits = None if recent is None else recent.clone()
+        self.columns.load_state_dict(state)
 
     def to(self, device: torch.device | str) -> Self:
-        """Move the stored and waiting tensors, and the logits, to ``device`` in place.
-
-        :param device: where the samples live (normally the strategy's device).
-        :return: the buffer.
-        """
+        """Move the stored and waiting tensors, and the logits, to ``device``; the buffer."""
         super().to(device)
-        if self.logits is not None:
-            self.logits = self.logits.to(device)
-        if self.recent_logits is not None:
-            self.recent_logits = self.recent_logits.to(device)
+        self.columns.to(device)
         return self
-
-
-class SlotRetrieval(RandomRetrieval):
-    """The uniform draw of :class:`~avalanche_gss.training.retrieval.RandomRetrieval`.
-
-    The drawn slots are kept in :attr:`last_slots`, for a replay loss that reads per-slot
-    state (:class:`GCRReplayPlugin`).
-    """
-
-    def __init__(self) -> None:
-        self._last_slots: Tensor | None = None  # transient: not part of a configuration
-
-    @property
-    def last_slots(self) -> Tensor | None:
-        """The slots of the last batch retrieved (CPU int64), ``None`` before any."""
-        return self._last_slots
-
-    def retrieve(self, strategy: Any, policy: Any, k: int,
-                 generator: torch.Generator) -> Batch | None:
-        """:func:`~avalanche_gss.training.retrieval.draw_slots` of ``k`` samples."""
-        drawn = draw_slots(policy, k, generator, strategy.device)
-        self._last_slots = None if drawn is None else drawn[1]
-        return None if drawn is None else drawn[0]
-
-    def reset(self) -> None:
-        """Forget the last slots."""
-        self._last_slots = None
-
-
-class GCRReplayPlugin(OnlineRehearsalPlugin):
-    """Online rehearsal with GCR's replay loss (the authors' ``GCR.observe``).
-
-    With ``replay_loss="weighted"`` a replay batch ``B`` drawn uniformly from a
-    :class:`GCRBuffer` is learnt with
-    ``sum_{i in B} (w_i / sum_B w) (beta CE(f(x_i), y_i) + alpha mean((f(x_i) - z_i)^2))``:
-    the label term and the distillation term on the stored logits ``z_i``, each sample
-    weighted by its coreset weight ``w_i`` normalised over the batch (the authors' code;
-    the paper's eq. 5 up to that normalisation). ``"uniform"``: the strategy's criterion,
-    unweighted (selection only). The supervised contrastive term is not provided (it needs
-    a projection head and two augmented views; the library's models have neither).
-
-    :class:`~avalanche_gss.training.OnlineRehearsal` builds the plugin with the generic
-    arguments; :class:`GCR` sets :attr:`replay_loss`, :attr:`alpha` and :attr:`beta` after.
-    The retrieval must be a :class:`SlotRetrieval` for the weighted loss.
-
-    :param replay_loss: ``"weighted"`` or ``"uniform"``.
-    :param alpha: weight of the distillation term.
-    :param beta: weight of the label term.
-    :param rehearsal: :class:`~avalanche_gss.training.OnlineRehearsalPlugin`'s arguments.
-    """
-
-    def __init__(self, storage_policy: Any, replay_batch_size: int = 10, *,
-                 replay_loss: ReplayLoss = "uniform", alpha: float = 0.1, beta: float = 0.5,
-                 **rehearsal: Any) -> None:
-        super().__init__(storage_policy, replay_batch_size, **rehearsal)
-        self.replay_loss: ReplayLoss = replay_loss
-        self.alpha, self.beta = float(alpha), float(beta)
-
-    def _replay_loss(self, strategy: Any, batch: Batch) -> Tensor:  # type: ignore[override]
-        slots = getattr(self.retrieval, "last_slots", None)
-        buffer = self.storage_policy
-        if self.replay_loss == "uniform" or slots is None or not isinstance(buffer, GCRBuffer):
-            return OnlineRehearsalPlugin._replay_loss(strategy, batch)
-        x, y, t = batch
-        with single_sample_norm(strategy.model, len(y)):
-            out: Tensor = avalanche_forward(strategy.model, x, t)
-        w = buffer.weights[slots.to(buffer.weights.device)].to(out.device, out.dtype)
-        total = w.sum()
-        w = w / total if bool(torch.isfinite(total)) and float(total) > 0 else torch.full_like(
-            w, 1.0 / len(w))
-        loss = self.beta * (w * per_sample_loss(criterion_of(strategy), out, y)).sum()
-        if self.alpha and buffer.logits is not None:
-            z = buffer.logits[slots.to(buffer.logits.device)].to(out.device, out.dtype)
-            loss = loss + self.alpha * (w * ((out - z) ** 2).mean(dim=1)).sum()
-        return loss
 
 
 class GCR(BufferStrategy):
@@ -353,8 +303,9 @@ class GCR(BufferStrategy):
 
     ``replay_loss="weighted"`` (the paper's method, the default): replay batches are
     drawn uniformly and learnt with GCR's weighted label and distillation terms
-    (:class:`GCRReplayPlugin`), ``alpha = 0.1`` and ``beta = 0.5`` (the authors' code's
-    defaults, ``CustomLoss(alpha=0.1, beta=0.5)``; the paper tunes them per dataset).
+    (:class:`~avalanche_gss.training.weighted_replay.GCRReplayPlugin`), ``alpha = 0.1``
+    and ``beta = 0.5`` (the authors' code's defaults, ``CustomLoss(alpha=0.1, beta=0.5)``;
+    the paper tunes them per dataset).
     ``"uniform"``: selection only, the strategy's unweighted criterion (as every other
     buffer). The replay step is this library's (a separate SGD step after the incoming
     batch's, or ``joint=True`` for the authors' single step). The supervised contrastive
@@ -396,7 +347,7 @@ class GCR(BufferStrategy):
         buffer = GCRBuffer(mem_size, recent_size=recent_size, lam=lam, positive=positive,
                            per_class=per_class, class_share=class_share, loss_fn=loss_fn,
                            params=params, seed=seed)
-        self._rehearse(buffer, seed, options)
+        self.rehearse(buffer, seed, options)
         plugin = cast(GCRReplayPlugin, self.rehearsal)
         plugin.replay_loss, plugin.alpha, plugin.beta = replay_loss, float(alpha), float(beta)
 

@@ -145,7 +145,7 @@ class GSSGreedy(BufferStrategy):
         buffer = GSSGreedyBuffer(mem_size, n=n, variant=variant, memory_grads=memory_grads,
                                  gate=gate, candidate_draw=candidate_draw, group_size=group_size,
                                  loss_fn=loss_fn, params=params, seed=seed)
-        self._rehearse(buffer, seed, options)
+        self.rehearse(buffer, seed, options)
 
 
 METHODS = (Method("GSS-Greedy", GSSGreedyBuffer, GSSGreedy),)

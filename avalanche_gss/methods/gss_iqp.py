@@ -154,7 +154,7 @@ class GSSIQP(BufferStrategy):
         buffer = GSSIQPBuffer(mem_size, recent_size=recent_size, solver=solver,
                               time_limit=time_limit, restarts=restarts, slack=slack,
                               loss_fn=loss_fn, params=params, seed=seed)
-        self._rehearse(buffer, seed, options)
+        self.rehearse(buffer, seed, options)
 
 
 class GSSIQPConstrained(OnlineTemplate):

@@ -144,7 +144,7 @@ class OCS(BufferStrategy):
         loss_fn: Any = None, params: list[nn.Parameter] | None = None, **options: Any,
     ) -> None:
         buffer = OCSBuffer(mem_size, k=k, n=n, tau=tau, loss_fn=loss_fn, params=params, seed=seed)
-        self._rehearse(buffer, seed, options)
+        self.rehearse(buffer, seed, options)
 
 
 METHODS = (Method("OCS", OCSBuffer, OCS),)

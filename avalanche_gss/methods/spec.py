@@ -36,14 +36,26 @@ class Method:
         presets: Mapping[str, Mapping[str, Any]] = getattr(self.buffer, "PRESETS", {})
         return presets
 
-    def defaults(self) -> dict[str, Any]:
+    def buffer_defaults(self) -> dict[str, Any]:
         """The buffer's options and their defaults, in its signature's order.
 
-        Its keyword-only parameters, less ``seed`` (a run's seed sets it): what a run's
-        ``options`` may set (``RunSettings(method=..., options={...})``).
+        Its keyword-only parameters, less ``seed`` (a run's seed sets it).
         """
         return {p.name: p.default for p in inspect.signature(self.buffer).parameters.values()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "seed"}
+
+    def defaults(self) -> dict[str, Any]:
+        """The method's options and their defaults: what a run's ``options`` may set.
+
+        :meth:`buffer_defaults`, then the ready strategy's own keyword-only parameters
+        that the buffer does not take, less ``mem_size`` and ``seed`` (GCR's
+        ``replay_loss``, ``alpha``, ``beta``): ``RunSettings(method=..., options={...})``.
+        """
+        own = self.buffer_defaults()
+        strategy = inspect.signature(self.strategy).parameters.values()
+        return {**own, **{p.name: p.default for p in strategy
+                          if p.kind is inspect.Parameter.KEYWORD_ONLY
+                          and p.name not in own and p.name not in ("mem_size", "seed")}}
 
     def check_options(self, options: Mapping[str, Any]) -> None:
         """Refuse options the buffer does not take, or a preset it does not have.

@@ -78,7 +78,7 @@ def one_line_cache_warnings(prog: str) -> None:
             return f"{prog}: warning: {message}\n"
         return shown(message, category, filename, lineno, line)
 
-    formatwarning.shown_before = shown  # type: ignore[attr-defined]  # a mark on the function
+    formatwarning.shown_before = shown  # type: ignore[attr-defined]  # mypy: a function has no attributes
     warnings.formatwarning = formatwarning
 
 

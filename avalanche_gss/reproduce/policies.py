@@ -36,6 +36,9 @@ POLICIES: dict[str, dict[str, Any]] = {
     "GSS+MIR": {"method": "GSS-Greedy", "variant": "authors", "retrieval": "mir"},
     "CB-GSS": {"method": "CB-GSS"},
     "CBRS+OC": {"method": "CBRS", "retrieval": "other-classes"},
+    "OCS": {"method": "OCS"},
+    "GCR": {"method": "GCR"},
+    "GCR (selection)": {"method": "GCR", "replay_loss": "uniform"},
 }
 """Each policy's row label and the keywords that make it (``RunSettings`` fields and the
 buffer's options), in row order.
@@ -44,6 +47,9 @@ GSS-Greedy, GSS-Clust and FSS-Clust run as the authors' code does them (the vari
 that gave the paper's numbers). ``ER-MIR`` and ``GSS+MIR`` are Reservoir and GSS-Greedy
 with MIR's replay draws; ``CB-GSS`` runs with its own retrieval (the classes the
 incoming batch does not hold first), as every policy without a ``retrieval`` key does.
+``GCR`` is the paper's method (coreset selection and its weighted replay loss);
+``GCR (selection)`` its buffer alone, replayed with the unweighted loss as every other
+policy is.
 """
 
 

@@ -16,7 +16,8 @@ support and ``W`` is re-fitted until none is negative, and the pursuit stops ear
 the best candidate is one already chosen (no unchosen sample correlates better with the
 residual). ``positive=False`` is the unconstrained ridge pursuit that always chooses
 exactly ``k`` (no samples leave). GCR runs the pursuit per class
-(:func:`class_budgets` splits the buffer).
+(:func:`class_groups` and :func:`class_budgets` split the buffer; :func:`pursue` fills a
+class's budget).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["OMPResult", "omp_select", "class_budgets"]
+__all__ = ["OMPResult", "omp_select", "class_budgets", "class_groups", "count_classes", "pursue"]
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ def _ridge(g: Tensor, kb: Tensor, chosen: list[int], lam: float) -> Tensor:
         return torch.zeros(0, dtype=torch.float64)
     idx = torch.tensor(chosen)
     a = g[idx[:, None], idx[None, :]] + lam * torch.eye(len(chosen), dtype=torch.float64)
-    return torch.linalg.lstsq(a, kb[idx].unsqueeze(1)).solution.squeeze(1)
+    solution: Tensor = torch.linalg.lstsq(a, kb[idx].unsqueeze(1)).solution  # (n, 1)
+    return solution.squeeze(1)
 
 
 def class_budgets(available: Tensor, share: Tensor, k: int) -> Tensor:
@@ -144,3 +146,62 @@ def class_budgets(available: Tensor, share: Tensor, k: int) -> Tensor:
         left -= int(part.sum())
         open_ = out < avail
     return out
+
+
+def count_classes(class_seen: Tensor, y: Tensor) -> Tensor:
+    """``class_seen`` (samples seen per label) plus the labels ``y``, grown as needed."""
+    y = y.detach().cpu().long()
+    n_cls = max(len(class_seen), int(y.max()) + 1 if len(y) else 0)
+    seen = torch.zeros(n_cls, dtype=torch.long)
+    seen[: len(class_seen)] = class_seen
+    return seen + torch.bincount(y, minlength=n_cls)
+
+
+def class_groups(usable: Tensor, labels: Tensor, class_seen: Tensor, class_share: str,
+                 max_size: int) -> list[tuple[Tensor, int]]:
+    """Each class's candidates among ``usable`` (labels ``labels``) and its budget of slots.
+
+    :param usable: the candidates' rows in the union.
+    :param labels: their labels.
+    :param class_seen: samples seen per label (the ``"seen"`` share).
+    :param class_share: ``"equal"`` or ``"seen"``.
+    :param max_size: the slots to split (:func:`class_budgets`).
+    :return: ``(members, budget)`` per class present, in label order.
+    """
+    classes, available = torch.unique(labels, return_counts=True)
+    share = torch.ones(len(classes), dtype=torch.float64)
+    if class_share == "seen":
+        known = classes < len(class_seen)
+        share[~known] = 0.0
+        share[known] = class_seen[classes[known]].double()
+    budgets = class_budgets(available, share, max_size)
+    return [(usable[labels == c], int(b)) for c, b in zip(classes, budgets, strict=True)]
+
+
+def pursue(gram: Tensor, pool: Tensor, members: Tensor, budget: int, lam: float, *,
+           positive: bool, generator: torch.Generator
+           ) -> tuple[Tensor, Tensor, OMPResult | None]:
+    """OMP on ``members`` for ``budget`` slots, the rest drawn at random with weight 1.
+
+    :param gram: ``(K, K)`` float64 Gram of the union.
+    :param pool: ``(K,)`` the union's weights (the target's).
+    :param members: the candidates' rows.
+    :param budget: the slots to fill.
+    :param lam: ridge regularisation.
+    :param positive: nonnegative weights.
+    :param generator: the random fill's generator.
+    :return: the kept rows, their weights, and the pursuit (``None``: all fit, none ran).
+    """
+    if len(members) <= budget:
+        return members, pool[members], None
+    result = omp_select(gram[members[:, None], members[None, :]], pool[members], budget,
+                        lam, positive=positive)
+    keep, weights = members[result.indices], result.weights
+    short = budget - len(keep)
+    if short > 0:  # the authors' fill: random candidates, weight 1
+        rest = members[~torch.isin(members, keep)]
+        fill = rest[torch.randperm(len(rest), generator=generator)[:short]]
+        keep = torch.cat([keep, fill])
+        weights = torch.cat([weights, torch.ones(short, dtype=torch.float64)])
+    return keep, weights, result
+

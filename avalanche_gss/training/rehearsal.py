@@ -119,10 +119,13 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         if finite_loss(loss, self):
             strategy.optimizer.step()
 
-    @staticmethod
-    def _replay_loss(strategy: SupervisedTemplate, batch: tuple[Tensor, Tensor, Tensor]
+    def _replay_loss(self, strategy: SupervisedTemplate, batch: tuple[Tensor, Tensor, Tensor]
                      ) -> Tensor:
-        """The strategy's loss on a replay batch (``avalanche_forward``: task labels)."""
+        """The strategy's loss on a replay batch (``avalanche_forward``: task labels).
+
+        A method whose replay loss differs overrides this (as
+        :class:`~avalanche_gss.training.weighted_replay.GCRReplayPlugin` does).
+        """
         x, y, t = batch
         with single_sample_norm(strategy.model, len(y)):
             loss: Tensor = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
@@ -236,7 +239,7 @@ class BufferStrategy(OnlineRehearsal):
 
     A ready strategy whose buffer has no option is one line, ``buffer_class = MyBuffer``.
     One whose buffer has options names them in its own ``__init__`` (typed, with the
-    buffer's defaults), builds the buffer with them and hands it to :meth:`_rehearse`, as
+    buffer's defaults), builds the buffer with them and hands it to :meth:`rehearse`, as
     :class:`~avalanche_gss.methods.gss_greedy.GSSGreedy` does.
 
     :param mem_size: buffer size ``M``.
@@ -254,10 +257,14 @@ class BufferStrategy(OnlineRehearsal):
     :data:`~avalanche_gss.training.retrieval.RETRIEVALS`."""
 
     def __init__(self, *, mem_size: int, seed: int = 0, **options: Any) -> None:
-        self._rehearse(self.buffer_class(mem_size, seed=seed), seed, options)
+        self.rehearse(self.buffer_class(mem_size, seed=seed), seed, options)
 
-    def _rehearse(self, buffer: OnlineBuffer, seed: int, options: dict[str, Any]) -> None:
+    def rehearse(self, buffer: OnlineBuffer, seed: int, options: dict[str, Any]) -> None:
         """Rehearse ``buffer`` (:class:`OnlineRehearsal` with ``options``).
+
+        The extension point of a ready strategy whose buffer has options: its ``__init__``
+        builds the buffer and calls ``self.rehearse(buffer, seed, options)`` (see the
+        README's "Your own policy").
 
         :param buffer: the storage policy, built from the strategy's buffer options.
         :param seed: seed of the replay draws (the buffer's own seed).

@@ -74,7 +74,7 @@ def test_selection_only_replays_with_the_plain_criterion():
     plugin = strategy.rehearsal
     batch = plugin.retrieval.retrieve(strategy, buf, 5, plugin.generator)
     torch.testing.assert_close(plugin._replay_loss(strategy, batch),
-                               OnlineRehearsalPlugin._replay_loss(strategy, batch))
+                               OnlineRehearsalPlugin._replay_loss(plugin, strategy, batch))
 
 
 def test_the_weighted_draw_is_the_uniform_draw():

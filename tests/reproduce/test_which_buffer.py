@@ -319,3 +319,19 @@ def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch
     assert "Deviations from the paper's protocol: fewer." in md
     assert "Data check: checked." in md
     assert "CB-GSS" not in md  # no text about rows that are not there
+
+
+def test_gcr_is_compared_with_and_without_its_weighted_replay():
+    from avalanche_gss.experiments import build_strategy, make_buffer, make_settings
+    from avalanche_gss.models import MLP
+    from avalanche_gss.reproduce.which_buffer import policy_problem
+
+    assert POLICIES["GCR (selection)"] == {"method": "GCR", "replay_loss": "uniform"}
+    assert policy_problem("GCR") is None and policy_problem("OCS") is None
+    assert policy_problem("GCR (selection)") is None  # a strategy option, not the buffer's
+    settings = make_settings("GCR", buffer_size=5, replay_loss="uniform", device="cpu")
+    model = MLP(input_size=4, hidden_sizes=(3,), num_classes=2)
+    strategy = build_strategy(settings, model, __import__("torch").optim.SGD(
+        model.parameters(), lr=0.1))
+    assert strategy.rehearsal.replay_loss == "uniform"
+    assert type(make_buffer(settings)).__name__ == "GCRBuffer"
