@@ -83,8 +83,13 @@ class SlotLogits:
         self.recent: Tensor | None = None  # (R, n_out) those of the waiting samples
 
     def wait(self, out: Tensor) -> None:
-        """Append the logits of newly waiting samples."""
-        self.recent = out if self.recent is None else torch.cat([self.recent, out])
+        """Append the logits of newly waiting samples.
+
+        A model whose outputs grew (an incremental or multi-head classifier) gives wider
+        logits than before: every row is NaN-padded to the widest, and the loss compares
+        only the columns a sample has.
+        """
+        self.recent = out if self.recent is None else _stack_padded(self.recent, out)
 
     def place(self, recent: Tensor | None, slots: Tensor, kept_new: Tensor, max_size: int
               ) -> None:
@@ -92,7 +97,9 @@ class SlotLogits:
         if recent is None or len(recent) != len(slots):
             return
         if self.stored is None:
-            self.stored = recent.new_zeros((max_size, recent.shape[1]))
+            self.stored = recent.new_full((max_size, recent.shape[1]), float("nan"))
+        width = max(self.stored.shape[1], recent.shape[1])
+        self.stored, recent = _widen(self.stored, width), _widen(recent, width)
         self.stored[slots[kept_new].to(self.stored.device)] = recent[
             kept_new.to(recent.device)].to(self.stored.device)
 
@@ -104,7 +111,7 @@ class SlotLogits:
     def keep(self, keep: Tensor, max_size: int) -> None:
         """Keep the logits of slots ``keep``, in that order, in ``max_size`` slots."""
         if self.stored is not None:
-            logits = self.stored.new_zeros((max_size, self.stored.shape[1]))
+            logits = self.stored.new_full((max_size, self.stored.shape[1]), float("nan"))
             logits[: len(keep)] = self.stored[keep.to(self.stored.device)]
             self.stored = logits
 
@@ -125,6 +132,20 @@ class SlotLogits:
             self.stored = self.stored.to(device)
         if self.recent is not None:
             self.recent = self.recent.to(device)
+
+
+def _widen(logits: Tensor, width: int) -> Tensor:
+    """``logits`` with NaN columns appended up to ``width``."""
+    if logits.shape[1] >= width:
+        return logits
+    pad = logits.new_full((len(logits), width - logits.shape[1]), float("nan"))
+    return torch.cat([logits, pad], dim=1)
+
+
+def _stack_padded(a: Tensor, b: Tensor) -> Tensor:
+    """The rows of ``a`` then ``b``, NaN-padded to the wider of the two."""
+    width = max(a.shape[1], b.shape[1])
+    return torch.cat([_widen(a, width), _widen(b, width).to(a.device)])
 
 
 def store_weights(scores: Tensor | None, pool: Tensor | None, n: int, slots: Tensor,

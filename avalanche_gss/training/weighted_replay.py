@@ -117,5 +117,10 @@ class GCRReplayPlugin(OnlineRehearsalPlugin):
         logits = buffer.logits
         if self.alpha and logits is not None:
             z = logits[slots.to(logits.device)].to(out.device, out.dtype)
-            loss = loss + self.alpha * (w * ((out - z) ** 2).mean(dim=1)).sum()
+            width = min(z.shape[1], out.shape[1])  # a head may have grown since
+            z, now = z[:, :width], out[:, :width]
+            known = ~torch.isnan(z)  # NaN: a column the sample's model did not have
+            sq = torch.where(known, now - z.nan_to_num(), torch.zeros_like(now)) ** 2
+            per = sq.sum(dim=1) / known.sum(dim=1).clamp(min=1)
+            loss = loss + self.alpha * (w * per).sum()
         return loss
