@@ -170,9 +170,10 @@ def _stream(model_name: str, n_batches: int, seed: int) -> tuple[Any, Any]:
 
 def _host_state(buffer: Any) -> list[torch.Tensor]:
     """The buffer's host tensors: its provenance columns and index, the recent rows'."""
-    found = [v for k, v in vars(buffer).items()
-             if isinstance(v, torch.Tensor) and k not in ("x", "y", "t", "scores")]
-    found += [v for v in vars(buffer._data).values() if isinstance(v, torch.Tensor)]
+    found = [v for k, v in vars(buffer).items() if isinstance(v, torch.Tensor)]
+    found += [v for k, v in vars(buffer.store).items()
+              if isinstance(v, torch.Tensor) and k not in ("x", "y", "t", "scores")]
+    found += [v for v in vars(buffer.sources._view).values() if isinstance(v, torch.Tensor)]
     recent = getattr(buffer, "recent", None)
     if recent is not None:
         found += [recent.src, recent.idx, recent.plain]

@@ -175,17 +175,14 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
     pursuit on the Gram of buffer ∪ recent picks samples and nonnegative weights whose
     weighted gradient matches the class's (the module's docstring: the method, its
     adaptations to the task-free setting, the references). A non-finite gradient drops a
-    waiting sample, or skips the merge if stored. The output size must stay the same
-    along the stream (the stored logits, :attr:`columns`).
+    waiting sample, or skips the merge if stored; logits are kept per slot (:attr:`columns`).
 
     :param max_size: number of slots ``M``.
     :param recent_size: samples between two coreset updates.
     :param lam: ridge regularisation of the weights (the authors' 0.5).
     :param positive: nonnegative weights (the authors'); ``False``: unconstrained.
-    :param per_class: one pursuit per class with class budgets (the authors'); ``False``:
-        one pursuit over the union.
-    :param class_share: ``"equal"`` budgets per class, or ``"seen"``: in proportion to the
-        samples of each class seen.
+    :param per_class: one pursuit per class, with budgets (the authors'), or one for all.
+    :param class_share: class budgets ``"equal"``, or in proportion to samples ``"seen"``.
     :param loss_fn: per-sample loss ``(logits, y) -> (B,)``; cross-entropy by default.
     :param params: the parameters whose gradients are compared; all trainable by default.
     :param seed: seed of the buffer's generator (the random fill).
@@ -202,8 +199,7 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
         if not lam >= 0:
             raise ValueError(f"lam must be >= 0, got {lam}")
         if class_share not in CLASS_SHARES:
-            raise ValueError(f"class_share must be one of {', '.join(CLASS_SHARES)}, "
-                             f"got {class_share!r}")
+            raise ValueError(f"class_share must be one of equal, seen, got {class_share!r}")
         self.class_share: ClassShare = class_share
         self.lam, self.positive, self.per_class = float(lam), bool(positive), bool(per_class)
         self.loss_fn, self.params = loss_fn, params
@@ -222,11 +218,6 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
     def logits(self) -> Tensor | None:
         """``(M, n_out)`` logits stored with each slot (model in eval mode), ``None`` before any."""
         return self.columns.stored
-
-    @property
-    def recent_logits(self) -> Tensor | None:
-        """``(R, n_out)`` logits of the waiting samples, ``None`` when none."""
-        return self.columns.recent
 
     def _admit(self, rows: Rows, model: nn.Module | None) -> Tensor:
         self.class_seen = count_classes(self.class_seen, rows.y)
@@ -254,8 +245,7 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
         labels = union.y.detach().cpu().long()[usable]
         groups = (class_groups(usable, labels, self.class_seen, self.class_share, self.max_size)
                   if self.per_class else [(usable, self.max_size)])
-        new = pool.clone()
-        kept = []
+        new, kept = pool.clone(), []
         for members, budget in groups:
             keep, weights, result = pursue(gram, pool, members, budget, self.lam,
                                            positive=self.positive, generator=self.generator)
@@ -266,11 +256,7 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
         return torch.cat(kept).sort().values
 
     def merge_recent(self, model: nn.Module | None = None) -> Tensor:
-        """Run the coreset update on buffer ∪ recent now; store the new weights and logits.
-
-        :param model: the learner.
-        :return: ``(R,)`` slot taken by each recent sample, ``-1`` where it was dropped.
-        """
+        """:meth:`RecentMergeBuffer.merge_recent`, storing the new weights and logits."""
         n = self.size
         self._union_weights = None
         recent_logits = self.columns.recent
@@ -311,6 +297,15 @@ class GCRBuffer(GradientScored, RecentMergeBuffer):
         seen = state.get("class_seen")
         self.class_seen = torch.zeros(0, dtype=torch.long) if seen is None else seen.clone()
         self.columns.load_state_dict(state)
+
+    def _snapshot(self) -> dict[str, Any]:
+        stored = self.columns.stored  # written in place by a merge
+        logits = (self.columns.recent, None if stored is None else stored.clone())
+        return {**super()._snapshot(), "logits": logits}
+
+    def _rollback(self, snapshot: dict[str, Any]) -> None:
+        super()._rollback(snapshot)
+        self.columns.recent, self.columns.stored = snapshot["logits"]
 
     def to(self, device: torch.device | str) -> Self:
         """Move the stored and waiting tensors, and the logits, to ``device``; the buffer."""
