@@ -206,6 +206,12 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         metavar="STREAM",
                         help=f"which-buffer: streams to run them on: {', '.join(stream_names)} "
                              "(imbalanced: sequences 1-5; default: all)")
+    parser.add_argument("--compute-matched", action="store_true",
+                        help="which-buffer: also run each policy at Reservoir's compute: "
+                             "relative cost C = its (forward + 2 x backward) passes over "
+                             "Reservoir's; it trains only on batches floor(j*C), the rest "
+                             "unseen (Ghunaim et al., CVPR 2023); adds C, that accuracy and "
+                             "a ranking by it")
     parser.add_argument("--seeds", nargs="+", type=_seed, default=None, metavar="SEED",
                         help="seeds (default: the experiment's, 0 1 2)")
     parser.add_argument("--buffer-sizes", nargs="+", type=_buffer_size, default=None,
@@ -382,6 +388,9 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
             if getattr(args, key) is not None:
                 parser.error(f"argument --{key}: applies to which-buffer only, not to "
                              f"{args.experiment}")
+        if args.compute_matched:
+            parser.error("argument --compute-matched: applies to which-buffer only, not to "
+                         f"{args.experiment}")
     if args.experiment not in TABLES and args.retrieval is not None:
         parser.error(f"argument --retrieval: applies to the table experiments "
                      f"({', '.join(TABLES)}), not to {args.experiment}")

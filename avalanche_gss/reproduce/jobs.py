@@ -7,10 +7,15 @@ cannot import a function from there, so the job functions live in importable mod
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from fractions import Fraction
 from typing import Any
 
+from avalanche.core import SupervisedPlugin
+
 from avalanche_gss.benchmarks import ArrayDataset, TaskSplit, blurry_tasks
+from avalanche_gss.budget import PassCounter, kept_samples, rehearsal_passes
 from avalanche_gss.experiments import BUFFER_METHODS
 from avalanche_gss.experiments import run as run_one
 from avalanche_gss.metrics import buffer_metrics, class_task_map
@@ -34,6 +39,43 @@ def build_split(data: ArrayDataset, config: dict[str, Any], seed: int) -> TaskSp
     return split
 
 
+def stream_batches(split: TaskSplit, batch_size: int) -> list[int]:
+    """The sizes of the batches a stream reveals: each task cut into ``batch_size``, in order."""
+    return [min(batch_size, size - i) for size in split.train_sizes
+            for i in range(0, size, batch_size)]
+
+
+def matched_split(split: TaskSplit, batch_size: int, c: Fraction) -> TaskSplit:
+    """``split`` with only the batches a learner of relative cost ``c`` trains on.
+
+    :func:`~avalanche_gss.budget.kept_samples`: the others pass unseen by the model and
+    the buffer; the test sets stay whole.
+    """
+    keep = kept_samples(list(split.train_sizes), batch_size, c)
+    train = tuple((x[k], y[k]) for (x, y), k in zip(split.train, keep, strict=True))
+    return dataclasses.replace(split, train=train,
+                               protocol={**split.protocol, "relative_cost": str(c)})
+
+
+class CountPasses(SupervisedPlugin):
+    """Count the model's per-sample passes over a whole ``train`` call (a PassCounter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counter: PassCounter | None = None
+        self.forward = self.backward = 0
+
+    def before_training(self, strategy: Any, **kwargs: Any) -> None:
+        if self.counter is None:
+            self.counter = PassCounter(strategy.model).__enter__()
+
+    def after_training(self, strategy: Any, **kwargs: Any) -> None:
+        if self.counter is not None:
+            self.counter.__exit__(None, None, None)
+            self.forward, self.backward = self.counter.forward, self.counter.backward
+            self.counter = None
+
+
 def run_job(config: dict[str, Any]) -> dict[str, Any]:
     """One run of a table's sweep.
 
@@ -44,7 +86,12 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
         samples, :func:`~avalanche_gss.benchmarks.blurry_tasks`) and ``trace`` (record
         the buffer's composition at every task end, into ``extras["trace"]``), ``imports``
         (the user modules that register its method, imported first) and the code hashes
-        it was keyed by (:func:`~avalanche_gss.reproduce.common.prepare_job`).
+        it was keyed by (:func:`~avalanche_gss.reproduce.common.prepare_job`),
+        ``count_passes`` (count the model's passes, :class:`CountPasses`, into
+        ``extras["passes"]`` with Reservoir's closed form on the same stream and settings,
+        :func:`~avalanche_gss.budget.rehearsal_passes`, and the stream's batch count) and
+        ``matched`` (train on the batches a learner of relative cost ``matched["C"]``, an
+        exact fraction string, trains on: :func:`matched_split`).
     :return: the :class:`~avalanche_gss.experiments.RunResult` as a dict.
     """
     if not logging.getLogger().handlers:  # a worker process: log its runs as the CLI does
@@ -54,7 +101,13 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
     data = load_checked(config)
     settings = settings_from_dict(config["settings"])
     split = build_split(data, config, settings.seed)
+    if config.get("matched"):
+        split = matched_split(split, settings.batch_size, Fraction(config["matched"]["C"]))
     plugins: list[Any] = []
+    counter = None
+    if config.get("count_passes"):
+        counter = CountPasses()
+        plugins.append(counter)
     trace = None
     if config.get("trace"):
         trace = task_end_trace(split)
@@ -68,6 +121,15 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
         metrics = buffer_metrics(every=100, task_of_class=task_of_class)
         loggers = [TensorboardLogger(config["tensorboard"])]
     result = run_one(settings, split, plugins=plugins, metrics=metrics, loggers=loggers)
+    if counter is not None:
+        batches = stream_batches(split, settings.batch_size)
+        base = rehearsal_passes(batches, n_iter=settings.n_iter,
+                                replay_batch_size=settings.replay_batch_size,
+                                buffer_size=settings.buffer_size)
+        result.extras["passes"] = {"forward": counter.forward, "backward": counter.backward,
+                                   "reservoir_forward": base.forward,
+                                   "reservoir_backward": base.backward,
+                                   "batches": len(batches)}
     if trace is not None:
         result.extras["trace"] = trace_records(trace)
         result.extras["train_sizes"] = list(split.train_sizes)

@@ -20,6 +20,11 @@ Outputs, in ``--out``:
 - ``which_buffer_composition.md`` / ``.json`` / ``.csv``: what each policy's buffer holds
   at every task end of the disjoint stream and of the first imbalanced sequence run (each
   task's share of the stored samples), traced during the same runs.
+
+With ``--compute-matched`` each run also counts its model's passes, and each policy runs
+again on its compute-matched stream (:mod:`~avalanche_gss.reproduce.which_buffer_matched`):
+the rows gain its relative cost ``C`` and its compute-matched accuracy, the table a
+compute-matched section and a second ranking, by compute-matched accuracy.
 """
 
 from __future__ import annotations
@@ -59,6 +64,12 @@ from avalanche_gss.reproduce.policies import (
 from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS, data_label
 from avalanche_gss.reproduce.runs import Run, check_model, job_config, run_result, sweep
 from avalanche_gss.reproduce.which_buffer_composition import traced_streams, write_composition
+from avalanche_gss.reproduce.which_buffer_matched import (
+    MATCHED_LEGEND,
+    add_matched,
+    matched_configs,
+    matched_rows,
+)
 from avalanche_gss.reproduce.which_buffer_report import (
     NAME,
     STEM,
@@ -198,6 +209,8 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
             config["tensorboard"] = os.path.join(
                 args.tensorboard, NAME,
                 f"{r.keys['policy']}-{r.keys['stream']}-M{s.buffer_size}-seed{s.seed}")
+        if getattr(args, "compute_matched", False):
+            config["count_passes"] = True
         configs.append(config)
     return configs
 
@@ -242,12 +255,24 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
              len(chosen["seeds"]), data.name, data.source, args.threads)
     start = time.perf_counter()
     results = sweep(args, NAME, configs, run_job)
-    pairs = [(r.keys, run_result(r.settings, result, drop=("trace", "train_sizes")))
+    pairs = [(r.keys, run_result(r.settings, result, drop=("trace", "train_sizes", "passes")))
              for r, result in zip(runs, results, strict=True)]
     rows = group_rows(pairs, PolicyRow)
     records = [r.to_dict() for r in rows]
     columns = [(s, m) for s in chosen["streams"] for m in chosen["buffer_sizes"]]
     table, best = ranking(records, chosen["policies"], columns)
+    matched = None
+    if getattr(args, "compute_matched", False):
+        again = matched_configs(configs, results)
+        log.info("%s: %d compute-matched runs", NAME, len({config_key(c) for c in again}))
+        matched = add_matched(records, [{**r.keys, "buffer_size": r.settings.buffer_size,
+                                         "seed": r.settings.seed} for r in runs],
+                              again, sweep(args, NAME, again, run_job))
+    extra: dict[str, Any] = {}
+    if matched is not None:
+        matched_table, matched_best = ranking(matched_rows(records), chosen["policies"], columns)
+        extra = {"compute_matched": MATCHED_LEGEND, "ranking_compute_matched": matched_table,
+                 "best_compute_matched": matched_best}
     label = data_label(data)
     sizes = "/".join(map(str, chosen["buffer_sizes"]))
     first = runs[0].settings
@@ -275,13 +300,14 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
         "rows": records,
         "best": best,
         "ranking": table,
+        **extra,
         "wall_seconds": time.perf_counter() - start,
     }
     paths = output_paths(args.out, STEM, "json", "csv", "md")
     paths["png"] = figure(records, chosen, os.path.join(args.out, f"{STEM}.png"),
                           f"Accuracy vs train time per run, {label}, "
                           f"{len(chosen['seeds'])} seed(s)")
-    write_report(paths, report, runs_csv(pairs, report["provenance"]),
+    write_report(paths, report, runs_csv(pairs, report["provenance"], matched),
                  markdown(report, columns, paths["png"]))
     paths.update(write_composition(report, runs, results, args.out))
     bad = [f"{r.policy} on {r.stream} M={r.buffer_size} seed {seed}" for r in rows

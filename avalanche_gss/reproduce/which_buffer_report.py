@@ -195,6 +195,8 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
         lines.append(f"| {t['place']} | {t['policy']} | {t['mean_rank']:.2f} | {t['wins']} / "
                      f"{t['columns']} | {t['mean_accuracy']:.1f} | "
                      f"{t['mean_train_seconds']:.2f} | {t['time_vs_fastest']:.2f}× |")
+    if "ranking_compute_matched" in report:
+        lines += matched_lines(report, columns)
     lines += ["", "Policies (RunSettings keywords):", ""]
     for p in policies:
         keywords = ", ".join(f"{k}={v}" for k, v in POLICIES[p].items())
@@ -212,14 +214,22 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
     return "\n".join(lines)
 
 
-def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, Any]) -> str:
-    """One line per run: policy, stream, buffer size, seed, accuracies, time, device."""
+def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, Any],
+             matched: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> str:
+    """One line per run: policy, stream, buffer size, seed, accuracies, time, device.
+
+    :param matched: with ``--compute-matched``, each run's compute-matched run by
+        ``(policy, stream, buffer size, seed)`` (``C``, ``kept_batches``, ``batches``,
+        ``avg``): four more columns.
+    """
     n_tasks = max(len(res.task_accuracy) for _, res in pairs)
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
     writer.writerow(["policy", "method", "options", "stream", "family", "buffer_size", "seed",
                      "avg", *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds",
-                     "skipped_steps", "diverged", "device", "threads"])
+                     "skipped_steps", "diverged", "device", "threads",
+                     *(("relative_cost", "kept_batches", "batches", "matched_avg")
+                       if matched is not None else ())])
     for keys, res in pairs:
         options = ";".join(f"{k}={v}" for k, v in POLICIES[keys["policy"]].items()
                            if k != "method")
@@ -229,8 +239,52 @@ def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, 
                          res.settings.seed, f"{res.avg:.2f}",
                          *accs, *[""] * (n_tasks - len(accs)), f"{res.train_seconds:.3f}",
                          res.extras.get("skipped_steps", 0), diverged(res.extras),
-                         prov["device"], prov["threads"]])
+                         prov["device"], prov["threads"],
+                         *_matched_cells(matched, keys, res)])
     return buffer.getvalue()
+
+
+def _matched_cells(matched: dict[tuple[Any, ...], dict[str, Any]] | None,
+                   keys: dict[str, Any], res: RunResult) -> list[Any]:
+    if matched is None:
+        return []
+    m = matched[(keys["policy"], keys["stream"], res.settings.buffer_size, res.settings.seed)]
+    return [m["C"], m["kept_batches"], m["batches"], f"{m['avg']:.2f}"]
+
+
+def matched_lines(report: dict[str, Any], columns: Sequence[tuple[str, int]]) -> list[str]:
+    """The compute-matched section: C and the rule, a table, a ranking by its accuracy."""
+    cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in report["rows"]}
+    best = report["best_compute_matched"]
+    lines = ["", "## Compute-matched", "", report["compute_matched"], "",
+             "Each cell: the compute-matched final average accuracy, then in parentheses C "
+             "(the mean over seeds) and the accuracy as measured (table above). **Bold**: the "
+             "best compute-matched accuracy of the column.", "",
+             "| policy | " + " | ".join(f"{s} M={m}" for s, m in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for p in report["protocol"]["policies"]:
+        cells = []
+        for s, m in columns:
+            r = cell.get((p, s, m))
+            if r is None:
+                cells.append("-")
+                continue
+            acc = format_cell(r["matched_avg_mean"], r["matched_avg_std"])
+            bold = p in best.get(f"{s} M={m}", [])
+            cells.append((f"**{acc}**" if bold else acc)
+                         + f" (C = {r['relative_cost_mean']:.2f}; measured {r['avg_mean']:.1f})")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    lines += ["", "Ranking by compute-matched accuracy (columns as in the ranking above; "
+              "the train seconds are the compute-matched runs', shown beside, not ranked "
+              "on):", "",
+              "| rank | policy | mean rank | columns won | mean accuracy | mean train s "
+              "per run | time vs fastest |",
+              "|---|---|---|---|---|---|---|"]
+    for t in report["ranking_compute_matched"]:
+        lines.append(f"| {t['place']} | {t['policy']} | {t['mean_rank']:.2f} | {t['wins']} / "
+                     f"{t['columns']} | {t['mean_accuracy']:.1f} | "
+                     f"{t['mean_train_seconds']:.2f} | {t['time_vs_fastest']:.2f}× |")
+    return lines
 
 
 def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,

@@ -1,0 +1,55 @@
+"""``which-buffer --compute-matched``: relative cost, the matched runs, the report."""
+
+import csv
+import json
+import math
+from fractions import Fraction
+
+from avalanche_gss.reproduce import policies
+from avalanche_gss.reproduce.__main__ import main
+from avalanche_gss.reproduce.cli import parse_args
+from avalanche_gss.reproduce.which_buffer import _job_configs, plan
+
+TINY = ["which-buffer", "--quick", "--seeds", "0", "--policies", "Reservoir", "GSS-Greedy",
+        "--streams", "disjoint", "--buffer-sizes", "30", "--n-iter", "1"]
+
+
+def test_the_plan_and_its_jobs_without_the_option_are_unchanged():
+    off, on = parse_args(TINY), parse_args([*TINY, "--compute-matched"])
+    assert not off.compute_matched and on.compute_matched
+    assert plan(off) == plan(on)  # the option adds runs after the measured ones, not to them
+    runs, _ = plan(off)
+    identity = {"data_sha256": "x"}
+    plain = _job_configs(off, runs, "mnist", identity)
+    counted = _job_configs(on, runs, "mnist", identity)
+    assert all("count_passes" not in c and "matched" not in c for c in plain)
+    assert [{k: v for k, v in c.items() if k != "count_passes"} for c in counted] == plain
+    assert all(c["count_passes"] for c in counted)
+
+
+def test_reservoir_keeps_pace_and_gss_greedy_trains_on_fewer_batches(tmp_path, monkeypatch):
+    monkeypatch.setitem(policies.QUICK, "samples_per_task", 100)  # 5 x 100 digits
+    out = tmp_path / "out"
+    assert main([*TINY, "--compute-matched", "--out", str(out)]) == 0
+    report = json.loads((out / "which_buffer.json").read_text())
+    rows = {r["policy"]: r for r in report["rows"]}
+    reservoir, greedy = rows["Reservoir"], rows["GSS-Greedy"]
+    assert reservoir["relative_cost"] == ["1"]  # counted passes == its closed form
+    assert reservoir["batches"] == [50] and reservoir["kept_batches"] == [50]
+    assert reservoir["matched_avg"] == reservoir["avg"]  # the same run, again
+    c = Fraction(greedy["relative_cost"][0])
+    assert c > 1 and greedy["kept_batches"][0] < greedy["batches"][0] == 50
+    assert greedy["kept_batches"][0] == math.ceil(50 / c)  # batches floor(j * C) < 50
+    assert "extras" not in greedy or "passes" not in json.dumps(greedy["extras"])
+    assert {t["policy"] for t in report["ranking_compute_matched"]} == set(rows)
+    assert set(report["best_compute_matched"]) == {"disjoint M=30"}
+    md = (out / "which_buffer.md").read_text()
+    assert "## Compute-matched" in md and "floor(j·C)" in md
+    with open(out / "which_buffer.csv") as f:
+        lines = {r["policy"]: r for r in csv.DictReader(f)}
+    assert lines["Reservoir"]["relative_cost"] == "1"
+    assert lines["GSS-Greedy"]["relative_cost"] == str(c)
+    # The cache holds the counts: a measured run's result keeps its passes.
+    cached = [json.loads(p.read_text()) for p in (out / "cache" / "which-buffer").glob("*.json")]
+    assert len(cached) == 4
+    assert sorted("passes" in r["result"]["extras"] for r in cached) == [False, False, True, True]
