@@ -1,6 +1,6 @@
 """Turn runs into the paper-style outputs of ``python -m reproduce``.
 
-``rows_from_runs`` groups runs that differ only by seed into one row (:mod:`.rows`);
+``rows_from_runs`` groups runs that differ only by seed into one row (:mod:`avalanche_gss.rows`);
 ``write_report`` is the one writer of every experiment's JSON, CSV and Markdown;
 ``write_outputs`` writes a table's ``<experiment>.json``, ``.csv`` and ``.md`` (ours beside
 the paper's number in every cell the paper has, when the runs used data verified to be the
