@@ -10,28 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+from helpers.cli import cli, command, toy_npz
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _command(args, cwd):
-    assert REPO not in Path(cwd).resolve().parents, "must run outside the repository"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout, wherever it is installed
-    return [sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)], env
-
-
-def cli(*args, cwd, timeout=600):
-    """Run ``python -m reproduce ARGS`` in ``cwd`` (outside the repository)."""
-    cmd, env = _command(args, cwd)
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def cli_background(*args, cwd, log):
     """Start ``python -m reproduce ARGS`` in ``cwd``; its stderr goes to ``log``."""
-    cmd, env = _command(args, cwd)
+    cmd, env = command(args, cwd)
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                             stderr=open(log, "w"))
 
@@ -39,22 +26,6 @@ def cli_background(*args, cwd, log):
 def table_lines(md_path):
     """The Markdown table of a report (its rows, without the command line)."""
     return [line for line in Path(md_path).read_text().splitlines() if line.startswith("|")]
-
-
-def toy_npz(path, n_classes=10, train=40, test=10, dim=12, seed=0):
-    """A small learnable data set: Gaussian blobs around one centre per class."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(0, 3, size=(n_classes, dim))
-
-    def draw(per_class):
-        y = np.repeat(np.arange(n_classes), per_class)
-        x = centres[y] + rng.normal(0, 1, size=(len(y), dim))
-        return x.astype(np.float32), y.astype(np.int64)
-
-    x_train, y_train = draw(train)
-    x_test, y_test = draw(test)
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return path
 
 
 @pytest.fixture
@@ -342,7 +313,7 @@ runpy.run_module("avalanche_gss.reproduce", run_name="__main__", alter_sys=True)
 def test_a_full_disk_for_the_cache_keeps_the_results_and_writes_the_outputs(outside):
     # The cache's writes fail as on a full disk, in the command's own process.
     toy_npz(outside / "blobs.npz")
-    cmd, env = _command(["table1", "--quick", "--data", "blobs.npz", "--methods", "Rand",
+    cmd, env = command(["table1", "--quick", "--data", "blobs.npz", "--methods", "Rand",
                          "Reservoir", "--buffer-sizes", 20, "--out", "o"], outside)
     cmd[1:3] = ["-c", FULL_DISK]
     res = subprocess.run(cmd, cwd=outside, env=env, capture_output=True, text=True, timeout=300)

@@ -3,13 +3,11 @@ repository, loaded with ``--import`` and run by name with both of its options fr
 command line, which reach its buffer (its ``report()`` says so in the run's extras)."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import cli, toy_npz
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,33 +20,12 @@ def _stride_file() -> str:
     return "\n".join(line.removeprefix("  ") for line in block.splitlines()) + "\n"
 
 
-def _toy_npz(path: Path) -> Path:
-    """Ten well-separated classes of 40 + 10 samples: 5 tasks of 80 training samples."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    centres = rng.normal(0, 3, size=(10, 12))
-    arrays = {}
-    for split, per_class in (("train", 40), ("test", 10)):
-        y = np.repeat(np.arange(10), per_class)
-        arrays[f"x_{split}"] = (centres[y] + rng.normal(0, 1, (len(y), 12))).astype(np.float32)
-        arrays[f"y_{split}"] = y
-    np.savez(path, **arrays)
-    return path
-
-
-def _reproduce(*args: object, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.slow
 def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     (tmp_path / "stride.py").write_text(_stride_file())
-    data = _toy_npz(tmp_path / "toy.npz")
+    data = toy_npz(tmp_path / "toy.npz")
     label = "Stride:every=3,start=5"
-    res = _reproduce("which-buffer", "--quick", "--data", data, "--import", "stride.py",
+    res = cli("which-buffer", "--quick", "--data", data, "--import", "stride.py",
                      "--policies", label, "--streams", "disjoint", "--seeds", 0,
                      "--buffer-sizes", 100, "--out", "out", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -62,7 +39,7 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
 
 def test_an_option_the_buffer_lacks_is_refused_in_one_line_naming_the_allowed(tmp_path):
     (tmp_path / "stride.py").write_text(_stride_file())
-    res = _reproduce("which-buffer", "--import", "stride.py", "--policies",
+    res = cli("which-buffer", "--import", "stride.py", "--policies",
                      "Stride:every=3,stop=5", "--streams", "disjoint", "--out", "out",
                      cwd=tmp_path)
     assert res.returncode != 0

@@ -5,13 +5,13 @@ that ran, so that an edit of the policy is a new run and unchanged code a cached
 
 import hashlib
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import cli as reproduce
+from helpers.cli import toy_npz
 
 from avalanche_gss import experiments, methods
 from avalanche_gss.cache import config_key, module_sha256, package_sha256, source_sha256
@@ -208,29 +208,6 @@ def test_a_runs_key_holds_the_source_hash_and_no_revision():
 
 
 # --------------------------------------------------------------------------- the CLI
-
-
-def reproduce(*args, cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m avalanche_gss.reproduce ARGS`` as a user runs it, from ``cwd``."""
-    assert REPO not in cwd.resolve().parents, "must run outside the repository"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
-def toy_npz(path: Path) -> Path:
-    """Ten well-separated classes of 40 + 10 samples: runs of a second or so."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    centres = rng.normal(0, 3, size=(10, 12))
-    arrays = {}
-    for split, per_class in (("train", 40), ("test", 10)):
-        y = np.repeat(np.arange(10), per_class)
-        arrays[f"x_{split}"] = (centres[y] + rng.normal(0, 1, (len(y), 12))).astype(np.float32)
-        arrays[f"y_{split}"] = y
-    np.savez(path, **arrays)
-    return path
 
 
 def _sweep_counts(stderr: str) -> tuple[int, int]:
