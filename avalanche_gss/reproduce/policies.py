@@ -215,10 +215,9 @@ class StreamKind:
 
 
 KINDS: dict[str, StreamKind] = {
-    "mnist": StreamKind("the digits streams (the MLP)", ("mnist", "mnist-5k"), BUFFER_SIZES,
-                        QUICK),
-    "cifar10": StreamKind("the CIFAR-10 streams (Table 3's protocol, the ResNet-18)",
-                          ("cifar10",), CIFAR_BUFFER_SIZES, CIFAR_QUICK, 2000),
+    "mnist": StreamKind("the digits streams", ("mnist", "mnist-5k"), BUFFER_SIZES, QUICK),
+    "cifar10": StreamKind("the CIFAR-10 streams", ("cifar10",), CIFAR_BUFFER_SIZES,
+                          CIFAR_QUICK, 2000),
 }
 """The kinds of streams, by :attr:`StreamSpec.data`. One invocation runs streams of one
 kind: the streams share the data (``--data``), the buffer sizes and the table's columns."""
@@ -236,10 +235,9 @@ def stream_problem(streams: Sequence[str], data: str | None) -> str | None:
     for name in streams:
         kinds.setdefault(STREAMS[name].data, []).append(name)
     if len(kinds) > 1:
-        parts = [f"{', '.join(names)} are {KINDS[kind].label}"
-                 for kind, names in kinds.items()]
-        return ("argument --streams: " + "; ".join(parts) + "; they run on other data and "
-                "models, so give the streams of one kind per run")
+        parts = [f"{', '.join(names)}: {KINDS[kind].label}" for kind, names in kinds.items()]
+        return ("argument --streams: " + "; ".join(parts) + "; they differ in data, model "
+                "and default M: give streams of one kind per run")
     if data is None or data.lower().endswith(".npz") or not kinds:
         return None
     kind = KINDS[next(iter(kinds))]

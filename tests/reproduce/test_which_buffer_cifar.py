@@ -78,12 +78,11 @@ def test_split_cifar_has_two_classes_per_task_and_the_blurry_one_swaps_a_tenth()
 def test_streams_of_both_kinds_or_data_of_another_kind_are_refused_in_one_line(capsys):
     line = _one_error_line(capsys, ["which-buffer", "--streams", "disjoint", "blurry",
                                     "cifar10-blurry"])
-    assert "--streams" in line and "disjoint, blurry are the digits streams" in line
-    assert "cifar10-blurry are the CIFAR-10 streams" in line
+    assert "--streams" in line and "disjoint, blurry: the digits streams" in line
+    assert "cifar10-blurry: the CIFAR-10 streams" in line
     line = _one_error_line(capsys, ["which-buffer", "--streams", *CIFAR, "--data", "mnist"])
     assert line.endswith("error: argument --data: mnist does not fit cifar10-disjoint, "
-                         "cifar10-blurry (the CIFAR-10 streams (Table 3's protocol, the "
-                         "ResNet-18)); give cifar10 or a PATH.npz")
+                         "cifar10-blurry (the CIFAR-10 streams); give cifar10 or a PATH.npz")
     line = _one_error_line(capsys, ["which-buffer", "--data", "cifar10"])
     assert "--data: cifar10 does not fit disjoint, permuted" in line
     assert "give mnist or mnist-5k or a PATH.npz" in line
