@@ -18,7 +18,14 @@ from typing import NoReturn
 
 from avalanche_gss import methods  # the registry's names only: no torch, no Avalanche
 from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
-from avalanche_gss.reproduce.policies import POLICIES, STREAM_GROUPS, STREAMS, policy_label
+from avalanche_gss.reproduce.policies import (
+    DEFAULT_STREAMS,
+    POLICIES,
+    STREAM_GROUPS,
+    STREAMS,
+    policy_label,
+    stream_problem,
+)
 
 EXPERIMENTS: dict[str, str] = {
     "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
@@ -206,7 +213,11 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--streams", nargs="+", choices=stream_names, default=None,
                         metavar="STREAM",
                         help=f"which-buffer: streams to run them on: {', '.join(stream_names)} "
-                             "(imbalanced: sequences 1-5; default: all)")
+                             "(imbalanced: sequences 1-5; default: the digits streams, "
+                             f"{', '.join(DEFAULT_STREAMS)}, with the MLP; cifar10-*: "
+                             "Table 3's protocol, CIFAR-10 (--data cifar10; --quick without "
+                             "it: a generated stand-in) with the ResNet-18, M = 1000; one "
+                             "kind per run, not both)")
     parser.add_argument("--compute-matched", action="store_true",
                         help="which-buffer: also run each policy at Reservoir's compute: "
                              "relative cost C = its (forward + 2 x backward) passes over "
@@ -327,6 +338,9 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
         if repeated:
             parser.error(f"argument --streams: {', '.join(repeated)} given more than once "
                          "(imbalanced stands for imbalanced-1 .. imbalanced-5); give each once")
+        problem = stream_problem(streams or DEFAULT_STREAMS, args.data)
+        if problem is not None:
+            parser.error(problem)
     else:
         for key in ("policies", "streams"):
             if getattr(args, key) is not None:

@@ -123,19 +123,24 @@ def policy_label(text: str, methods: Sequence[str] | None = None) -> str:
 class StreamSpec:
     """One stream of the comparison, built by a protocol of ``avalanche_gss.reproduce.protocols``.
 
-    :param family: the figure panel it belongs to (``"imbalanced"`` for sequences 1-5).
+    :param family: the figure panel it belongs to (``"imbalanced"`` for sequences 1-5;
+        a CIFAR-10 stream shares its family with the digits' stream of the same
+        construction: one run never holds both kinds).
     :param protocol: the protocol whose stream builder, learning rate and iterations per
         batch the runs use (``"table1"``...).
     :param variant: the protocol's row keys for this stream (Table 4's ``sequence``).
     :param blurred: blur the task boundaries with
         :func:`~avalanche_gss.benchmarks.blurry_tasks` (each task keeps the share
         ``avalanche_gss.reproduce.protocols.BLURRY_KEEP`` of its samples, the paper appendix's).
+    :param data: the key of its :data:`KINDS` entry: its protocol's dataset (``"mnist"``:
+        the digits with the MLP; ``"cifar10"``: CIFAR-10 with the reduced ResNet-18).
     """
 
     family: str
     protocol: str
     variant: dict[str, Any] = field(default_factory=dict)
     blurred: bool = False
+    data: str = "mnist"
 
 
 STREAMS: dict[str, StreamSpec] = {
@@ -144,10 +149,21 @@ STREAMS: dict[str, StreamSpec] = {
     **{f"imbalanced-{k}": StreamSpec("imbalanced", "table4", {"sequence": k})
        for k in range(1, 6)},
     "blurry": StreamSpec("blurry", "table1", blurred=True),
+    "cifar10-disjoint": StreamSpec("disjoint", "table3", data="cifar10"),
+    "cifar10-blurry": StreamSpec("blurry", "table3", blurred=True, data="cifar10"),
 }
-"""The streams, all on the digits: disjoint balanced (Table 1's), permuted (Table 2's),
-imbalanced sequences 1-5 (Table 4's) and blurry disjoint (Table 1's stream, boundaries
-blurred as in the paper's appendix, on MNIST here)."""
+"""The streams. On the digits, with the MLP: disjoint balanced (Table 1's), permuted
+(Table 2's), imbalanced sequences 1-5 (Table 4's) and blurry disjoint (Table 1's stream,
+boundaries blurred as in the paper's appendix, on MNIST here). On CIFAR-10, with the
+reduced ResNet-18 and Table 3's protocol (2,000 samples per task, learning rate 0.01):
+``cifar10-disjoint`` (Split CIFAR-10, 5 tasks of 2 classes: Table 3's stream) and
+``cifar10-blurry`` (the same stream blurred as the digits' blurry one; the paper's
+appendix blurs it too, with 1,000 samples per task and M = 500, here Table 3's counts so
+that both CIFAR-10 columns share M)."""
+
+DEFAULT_STREAMS: tuple[str, ...] = tuple(name for name, s in STREAMS.items()
+                                         if s.data == "mnist")
+"""The streams run when ``--streams`` is not given: those on the digits."""
 
 STREAM_GROUPS: dict[str, tuple[str, ...]] = {
     "imbalanced": tuple(name for name, s in STREAMS.items() if s.family == "imbalanced"),
@@ -168,6 +184,70 @@ QUICK: dict[str, Any] = {
 samples per task on the disjoint, permuted and blurry streams (the imbalanced ones keep
 their counts)."""
 
+CIFAR_BUFFER_SIZES = (1000,)
+"""Default buffer sizes ``M`` on the CIFAR-10 streams: Table 3's (the paper found no
+sensible accuracy below 1,000)."""
+
+CIFAR_QUICK: dict[str, Any] = {"seeds": (0,), "buffer_sizes": (40,), "samples_per_task": 20}
+"""What ``--quick`` runs on the CIFAR-10 streams: one seed, M = 40 and 20 samples per task
+(Table 3: 2,000 and M = 1,000; ``table3 --quick``: 50 and M = 100), so that a policy's
+quick run of the ResNet-18 takes a few seconds on one CPU core."""
+
+
+@dataclass(frozen=True)
+class StreamKind:
+    """The streams of one dataset: the data they fit, their defaults.
+
+    :param label: how messages name them (``"the digits streams"``).
+    :param datasets: the ``--data`` names that fit them (any ``PATH.npz`` fits too).
+    :param buffer_sizes: default buffer sizes.
+    :param quick: what ``--quick`` replaces or adds (seeds, buffer sizes, streams,
+        ``samples_per_task``).
+    :param paper_samples_per_task: the protocol's samples per task, which a ``--quick`` run
+        records as a deviation when it runs fewer (``None``: not recorded).
+    """
+
+    label: str
+    datasets: tuple[str, ...]
+    buffer_sizes: tuple[int, ...]
+    quick: dict[str, Any]
+    paper_samples_per_task: int | None = None
+
+
+KINDS: dict[str, StreamKind] = {
+    "mnist": StreamKind("the digits streams", ("mnist", "mnist-5k"), BUFFER_SIZES, QUICK),
+    "cifar10": StreamKind("the CIFAR-10 streams", ("cifar10",), CIFAR_BUFFER_SIZES,
+                          CIFAR_QUICK, 2000),
+}
+"""The kinds of streams, by :attr:`StreamSpec.data`. One invocation runs streams of one
+kind: the streams share the data (``--data``), the buffer sizes and the table's columns."""
+
+
+def stream_problem(streams: Sequence[str], data: str | None) -> str | None:
+    """Why ``streams`` cannot run together on ``data``, in one line, or ``None``.
+
+    :param streams: the chosen streams (names of :data:`STREAMS`, groups expanded).
+    :param data: the ``--data`` value (a dataset name or a ``.npz`` path), or ``None``.
+    :return: streams of several kinds (naming each kind's streams), or a ``--data`` name
+        that does not fit their kind (naming the value and the names that fit).
+    """
+    kinds: dict[str, list[str]] = {}
+    for name in streams:
+        kinds.setdefault(STREAMS[name].data, []).append(name)
+    if len(kinds) > 1:
+        parts = [f"{', '.join(names)}: {KINDS[kind].label}" for kind, names in kinds.items()]
+        return ("argument --streams: " + "; ".join(parts) + "; they differ in data, model "
+                "and default M: give streams of one kind per run")
+    if data is None or data.lower().endswith(".npz") or not kinds:
+        return None
+    kind = KINDS[next(iter(kinds))]
+    if data not in kind.datasets:
+        return (f"argument --data: {data} does not fit {', '.join(streams)} "
+                f"({kind.label}); give {' or '.join(kind.datasets)} or a PATH.npz")
+    return None
+
+
 COMPOSITION_STREAMS = ("disjoint", "imbalanced")
 """Streams (names or families) whose runs trace the buffer's composition; the composition
-report shows the disjoint stream and the first imbalanced sequence run."""
+report shows the first disjoint stream run (the digits' or CIFAR-10's: one kind per run)
+and the first imbalanced sequence run."""

@@ -1,9 +1,11 @@
 """``python -m reproduce which-buffer``: which buffer policy for which stream, and its cost.
 
 Not a table of the paper: every policy of :data:`~avalanche_gss.reproduce.policies.POLICIES`
-on every stream of :data:`~avalanche_gss.reproduce.policies.STREAMS` (disjoint, permuted,
-imbalanced sequences 1-5, blurry; all on the digits) at every buffer size and seed, each run
-with its stream's protocol (learning rate, iterations per batch). The runs go through the
+on every chosen stream of :data:`~avalanche_gss.reproduce.policies.STREAMS` (by default
+those on the digits: disjoint, permuted, imbalanced sequences 1-5, blurry; or Table 3's
+CIFAR-10 streams, disjoint and blurry, with the ResNet-18: one kind per run) at every
+buffer size and seed, each run with its stream's protocol (learning rate, iterations per
+batch, model). The runs go through the
 tables' job (:func:`~avalanche_gss.reproduce.jobs.run_job`) and
 :func:`~avalanche_gss.sweep.run_sweep`, so they are cached and a stopped sweep resumes.
 Outputs, in ``--out``:
@@ -18,8 +20,9 @@ Outputs, in ``--out``:
   versions).
 - ``which_buffer.png``: accuracy against training seconds, one panel per stream family.
 - ``which_buffer_composition.md`` / ``.json`` / ``.csv``: what each policy's buffer holds
-  at every task end of the disjoint stream and of the first imbalanced sequence run (each
-  task's share of the stored samples), traced during the same runs.
+  at every task end of the disjoint stream (the digits' or CIFAR-10's) and of the first
+  imbalanced sequence run (each task's share of the stored samples), traced during the
+  same runs.
 
 With ``--compute-matched`` each run also counts its model's passes, and each policy runs
 again on its compute-matched stream (:mod:`~avalanche_gss.reproduce.which_buffer_matched`):
@@ -53,10 +56,10 @@ from avalanche_gss.reproduce.common import (
 from avalanche_gss.reproduce.jobs import build_split, run_job
 from avalanche_gss.reproduce.outputs import show_outputs
 from avalanche_gss.reproduce.policies import (
-    BUFFER_SIZES,
     COMPOSITION_STREAMS,
+    DEFAULT_STREAMS,
+    KINDS,
     POLICIES,
-    QUICK,
     SEEDS,
     STREAM_GROUPS,
     STREAMS,
@@ -139,14 +142,19 @@ def check_policies(labels: Sequence[str], prog: str) -> None:
 def choices(args: argparse.Namespace) -> dict[str, Any]:
     """The policies, streams, buffer sizes and seeds to run (defaults, ``--quick``, options).
 
+    The streams' kind (:data:`~avalanche_gss.reproduce.policies.KINDS`: the digits', by
+    default, or CIFAR-10's) gives the default buffer sizes and what ``--quick`` runs.
+
     :param args: the parsed command line.
     """
-    chosen = resolve_choices(args, {"policies": tuple(POLICIES), "streams": tuple(STREAMS),
-                                    "buffer_sizes": BUFFER_SIZES, "seeds": SEEDS},
-                             QUICK, ("policies", "buffer_sizes", "seeds"))
-    if args.streams is not None:  # a family stands for its streams
-        chosen["streams"] = tuple(s for name in args.streams
-                                  for s in STREAM_GROUPS.get(name, (name,)))
+    streams = DEFAULT_STREAMS if args.streams is None else tuple(
+        s for name in args.streams for s in STREAM_GROUPS.get(name, (name,)))  # a family
+    kind = KINDS[STREAMS[streams[0]].data]
+    chosen = resolve_choices(args, {"policies": tuple(POLICIES), "streams": DEFAULT_STREAMS,
+                                    "buffer_sizes": kind.buffer_sizes, "seeds": SEEDS},
+                             kind.quick, ("policies", "buffer_sizes", "seeds"))
+    if args.streams is not None:
+        chosen["streams"] = streams
     return chosen
 
 
@@ -216,19 +224,30 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
 
 
 def _streams(data: Any, runs: Sequence[Run], chosen: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each chosen stream's protocol as run, for the report."""
+    """Each chosen stream's protocol as run, for the report.
+
+    A ``--quick`` run of fewer samples per task than its kind's protocol
+    (:attr:`~avalanche_gss.reproduce.policies.StreamKind.paper_samples_per_task`) says so
+    among its deviations.
+    """
     streams = []
     for s in chosen["streams"]:
         config = stream_config(s, chosen)
         split = build_split(data, config, chosen["seeds"][0])
         settings = next(r.settings for r in runs if r.keys["stream"] == s)
+        deviations = list(split.protocol.get("deviations", []))
+        full = KINDS[STREAMS[s].data].paper_samples_per_task
+        quick = config["variant"].get("samples_per_task")
+        if full is not None and quick is not None and quick < full:
+            deviations.append(f"--quick: {quick:,} samples per task instead of "
+                              f"{PROTOCOLS[STREAMS[s].protocol].paper_ref}'s {full:,}")
         streams.append({"name": s, "family": STREAMS[s].family,
                         "protocol": STREAMS[s].protocol, "variant": config["variant"],
                         "blur": config.get("blur"), "traced": bool(config.get("trace")),
                         "lr": settings.lr, "n_iter": settings.n_iter,
                         "stream": {k: v for k, v in split.protocol.items()
                                    if k != "deviations"},
-                        "deviations": split.protocol.get("deviations", [])})
+                        "deviations": deviations})
     return streams
 
 
@@ -307,7 +326,7 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     paths["png"] = figure(records, chosen, os.path.join(args.out, f"{STEM}.png"),
                           f"Accuracy vs train time per run, {label}, "
                           f"{len(chosen['seeds'])} seed(s)")
-    write_report(paths, report, runs_csv(pairs, report["provenance"], matched),
+    write_report(paths, report, runs_csv(pairs, report["provenance"], matched, data.name),
                  markdown(report, columns, paths["png"]))
     paths.update(write_composition(report, runs, results, args.out))
     bad = [f"{r.policy} on {r.stream} M={r.buffer_size} seed {seed}" for r in rows

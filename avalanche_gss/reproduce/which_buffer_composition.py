@@ -105,8 +105,8 @@ def write_composition(report: dict[str, Any], runs: Sequence[Run],
              + ". Traced in the runs of the main table (stream protocol and settings "
              "alike).", ""]
     if not rows:
-        lines += [f"No stream to trace: {NAME} traces the disjoint stream and the first "
-                  "imbalanced sequence it runs.", ""]
+        lines += [f"No stream to trace: {NAME} traces the disjoint stream (the digits' or "
+                  "CIFAR-10's) and the first imbalanced sequence it runs.", ""]
     for stream in traced:
         for m in report["protocol"]["buffer_sizes"]:
             mine = [r for r in rows if r["stream"] == stream and r["buffer_size"] == m]

@@ -215,9 +215,11 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
 
 
 def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, Any],
-             matched: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> str:
-    """One line per run: policy, stream, buffer size, seed, accuracies, time, device.
+             matched: dict[tuple[Any, ...], dict[str, Any]] | None = None,
+             data: str = "") -> str:
+    """One line per run: policy, stream, buffer size, seed, accuracies, time, device, data.
 
+    :param data: the data the runs used (the dataset's name, e.g. ``cifar10-standin``).
     :param matched: with ``--compute-matched``, each run's compute-matched run by
         ``(policy, stream, buffer size, seed)`` (``C``, ``kept_batches``, ``batches``,
         ``avg``): four more columns.
@@ -227,7 +229,7 @@ def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, 
     writer = csv.writer(buffer)
     writer.writerow(["policy", "method", "options", "stream", "family", "buffer_size", "seed",
                      "avg", *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds",
-                     "skipped_steps", "diverged", "device", "threads",
+                     "skipped_steps", "diverged", "device", "threads", "data",
                      *(("relative_cost", "kept_batches", "batches", "matched_avg")
                        if matched is not None else ())])
     for keys, res in pairs:
@@ -239,7 +241,7 @@ def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, 
                          res.settings.seed, f"{res.avg:.2f}",
                          *accs, *[""] * (n_tasks - len(accs)), f"{res.train_seconds:.3f}",
                          res.extras.get("skipped_steps", 0), diverged(res.extras),
-                         prov["device"], prov["threads"],
+                         prov["device"], prov["threads"], data,
                          *_matched_cells(matched, keys, res)])
     return buffer.getvalue()
 

@@ -34,8 +34,9 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
     args = parse_args(["which-buffer", "--policies", "Reservoir", "GSS-Greedy", "GSS-IQP",
                        "--buffer-sizes", "100", "300", "--seeds", "0", "1"])
     runs, chosen = plan(args)
-    assert chosen["streams"] == tuple(STREAMS)  # every stream by default
-    assert len(STREAMS) == 8  # disjoint, permuted, imbalanced 1-5, blurry
+    assert chosen["streams"] == policies.DEFAULT_STREAMS  # every digits stream by default
+    assert len(policies.DEFAULT_STREAMS) == 8  # disjoint, permuted, imbalanced 1-5, blurry
+    assert all(STREAMS[s].data == "mnist" for s in chosen["streams"])
     keys = [(r.keys["policy"], r.keys["stream"], r.settings.buffer_size, r.settings.seed)
             for r in runs]
     assert len(keys) == len(set(keys)) == 3 * 8 * 2 * 2
