@@ -14,9 +14,9 @@ import torch
 from avalanche.benchmarks import nc_benchmark
 from avalanche.benchmarks.utils import _make_taskaware_tensor_classification_dataset
 from avalanche.checkpointing import maybe_load_checkpoint, save_checkpoint
-from avalanche.core import SupervisedPlugin
 from avalanche.models import IncrementalClassifier, MTSimpleMLP
 from avalanche.training import Naive
+from helpers import StopAfter, sigkill
 from torch import nn
 
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
@@ -73,17 +73,9 @@ def make(method, *, seed=0, momentum=0.0, plugins=()):
                             plugins=list(plugins))
 
 
-class KillAt(SupervisedPlugin):
+def KillAt(k):
     """SIGKILL this process once ``k`` experiences were learnt (buffer updated)."""
-
-    def __init__(self, k):
-        super().__init__()
-        self.k, self.seen = k, 0
-
-    def after_training_exp(self, strategy, **kwargs):
-        self.seen += 1
-        if self.seen == self.k:
-            os.kill(os.getpid(), signal.SIGKILL)
+    return StopAfter(k, sigkill)
 
 
 def accuracy(model, split):
@@ -155,8 +147,9 @@ def test_sigkilled_run_resumes_bit_for_bit(tmp_path, method, momentum):
 
 
 DRIVER = """
+import os
 import sys
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]  # test_checkpoint, helpers
 import torch
 torch.set_num_threads(1)
 from test_checkpoint import KillAt, make, tiny_stream
@@ -193,7 +186,7 @@ def _killed_while_saving(path):
     def replace(src, dst):
         calls.append(src)
         if len(calls) == 2:  # the second checkpoint is written but not yet renamed
-            os.kill(os.getpid(), signal.SIGKILL)
+            sigkill()
         real(src, dst)
 
     os.replace = replace
@@ -215,15 +208,8 @@ def test_a_kill_while_saving_keeps_the_previous_checkpoint(tmp_path):
     assert_same_run(resumed, reference, split)
 
 
-class StopAt(SupervisedPlugin):
-    def __init__(self, k):
-        super().__init__()
-        self.k, self.seen = k, 0
-
-    def after_training_exp(self, strategy, **kwargs):
-        self.seen += 1
-        if self.seen == self.k:
-            raise KeyboardInterrupt
+def _interrupt():
+    raise KeyboardInterrupt
 
 
 def test_a_stream_without_slicing_is_resumed_by_walking_it(tmp_path):
@@ -231,8 +217,8 @@ def test_a_stream_without_slicing_is_resumed_by_walking_it(tmp_path):
     path = tmp_path / "run.ckpt"
     experiences = list(stream)
     with pytest.raises(KeyboardInterrupt):
-        train_resumable(make("GSS-Greedy", plugins=[StopAt(12)]), iter(experiences), path,
-                        every=5)
+        train_resumable(make("GSS-Greedy", plugins=[StopAfter(12, _interrupt)]),
+                        iter(experiences), path, every=5)
     resumed = make("GSS-Greedy")
     assert train_resumable(resumed, (e for e in experiences), path, every=5) == 30
     reference = make("GSS-Greedy")

@@ -11,12 +11,14 @@ import copy
 import importlib
 import os
 import re
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from avalanche.core import SupervisedPlugin
 from torch import Tensor, nn
 
 from avalanche_gss.gradients import per_sample_grad_loop
@@ -98,3 +100,25 @@ def importable_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
     path = os.pathsep.join(filter(None, [str(mod_dir), os.environ.get("PYTHONPATH")]))
     monkeypatch.setenv("PYTHONPATH", path)
     return importlib.import_module(name)
+
+
+def sigkill() -> None:
+    """SIGKILL this process: no cleanup, no ``finally``, as when a machine dies."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class StopAfter(SupervisedPlugin):
+    """Call ``stop`` (it raises or kills the process) once ``k`` experiences were learnt.
+
+    The strategy's buffer is updated by then: the call comes after the ``k``-th experience's
+    ``after_training_exp`` of the plugins before this one.
+    """
+
+    def __init__(self, k: int, stop: Callable[[], None]):
+        super().__init__()
+        self.k, self.seen, self.stop = k, 0, stop
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.seen += 1
+        if self.seen == self.k:
+            self.stop()
