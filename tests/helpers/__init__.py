@@ -25,6 +25,7 @@ from avalanche_gss.gradients import per_sample_grad_loop
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"  # the first 8 bytes of every PNG file
 D, C = 12, 4  # input features, classes of the small scoring model: keeps float64 loops cheap
 
 
@@ -122,3 +123,16 @@ class StopAfter(SupervisedPlugin):
         self.seen += 1
         if self.seen == self.k:
             self.stop()
+
+
+def trained_strategy(strategy_class: type, split, mem_size: int = 40, batches: int = 12):
+    """A ready strategy (``n_iter=1``, seed 0) on a seeded :class:`MLP` with :func:`sgd`, after
+    learning the first ``batches`` online batches of 10 samples of ``split``."""
+    from avalanche_gss.benchmarks import online_benchmark
+
+    torch.manual_seed(0)
+    model = MLP()
+    strategy = strategy_class(model=model, optimizer=sgd(model), mem_size=mem_size, n_iter=1,
+                              seed=0)
+    strategy.train(online_benchmark(split, batch_size=10).train_stream[:batches])
+    return strategy
