@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 from avalanche.evaluation.metrics import accuracy_metrics
+from helpers import PNG_MAGIC
 
 from avalanche_gss.benchmarks import online_benchmark
 from avalanche_gss.evaluation import (
@@ -27,8 +28,6 @@ from avalanche_gss.plotting import (
 )
 from avalanche_gss.solid_angle import surrogate_vs_solid_angle
 from avalanche_gss.training import OnlineRehearsal, quiet_evaluator
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _settings(method, **kw):

@@ -5,6 +5,7 @@ configured backend; the tests check that too.
 """
 
 import pytest
+from helpers import PNG_MAGIC
 from matplotlib import _pylab_helpers
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PolyCollection
@@ -19,8 +20,6 @@ from avalanche_gss.plotting import (
     plot_surrogate_vs_solid_angle,
 )
 from avalanche_gss.solid_angle import SurrogateStudy
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture

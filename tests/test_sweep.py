@@ -212,27 +212,18 @@ def test_submitit_launcher(tmp_path, jobs_module, cluster):
     import submitit  # noqa: F401  (declared in the cluster extra that make installs)
     jobs = make_jobs(tmp_path, 3)
     cache = tmp_path / "cache"
-    results = run_sweep(
-        jobs,
-        jobs_module.record,
-        cache_dir=cache,
-        launcher="submitit",
-        cluster=cluster,
-        progress=False,
-    )
+
+    def sweep():
+        return run_sweep(jobs, jobs_module.record, cache_dir=cache, launcher="submitit",
+                         cluster=cluster, progress=False)
+
+    results = sweep()
     assert [r["square"] for r in results] == [0, 1, 4]
     assert stored(cache) == {0, 1, 2}  # written by the jobs themselves
     if cluster == "local":  # separate processes, launched by submitit
         assert os.getpid() not in {r["pid"] for r in results}
     # Rerun: everything cached, nothing submitted
-    again = run_sweep(
-        jobs,
-        jobs_module.record,
-        cache_dir=cache,
-        launcher="submitit",
-        cluster=cluster,
-        progress=False,
-    )
+    again = sweep()
     assert again == results
     assert starts(tmp_path) == Counter({0: 1, 1: 1, 2: 1})
 

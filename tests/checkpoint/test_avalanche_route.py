@@ -9,10 +9,10 @@ import signal
 import pytest
 import torch
 from avalanche.benchmarks import class_incremental_benchmark, split_online_stream
-from avalanche.core import SupervisedPlugin
 from avalanche.models import SimpleMLP
 from avalanche.training import Naive
 from avalanche.training.plugins import ReplayPlugin
+from helpers import StopAfter
 
 from avalanche_gss import methods
 from avalanche_gss._avalanche import tensor_dataset
@@ -80,17 +80,13 @@ class _Paused(Exception):
     pass
 
 
-class PauseAt(SupervisedPlugin):
+def _pause():
+    raise _Paused
+
+
+def PauseAt(k):
     """Stop this strategy's training (an exception) once ``k`` experiences were learnt."""
-
-    def __init__(self, k):
-        super().__init__()
-        self.k, self.seen = k, 0
-
-    def after_training_exp(self, strategy, **kwargs):
-        self.seen += 1
-        if self.seen == self.k:
-            raise _Paused
+    return StopAfter(k, _pause)
 
 
 def _killed_runs(folder):

@@ -14,9 +14,9 @@ import torch
 from avalanche.benchmarks import nc_benchmark
 from avalanche.benchmarks.utils import _make_taskaware_tensor_classification_dataset
 from avalanche.checkpointing import maybe_load_checkpoint, save_checkpoint
-from avalanche.core import SupervisedPlugin
 from avalanche.models import IncrementalClassifier, MTSimpleMLP
 from avalanche.training import Naive
+from helpers import StopAfter, sigkill
 from torch import nn
 
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
@@ -73,22 +73,23 @@ def make(method, *, seed=0, momentum=0.0, plugins=()):
                             plugins=list(plugins))
 
 
-class KillAt(SupervisedPlugin):
+def KillAt(k):
     """SIGKILL this process once ``k`` experiences were learnt (buffer updated)."""
-
-    def __init__(self, k):
-        super().__init__()
-        self.k, self.seen = k, 0
-
-    def after_training_exp(self, strategy, **kwargs):
-        self.seen += 1
-        if self.seen == self.k:
-            os.kill(os.getpid(), signal.SIGKILL)
+    return StopAfter(k, sigkill)
 
 
 def accuracy(model, split):
     with torch.no_grad():
         return [float((model(x).argmax(1) == y).float().mean()) for x, y in split.test]
+
+
+def as_uninterrupted(strategy, split, stream, *args, **kwargs):
+    """The run ``make(*args, **kwargs)`` trained on ``stream`` in one go, checked to be the
+    same run as ``strategy``'s."""
+    reference = make(*args, **kwargs)
+    reference.train(stream)
+    assert_same_run(strategy, reference, split)
+    return reference
 
 
 def assert_same_run(a, b, split):
@@ -145,9 +146,7 @@ def test_sigkilled_run_resumes_bit_for_bit(tmp_path, method, momentum):
     assert train_resumable(resumed, stream, path, every=4) == len(stream) == 30
     # Then model, buffer (samples, scores, recent buffer, clustering, generators) and
     # accuracy equal those of one uninterrupted train() call on the whole stream
-    reference = make(method, momentum=momentum)
-    reference.train(stream)
-    assert_same_run(resumed, reference, split)
+    reference = as_uninterrupted(resumed, split, stream, method, momentum=momentum)
     # And resuming a finished run trains nothing
     again = make(method, momentum=momentum)
     assert train_resumable(again, stream, path, every=4) == 30
@@ -155,8 +154,9 @@ def test_sigkilled_run_resumes_bit_for_bit(tmp_path, method, momentum):
 
 
 DRIVER = """
+import os
 import sys
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]  # test_checkpoint, helpers
 import torch
 torch.set_num_threads(1)
 from test_checkpoint import KillAt, make, tiny_stream
@@ -180,9 +180,7 @@ def test_sigkill_in_a_fresh_interpreter_then_resume(tmp_path):
     assert load_state(make("GSS-IQP"), path) == 15
     train_resumable(resumed, stream, path, every=5)
     # Then it ends as the uninterrupted run
-    reference = make("GSS-IQP")
-    reference.train(stream)
-    assert_same_run(resumed, reference, split)
+    as_uninterrupted(resumed, split, stream, "GSS-IQP")
 
 
 def _killed_while_saving(path):
@@ -193,7 +191,7 @@ def _killed_while_saving(path):
     def replace(src, dst):
         calls.append(src)
         if len(calls) == 2:  # the second checkpoint is written but not yet renamed
-            os.kill(os.getpid(), signal.SIGKILL)
+            sigkill()
         real(src, dst)
 
     os.replace = replace
@@ -210,20 +208,11 @@ def test_a_kill_while_saving_keeps_the_previous_checkpoint(tmp_path):
     assert len(list(tmp_path.glob(".run.ckpt.*.tmp"))) == 1
     resumed = make("GSS-Clust")
     train_resumable(resumed, stream, path, every=6)
-    reference = make("GSS-Clust")
-    reference.train(stream)
-    assert_same_run(resumed, reference, split)
+    as_uninterrupted(resumed, split, stream, "GSS-Clust")
 
 
-class StopAt(SupervisedPlugin):
-    def __init__(self, k):
-        super().__init__()
-        self.k, self.seen = k, 0
-
-    def after_training_exp(self, strategy, **kwargs):
-        self.seen += 1
-        if self.seen == self.k:
-            raise KeyboardInterrupt
+def _interrupt():
+    raise KeyboardInterrupt
 
 
 def test_a_stream_without_slicing_is_resumed_by_walking_it(tmp_path):
@@ -231,13 +220,11 @@ def test_a_stream_without_slicing_is_resumed_by_walking_it(tmp_path):
     path = tmp_path / "run.ckpt"
     experiences = list(stream)
     with pytest.raises(KeyboardInterrupt):
-        train_resumable(make("GSS-Greedy", plugins=[StopAt(12)]), iter(experiences), path,
-                        every=5)
+        train_resumable(make("GSS-Greedy", plugins=[StopAfter(12, _interrupt)]),
+                        iter(experiences), path, every=5)
     resumed = make("GSS-Greedy")
     assert train_resumable(resumed, (e for e in experiences), path, every=5) == 30
-    reference = make("GSS-Greedy")
-    reference.train(stream)
-    assert_same_run(resumed, reference, split)
+    as_uninterrupted(resumed, split, stream, "GSS-Greedy")
 
 
 def test_chunked_training_equals_one_call(tmp_path):
@@ -245,9 +232,7 @@ def test_chunked_training_equals_one_call(tmp_path):
     chunked = make("GSS-IQP")
     for start in range(0, 30, 7):
         chunked.train(stream[start : start + 7])
-    reference = make("GSS-IQP")
-    reference.train(stream)
-    assert_same_run(chunked, reference, split)
+    as_uninterrupted(chunked, split, stream, "GSS-IQP")
 
 
 def test_state_is_weights_only_and_checked_on_load(tmp_path):
@@ -286,9 +271,7 @@ def test_avalanche_checkpoint_helpers_resume_our_strategies(tmp_path):
     assert done == 13
     resumed.train(stream[done:])
     # Then it ends as the uninterrupted run
-    reference = make("GSS-IQP", momentum=0.5)
-    reference.train(stream)
-    assert_same_run(resumed, reference, split)
+    as_uninterrupted(resumed, split, stream, "GSS-IQP", momentum=0.5)
     # And that file cannot be read without unpickling arbitrary objects
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path, weights_only=True)

@@ -1,10 +1,7 @@
 """The gradient engine against its oracle: whole models, parameter subsets, multi-head
 models with task labels, bad inputs.
 
-Tolerances: the engine runs in float32 and the reference in float64, so Gram matrices must
-agree to ``1e-4`` relative to the reference's largest entry (``RTOL``) and cosines, whose
-scale is 1, to ``1e-4`` absolute. Float32 round-off is ~1e-7 here, so a wrong term (a missed
-bias, a mis-ordered patch, a batch-coupled BatchNorm) fails by orders of magnitude.
+The tolerances (``RTOL``) and why they catch a wrong term are said in :mod:`helpers.gradients`.
 """
 
 from __future__ import annotations

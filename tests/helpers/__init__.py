@@ -11,18 +11,21 @@ import copy
 import importlib
 import os
 import re
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from avalanche.core import SupervisedPlugin
 from torch import Tensor, nn
 
 from avalanche_gss.gradients import per_sample_grad_loop
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"  # the first 8 bytes of every PNG file
 D, C = 12, 4  # input features, classes of the small scoring model: keeps float64 loops cheap
 
 
@@ -98,3 +101,38 @@ def importable_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
     path = os.pathsep.join(filter(None, [str(mod_dir), os.environ.get("PYTHONPATH")]))
     monkeypatch.setenv("PYTHONPATH", path)
     return importlib.import_module(name)
+
+
+def sigkill() -> None:
+    """SIGKILL this process: no cleanup, no ``finally``, as when a machine dies."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class StopAfter(SupervisedPlugin):
+    """Call ``stop`` (it raises or kills the process) once ``k`` experiences were learnt.
+
+    The strategy's buffer is updated by then: the call comes after the ``k``-th experience's
+    ``after_training_exp`` of the plugins before this one.
+    """
+
+    def __init__(self, k: int, stop: Callable[[], None]):
+        super().__init__()
+        self.k, self.seen, self.stop = k, 0, stop
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.seen += 1
+        if self.seen == self.k:
+            self.stop()
+
+
+def trained_strategy(strategy_class: type, split, mem_size: int = 40, batches: int = 12):
+    """A ready strategy (``n_iter=1``, seed 0) on a seeded :class:`MLP` with :func:`sgd`, after
+    learning the first ``batches`` online batches of 10 samples of ``split``."""
+    from avalanche_gss.benchmarks import online_benchmark
+
+    torch.manual_seed(0)
+    model = MLP()
+    strategy = strategy_class(model=model, optimizer=sgd(model), mem_size=mem_size, n_iter=1,
+                              seed=0)
+    strategy.train(online_benchmark(split, batch_size=10).train_stream[:batches])
+    return strategy

@@ -4,10 +4,9 @@ import copy
 
 import pytest
 import torch
-from helpers import image_batches
+from helpers import image_batches, trained_strategy
 
 from avalanche_gss.methods.cbrs import CBRS, CBRSBuffer
-from avalanche_gss.models import MLP
 from avalanche_gss.selection.cbrs import cbrs_slots
 
 
@@ -205,13 +204,6 @@ def test_resize_shrinks_the_largest_classes_and_keeps_the_counts_consistent():
 
 
 def test_the_ready_strategy_learns_with_the_buffer(tiny_split):
-    from avalanche_gss.benchmarks import online_benchmark
-
-    torch.manual_seed(0)
-    model = MLP()
-    strategy = CBRS(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
-                    mem_size=40, n_iter=1, seed=0)
-    strategy.train(online_benchmark(tiny_split, batch_size=10).train_stream[:12])
-    buf = strategy.storage_policy
+    buf = trained_strategy(CBRS, tiny_split).storage_policy
     assert type(buf) is CBRSBuffer and len(buf) == 40
     assert int(buf.class_seen.sum()) == 120

@@ -5,10 +5,9 @@ import math
 
 import pytest
 import torch
-from helpers import image_batches
+from helpers import image_batches, trained_strategy
 
 from avalanche_gss.methods.gdumb import GDumb, GDumbBuffer
-from avalanche_gss.models import MLP
 from avalanche_gss.selection.gdumb import gdumb_slots
 
 
@@ -191,14 +190,7 @@ def test_resize_keeps_the_counts_balanced():
 
 
 def test_the_ready_strategy_learns_with_the_buffer(tiny_split):
-    from avalanche_gss.benchmarks import online_benchmark
-
-    torch.manual_seed(0)
-    model = MLP()
-    strategy = GDumb(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
-                     mem_size=40, n_iter=1, seed=0)
-    strategy.train(online_benchmark(tiny_split, batch_size=10).train_stream[:12])
-    buf = strategy.storage_policy
+    buf = trained_strategy(GDumb, tiny_split).storage_policy
     assert type(buf) is GDumbBuffer and len(buf) == 40
     counts = buf.class_sizes()
     seen = buf.class_seen > 0

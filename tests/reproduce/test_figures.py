@@ -5,11 +5,10 @@ import json
 import os
 
 import pytest
+from helpers import PNG_MAGIC
 
 from avalanche_gss.reproduce import figures
 from avalanche_gss.reproduce.__main__ import main
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _outputs(out, name):

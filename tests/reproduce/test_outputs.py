@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.cli import cli
 
 from avalanche_gss.experiments import RunResult, RunSettings, resolve_device, run, run_label
 from avalanche_gss.reporting import format_cell, provenance, rows_from_runs, write_outputs
@@ -240,16 +241,6 @@ def test_a_method_s_own_retrieval_is_its_unlabelled_row():
 # ------------------------------------------------------------------ what ran, said exactly
 
 
-def _cli(*args, cwd):
-    """``python -m avalanche_gss.reproduce ARGS`` as a user runs it, outside the checkout."""
-    import os
-    import sys
-
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
 def _wrote(stdout, *paths):
     """The one "Wrote ..." line of a run's stdout, checked to name every path."""
     lines = [line for line in stdout.splitlines() if line.startswith("Wrote ")]
@@ -285,7 +276,7 @@ def test_other_data_in_mnist_s_layout_get_no_paper_column(tmp_path):
     _idx(raw / "t10k-labels-idx1-ubyte", np.arange(50) % 10)
     work = tmp_path / "work"
     work.mkdir()
-    res = _cli("table1", "--quick", "--data", "mnist", "--root", tmp_path / "root",
+    res = cli("table1", "--quick", "--data", "mnist", "--root", tmp_path / "root",
                "--methods", "Rand", "--n-iter", 1, "--out", "o", cwd=work)
     assert res.returncode == 0, res.stderr[-3000:]
     md = (work / "o" / "table1.md").read_text()
@@ -302,7 +293,7 @@ def test_composition_writes_json_csv_md_with_a_legend_and_says_so(tmp_path):
     import csv
     import json
 
-    res = _cli("composition", "--quick", "--methods", "Reservoir", "--n-iter", 1,
+    res = cli("composition", "--quick", "--methods", "Reservoir", "--n-iter", 1,
                "--root", tmp_path / "empty", "--out", "o", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     out = tmp_path / "o"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import cli
 
 from avalanche_gss.reproduce import policies
 from avalanche_gss.reproduce.__main__ import main
@@ -234,14 +235,8 @@ def test_quick_streams_are_quick_sized():
 # copy of the package is installed.
 
 
-def _cli(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "avalanche_gss.reproduce", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=120)
-
-
 def test_help_lists_which_buffer_and_its_options(tmp_path):
-    res = _cli("--help", cwd=tmp_path)
+    res = cli("--help", cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr
     assert re.search(r"^  which-buffer\s+which buffer policy", res.stdout, re.M)
     text = " ".join(res.stdout.split())
@@ -265,7 +260,7 @@ def test_help_lists_which_buffer_and_its_options(tmp_path):
     (["which-buffer", "--variants", "paper"], ["--variants", "policies"]),
 ])
 def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
-    res = _cli(*args, cwd=tmp_path)
+    res = cli(*args, cwd=tmp_path, timeout=120)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
