@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.cli import subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,7 +21,8 @@ def _throughput(tmp_path, *args):
     res = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "online_throughput.py"), "--repeats", "1",
          *args, "--json", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
+        timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())["records"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 import pickle
 import struct
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.cli import subprocess_env
 
 from avalanche_gss.benchmarks import ArrayDataset, datasets, load_dataset, load_mnist_5k, load_npz
 from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
@@ -75,7 +75,7 @@ _FALLBACK = ("import warnings\n{setup}\n"
 def test_the_offline_digits_warning_is_one_warning_per_process_that_filters_control(
         tmp_path: Path) -> None:
     # Two fresh processes at once: default filters, and a user's simplefilter("ignore").
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = subprocess_env()
     procs = [subprocess.Popen([sys.executable, "-c", _FALLBACK.format(setup=setup,
                                                                       root=str(tmp_path))],
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE,

@@ -13,11 +13,26 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 
 
+def subprocess_env() -> dict[str, str]:
+    """The environment for this checkout's code in another interpreter, started anywhere.
+
+    ``PYTHONPATH`` is this checkout, wherever the package is installed. Under mutmut's
+    statistics pass (``MUTANT_UNDER_TEST=stats``) the child runs with no mutant active
+    instead: mutmut records which tests reach which function in its own process only, and
+    its trampolines look for its configuration in the working directory, which a child
+    started in another folder does not have. With a mutant active (its name), the child
+    runs that mutant too, so that a test in a subprocess can kill it.
+    """
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if env.get("MUTANT_UNDER_TEST") == "stats":
+        env["MUTANT_UNDER_TEST"] = ""
+    return env
+
+
 def command(args: Any, cwd: Any) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of ``python -m avalanche_gss.reproduce ARGS``."""
     assert REPO not in Path(cwd).resolve().parents, "must run outside the repository"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout, wherever it is installed
-    return [sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)], env
+    return [sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)], subprocess_env()
 
 
 def cli(*args: Any, cwd: Any, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -4,14 +4,13 @@ tests hold in any worktree; CI also installs the built wheel into a fresh venv a
 
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import cli, command, toy_npz
+from helpers.cli import cli, command, subprocess_env, toy_npz
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,8 +86,7 @@ def test_installed_outside_the_repository_and_help_is_light(outside):
     probe = ("import sys; from avalanche_gss.reproduce.cli import parse_args; "
              "parse_args(['table1']); "
              "print(sorted(m for m in ('torch', 'avalanche', 'numpy') if m in sys.modules))")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout, wherever it is installed
-    out = subprocess.run([sys.executable, "-c", probe], cwd=outside, env=env,
+    out = subprocess.run([sys.executable, "-c", probe], cwd=outside, env=subprocess_env(),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

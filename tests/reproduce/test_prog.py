@@ -1,12 +1,12 @@
 """Messages and recorded commands name the program as the user ran it."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.cli import subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def test_an_error_names_the_program_as_run(tmp_path, module, prog):
     three_classes(tmp_path / "three.npz")
     res = subprocess.run([sys.executable, "-m", module, "table1", "--quick", "--data",
                           "three.npz", "--out", "o"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+                         text=True, timeout=300, env=subprocess_env())
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{prog}: error: --data") and "three.npz" in last, last

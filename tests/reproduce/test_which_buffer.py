@@ -2,14 +2,13 @@
 
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import cli
+from helpers.cli import cli, subprocess_env
 
 from avalanche_gss.reproduce import policies
 from avalanche_gss.reproduce.__main__ import main
@@ -247,7 +246,7 @@ def test_help_lists_which_buffer_and_its_options(tmp_path):
              "parse_args(['which-buffer']); "
              "print(sorted(m for m in ('torch', 'avalanche', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, text=True, timeout=60)
+                         env=subprocess_env(), text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
