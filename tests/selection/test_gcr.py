@@ -55,6 +55,20 @@ def test_choosing_every_sample_without_ridge_matches_the_target_exactly():
     assert got.residual == pytest.approx(0.0, abs=1e-9)
 
 
+def test_a_singular_fit_without_ridge_falls_back_to_least_squares():
+    # Sample 3 repeats sample 0: with lam = 0 and both chosen, K_XX is singular and the
+    # Cholesky solve fails; the minimum-norm least-squares weights still match the target.
+    g = torch.randn(4, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    g[3] = g[0]
+    w = torch.tensor([1.0, 2.0, 0.5, 1.0], dtype=torch.float64)
+    got = omp_select(g @ g.T, w, 4, lam=0.0, positive=False)
+    assert got.indices.tolist() == [0, 1, 2, 3]
+    assert torch.isfinite(got.weights).all()
+    fitted = g[got.indices].T @ got.weights
+    torch.testing.assert_close(fitted, g.T @ w)
+    assert got.residual == pytest.approx(0.0, abs=1e-9)
+
+
 def test_bad_arguments_are_refused():
     gram = torch.eye(3)
     with pytest.raises(ValueError, match="k must be in 0..3"):
