@@ -67,6 +67,27 @@ def test_the_weighted_replay_loss_is_the_authors_formula():
     assert not torch.allclose(w, torch.full_like(w, 1 / len(w)))
 
 
+def test_the_distillation_term_skips_the_columns_a_sample_did_not_have():
+    # A head that grew since a sample was stored leaves NaN in its logits' new columns:
+    # its squared error is the mean over the columns it has.
+    model = _model()
+    strategy = _strategy(model, alpha=0.3, beta=0.7)
+    buf = _filled(strategy, model)
+    plugin = strategy.rehearsal
+    batch = plugin.retrieval.retrieve(strategy, buf, 5, plugin.generator)
+    slots = plugin.retrieval.last_slots
+    buf.logits[slots[0], C - 1] = float("nan")
+    got = plugin._replay_loss(strategy, batch)
+    x, y, _ = batch
+    out = model(x)
+    z = buf.logits[slots]
+    w = buf.weights[slots] / buf.weights[slots].sum()
+    per = torch.stack([((o[~torch.isnan(r)] - r[~torch.isnan(r)]) ** 2).mean()
+                       for o, r in zip(out, z, strict=True)])
+    want = (0.7 * w * F.cross_entropy(out, y, reduction="none")).sum() + (0.3 * w * per).sum()
+    torch.testing.assert_close(got, want)
+
+
 def test_selection_only_replays_with_the_plain_criterion():
     model = _model()
     strategy = _strategy(model, replay_loss="uniform")
