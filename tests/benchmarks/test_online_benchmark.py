@@ -153,6 +153,7 @@ def test_avalanche_strategy_trains_and_evaluates_on_the_streams(toy) -> None:
     assert sum("Top1_Acc_Exp" in key for key in results) == 5
 
 
+@pytest.mark.slow
 def test_package_names_resolve_and_online_ones_load_avalanche_on_first_access():
     code = (
         "import sys\n"

@@ -284,6 +284,7 @@ _UNDER_A_LIMIT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc: Linux")
 def test_a_resize_under_a_memory_limit_is_refused_and_changes_nothing(tmp_path):
     # A process limited to 1.5 GB more address space asks for 50,000,000 slots

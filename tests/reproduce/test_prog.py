@@ -20,6 +20,7 @@ def three_classes(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, prog", [("avalanche_gss.reproduce",
                                            "python -m avalanche_gss.reproduce"),
                                           ("reproduce", "python -m reproduce")])

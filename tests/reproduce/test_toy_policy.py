@@ -37,6 +37,7 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     assert extras["buffer_task_counts"] == [0, 20, 27, 26, 27]
 
 
+@pytest.mark.slow
 def test_an_option_the_buffer_lacks_is_refused_in_one_line_naming_the_allowed(tmp_path):
     (tmp_path / "stride.py").write_text(_stride_file())
     res = cli("which-buffer", "--import", "stride.py", "--policies",

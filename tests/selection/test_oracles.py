@@ -312,6 +312,7 @@ def test_fss_features_are_the_classifier_input_of_any_model():
                                model(x).detach())
 
 
+@pytest.mark.slow
 def test_grown_reservoir_fills_the_free_slots_first_then_samples_by_algorithm_r():
     # Given a 5-slot reservoir that saw 20 samples, grown to 10 slots, When a batch of 7
     # arrives, Then samples 0-4 take the free slots 5-9 and samples 5 and 6 go through
