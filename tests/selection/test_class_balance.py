@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from avalanche_gss.selection.cbrs import cbrs_plan, cbrs_slots, place_by_weight
-from avalanche_gss.selection.classes import largest_instance, shrink_largest, weighted_index
+from avalanche_gss.selection.classes import grow, largest_instance, shrink_largest, weighted_index
 from avalanche_gss.selection.gdumb import gdumb_slots
 
 _NONE = torch.zeros(0, dtype=torch.long)
@@ -50,6 +50,20 @@ def test_bad_capacities_are_refused_and_an_empty_batch_changes_nothing(rule):
         rule([0, 1, 2], [0], 2)
     decision = rule([0, 1], [], 3)
     assert decision.slots.tolist() == [] and decision.seen.tolist() == [0, 0]
+    # an empty decision is still an int64 index and int64 counts
+    nothing = rule([], [], 3)
+    assert decision.slots.dtype == nothing.slots.dtype == nothing.seen.dtype == torch.long
+
+
+@pytest.mark.parametrize(("stored", "new", "seen", "want"), [([], [0, 0], [], [2]),
+                                                              ([0], [], [1], [1])])
+def test_both_rules_count_the_labels_seen_one_entry_per_label(stored, new, seen, want):
+    # Given the labels seen so far, Then n_c is indexed by label and no longer than the
+    # largest label (or the counts given) needs, in GDumb's sampler as in CBRS
+    args = (torch.tensor(stored, dtype=torch.long), torch.tensor(new, dtype=torch.long), 4,
+            torch.tensor(seen, dtype=torch.long))
+    assert gdumb_slots(*args).seen.tolist() == want
+    assert cbrs_slots(*args, _NO_FULL).seen.tolist() == want
 
 
 @pytest.mark.parametrize(("rule", "per_sample"), [(_cbrs, 2), (_gdumb, 1)])
@@ -131,7 +145,9 @@ def test_shrink_largest_edges():
     labels = torch.tensor([0, 0, 0, 1, 2])
     with pytest.raises(ValueError, match="n_keep must be >= 0, got -1"):
         shrink_largest(labels, -1)
-    assert shrink_largest(labels, 0).tolist() == []
+    kept = shrink_largest(labels, 0)
+    assert kept.dtype == torch.long and labels[kept].tolist() == []
+    assert shrink_largest(_NONE, 0).tolist() == []
     # dropping one sample takes it from the largest class (class 0), whatever the draw
     for seed in range(10):
         kept = shrink_largest(labels, 4, generator=torch.Generator().manual_seed(seed))
@@ -146,6 +162,14 @@ def test_shrink_largest_draws_from_the_generator_it_is_given():
     again = shrink_largest(labels, 20, generator=torch.Generator().manual_seed(3))
     other = shrink_largest(labels, 20, generator=torch.Generator().manual_seed(4))
     assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def test_grow_pads_with_zeros_and_keeps_the_counts_exact():
+    big = 2**24 + 1  # no float32 holds it
+    counts = torch.tensor([big, 3])
+    grown = grow(counts, 4)
+    assert grown.dtype == torch.long and grown.tolist() == [big, 3, 0, 0]
+    assert grow(counts, 2).tolist() == [big, 3]
 
 
 def _cbrs_w(stored, new, capacity, seen, full, seed, weights):
@@ -194,6 +218,47 @@ def test_cbrs_full_class_overwrites_its_own_instances_by_weight():
         slots = _cbrs_w([0, 0, 1], [0], 3, [1, 1], [True, False], seed,
                         weights=(torch.tensor([1.0, 0.0, 1.0]), torch.ones(1)))
         assert slots == [0]
+
+
+def test_cbrs_all_zero_weights_of_the_victim_class_draw_its_instance_uniformly():
+    # Given class 0 full with two stored instances, both of weight 0, When a sample of
+    # class 0 is stored over one of them, Then it is instance floor(u * 2) of the plan's u
+    stored, new = torch.tensor([0, 0, 1]), torch.tensor([0])
+    slots = set()
+    for seed in range(20):
+        plan = cbrs_plan(stored, new, 3, torch.tensor([1, 1]), torch.tensor([True, False]),
+                         generator=torch.Generator().manual_seed(seed))
+        (slot,) = place_by_weight(plan, stored, new,
+                                  (torch.tensor([0.0, 0.0, 1.0]), torch.ones(1))).tolist()
+        assert slot == min(int(float(plan.draws[0]) * 2), 1)
+        slots.add(slot)
+    assert slots == {0, 1}
+
+
+def test_cbrs_plan_draws_are_the_uniforms_left_over_and_stay_in_zero_one():
+    # Given classes 1 and 2 tied for largest, When a sample of class 3 takes a slot, Then
+    # its draw is u * 2 less its integer part (u: its second float64 uniform)
+    stored, new = torch.tensor([0, 1, 1, 2, 2]), torch.tensor([3])
+    for seed in range(20):
+        plan = cbrs_plan(stored, new, 5, torch.tensor([1, 2, 2, 0]),
+                         torch.tensor([False, True, True, False]),
+                         generator=torch.Generator().manual_seed(seed))
+        u = float(torch.rand(1, 2, generator=torch.Generator().manual_seed(seed),
+                             dtype=torch.float64)[0, 1])
+        assert float(plan.draws[0]) == u * 2 - int(u * 2)
+    # Given two full classes of one instance each, When four samples of class 0 come, Then
+    # the stored ones keep their own uniform, and every draw (refused ones too) is in [0, 1)
+    refused = 0
+    for seed in range(20):
+        plan = cbrs_plan(torch.tensor([0, 1]), torch.tensor([0, 0, 0, 0]), 2,
+                         torch.tensor([1, 1]), torch.tensor([True, True]),
+                         generator=torch.Generator().manual_seed(seed))
+        u = torch.rand(4, 2, generator=torch.Generator().manual_seed(seed),
+                       dtype=torch.float64)[:, 1]
+        assert torch.equal(plan.draws[plan.admitted], u[plan.admitted])
+        assert bool(((plan.draws >= 0) & (plan.draws < 1)).all())
+        refused += int((~plan.admitted).sum())
+    assert refused > 0
 
 
 def test_cbrs_plan_draws_one_of_the_tied_largest_classes_uniformly():
@@ -252,6 +317,7 @@ def test_cbrs_plan_refuses_bad_capacities_and_draws_two_uniforms_per_sample():
         plan([0, 1, 2], [0], 2)
     empty = plan([0, 1], [], 3)
     assert empty.victims.tolist() == [] and empty.seen.tolist() == [0, 0]
+    assert empty.victims.dtype == torch.long and empty.draws.dtype == torch.float64
     g, ref = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
     plan([0, 0, 0, 1], [0, 0, 2], 4, g)
     torch.rand(6, generator=ref, dtype=torch.float64)

@@ -2,6 +2,8 @@
 algorithm run on explicit float64 gradient vectors from the per-sample gradient loop."""
 
 
+from fractions import Fraction
+
 import pytest
 import torch
 from helpers import C, D
@@ -11,7 +13,7 @@ from helpers import small_mlp as _model
 
 from avalanche_gss.gradients import sample_gram
 from avalanche_gss.methods.gcr import GCRBuffer
-from avalanche_gss.selection.gcr import class_budgets, omp_select
+from avalanche_gss.selection.gcr import class_budgets, class_groups, omp_select
 
 
 def _omp_on_vectors(grads, w, k, lam):
@@ -199,6 +201,58 @@ def test_class_budgets_are_proportional_capped_and_exact():
                              10).sum()) == 10
     with pytest.raises(ValueError, match="available and share"):
         class_budgets(torch.tensor([1, 2]), torch.tensor([1.0]), 2)
+
+
+def _largest_remainders(shares, k):
+    """Hamilton's apportionment in exact fractions: floors of the quotas, then one more slot
+    to each of the largest remainders (the shares below have no tied remainders)."""
+    quotas = [Fraction(s) * k / sum(Fraction(s) for s in shares) for s in shares]
+    out = [int(q) for q in quotas]
+    by_remainder = sorted(range(len(shares)), key=lambda i: quotas[i] - out[i], reverse=True)
+    for i in by_remainder[: k - sum(out)]:
+        out[i] += 1
+    return out
+
+
+@pytest.mark.parametrize(("shares", "k"), [([5, 3, 2], 4), ([3, 2], 7), ([6, 1, 4, 2], 10)])
+def test_class_budgets_without_caps_are_the_largest_remainders_of_any_scale_of_shares(shares, k):
+    # Given classes with more candidates than slots, When k slots are split
+    want = _largest_remainders(shares, k)
+    avail = torch.full((len(shares),), 100)
+    # Then the budgets are the exact largest-remainder apportionment of the shares, and
+    # scaling every share by the same factor (here below 1 in all) changes nothing
+    for scale in (1.0, 1 / 64):
+        share = torch.tensor(shares, dtype=torch.float64) * scale
+        assert class_budgets(avail, share, k).tolist() == want
+
+
+def test_a_class_without_candidates_takes_no_part_and_one_candidate_is_enough():
+    # Given a class with no candidates, Then the others split the slots as if it were absent
+    with_empty = class_budgets(torch.tensor([0, 5, 5]), torch.tensor([5.0, 1.0, 1.0]), 4)
+    assert with_empty.tolist() == [0] + class_budgets(torch.tensor([5, 5]),
+                                                      torch.tensor([1.0, 1.0]), 4).tolist()
+    # Given a class with a single candidate, Then it gets its proportional slot
+    assert class_budgets(torch.tensor([1, 5]), torch.tensor([1.0, 1.0]), 2).tolist() == [1, 1]
+
+
+def test_zero_shares_split_equally_and_every_slot_is_still_given():
+    # Given shares that are all zero, Then the classes split the slots equally
+    assert class_budgets(torch.tensor([5, 5]), torch.tensor([0.0, 0.0]), 4).tolist() == [2, 2]
+    # Given the only class with a share capped at one candidate, Then the classes left
+    # (share 0) take the surplus equally: min(k, sum(available)) slots in all
+    got = class_budgets(torch.tensor([1, 5, 5]), torch.tensor([10.0, 0.0, 0.0]), 5)
+    assert got.tolist() == [1, 2, 2]
+
+
+def test_a_label_never_seen_has_no_seen_share():
+    # Given candidates of labels 0, 0, 0, 1, 1, 2 and seen counts for labels 0 and 1 only
+    usable, labels = torch.arange(10, 16), torch.tensor([0, 0, 0, 1, 1, 2])
+    # When the "seen" shares split 5 slots
+    groups = class_groups(usable, labels, torch.tensor([3, 1]), "seen", 5)
+    # Then label 2 has share 0 (it gets only what the others cannot take)
+    want = class_budgets(torch.tensor([3, 2, 1]), torch.tensor([3.0, 1.0, 0.0]), 5)
+    assert [b for _, b in groups] == want.tolist()
+    assert [m.tolist() for m, _ in groups] == [[10, 11, 12], [13, 14], [15]]
 
 
 def _stream(n_classes, per_class, seed):

@@ -60,6 +60,32 @@ def test_a_single_sample_batch_has_no_diversity_and_zero_gradients_score_zero():
     assert ocs_scores(g @ g.T, 1).tolist() == [1.0]  # S = 1, V = 0, A = cos = 0
 
 
+def test_two_sample_scores_of_small_gradients_equal_the_papers_equations_at_tau_one():
+    # Given a batch of two gradients and a coreset of three, all of norm far below 1
+    g = torch.randn(5, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    grads = 1e-3 * g
+    # When they are scored with the default tau
+    got = ocs_scores(grads @ grads.T, 2)
+    # Then the scores are the paper's (cosines do not see the scale; V_n = -cos(g_1, g_2))
+    torch.testing.assert_close(got, _paper_scores(grads, 2, 1.0), rtol=1e-9, atol=1e-12)
+
+
+def test_bad_grams_and_batch_sizes_are_refused():
+    with pytest.raises(ValueError, match=r"gram must be square, got shape \(2, 3\)"):
+        ocs_scores(torch.zeros(2, 3), 1)
+    for n_batch in (0, 4):
+        with pytest.raises(ValueError, match=rf"n_batch must be in 1..3, got {n_batch}"):
+            ocs_scores(torch.zeros(3, 3), n_batch)
+
+
+def test_topk_of_nothing_is_an_empty_index():
+    # Given k = 0, or only NaN scores, Then no sample is kept: an empty int64 index
+    s = torch.tensor([0.5, 1.0])
+    for got in (ocs_topk(s, 0), ocs_topk(torch.full((2,), float("nan")), 2)):
+        assert got.dtype == torch.long and got.shape == (0,)
+        assert s[got].tolist() == []
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_buffer_stores_the_batch_top_k_by_the_oracle_scores(seed):
     model = _model(seed)
