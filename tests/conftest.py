@@ -20,10 +20,12 @@ UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
 
 
 def pytest_collection_modifyitems(config, items):
-    # The slow tests first (a stable sort: each group keeps its order). pytest-xdist hands
-    # each worker a contiguous share and the idle one steals from the other's tail, so the
-    # run ends on short tests instead of one worker finishing a long CLI test alone.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # A stable sort: each group keeps its order. In `make test` the slow tests come first:
+    # pytest-xdist hands each worker a contiguous share and the idle one steals from the
+    # other's tail, so the run ends on short tests instead of one worker finishing a long
+    # CLI test alone. Under mutmut they come last: it runs a mutant's tests with -x, so a
+    # mutant that a fast test kills stops there.
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None) != UNDER_MUTMUT)
     if not UNDER_MUTMUT:
         return
     skip = pytest.mark.skip(reason="reads the source as text: mutmut's copy rewrote it")
