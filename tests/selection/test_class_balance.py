@@ -322,3 +322,37 @@ def test_cbrs_plan_refuses_bad_capacities_and_draws_two_uniforms_per_sample():
     plan([0, 0, 0, 1], [0, 0, 2], 4, g)
     torch.rand(6, generator=ref, dtype=torch.float64)
     assert torch.equal(torch.rand(1, generator=g), torch.rand(1, generator=ref))
+
+
+@pytest.mark.parametrize(("seen", "full"), [([1, 0, 2], [True]), ([1], [True, False, True])])
+def test_cbrs_seen_and_full_come_back_one_entry_per_label_whichever_was_longer(seen, full):
+    # Given n_c and the full classes of different lengths, When a sample of class 0 fills a
+    # free slot, Then both come back over the same labels: n_c padded with 0, full with False
+    n = max(len(seen), len(full))
+    want_seen, want_full = seen + [0] * (n - len(seen)), full + [False] * (n - len(full))
+    want_seen[0] += 1
+    args = (torch.tensor([0]), torch.tensor([0]), 4, torch.tensor(seen), torch.tensor(full))
+    for decision in (cbrs_slots(*args), cbrs_plan(*args)):
+        assert decision.seen.tolist() == want_seen and decision.full.tolist() == want_full
+
+
+def _reservoir_draws(monkeypatch, u):
+    """Every sample's reservoir test draws ``u`` (and its instance draw 0)."""
+    monkeypatch.setattr(torch, "rand", lambda n, two, **_: torch.tensor([[u, 0.0]] * n,
+                                                                         dtype=torch.float64))
+
+
+def test_cbrs_full_class_stores_a_sample_when_u_is_at_most_m_c_over_n_c(monkeypatch):
+    # Given a filled memory [0, 1] of full classes, one of each seen, When a second sample
+    # of class 0 draws u = m_c / n_c = 1/2 exactly, Then it replaces its own instance: the
+    # paper's test "u <= m_c / n_c" includes equality
+    args = (torch.tensor([0, 1]), torch.tensor([0]), 2, torch.tensor([1, 1]),
+            torch.tensor([True, True]))
+    _reservoir_draws(monkeypatch, 0.5)
+    assert cbrs_plan(*args).victims.tolist() == [0] and cbrs_slots(*args).slots.tolist() == [0]
+    # Given a full class 0 with no instance stored (memory [1, 1]), When its sample draws
+    # u = 0, Then it is not stored: it has no instance of its own to replace
+    args = (torch.tensor([1, 1]), torch.tensor([0]), 2, torch.tensor([3, 2]),
+            torch.tensor([True, True]))
+    _reservoir_draws(monkeypatch, 0.0)
+    assert cbrs_plan(*args).victims.tolist() == [-2] and cbrs_slots(*args).slots.tolist() == [-1]

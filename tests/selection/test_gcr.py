@@ -13,7 +13,7 @@ from helpers import small_mlp as _model
 
 from avalanche_gss.gradients import sample_gram
 from avalanche_gss.methods.gcr import GCRBuffer
-from avalanche_gss.selection.gcr import class_budgets, class_groups, omp_select
+from avalanche_gss.selection.gcr import class_budgets, class_groups, omp_select, pursue
 
 
 def _omp_on_vectors(grads, w, k, lam):
@@ -140,9 +140,10 @@ def test_waiting_samples_with_a_non_finite_gradient_are_dropped_at_the_merge():
     assert bool(torch.isfinite(buf.weights).all())
 
 
-def _positive_omp_on_vectors(grads, w, k, lam):
+def _positive_omp_on_vectors(grads, w, k, lam, dropped=None):
     """GRAD-MATCH's nonnegative OMP with vectors: argmax of <g_i, r> over all samples, stop
-    when it is already chosen, drop the most negative weight until none is negative."""
+    when it is already chosen, drop the most negative weight until none is negative (the
+    samples dropped are appended to ``dropped``)."""
     b = grads.T @ w
     chosen, weights = [], torch.zeros(0, dtype=torch.float64)
     for _ in range(k):
@@ -157,7 +158,9 @@ def _positive_omp_on_vectors(grads, w, k, lam):
             weights = torch.linalg.solve(a, gx @ b)
             if not chosen or float(weights.min()) >= 0:
                 break
-            chosen.pop(int(torch.argmin(weights)))
+            j = chosen.pop(int(torch.argmin(weights)))
+            if dropped is not None:
+                dropped.append(j)
     return chosen, weights
 
 
@@ -167,7 +170,7 @@ def test_nonnegative_omp_on_the_gram_equals_it_on_the_gradients(seed):
     x, y = _data(20, seed + 30)
     grads = _loop_grads(model, x, y)
     w = torch.rand(20, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
-    got = omp_select(sample_gram(model, x, y).double(), w, 8, lam=0.5)
+    got = omp_select(sample_gram(model, x, y).double(), w, 8)  # lam: the authors' 0.5
     order, weights = _positive_omp_on_vectors(grads, w, 8, 0.5)
     assert got.order.tolist() == order
     assert bool((got.weights >= 0).all())
@@ -187,6 +190,62 @@ def test_nonnegative_omp_keeps_weights_nonnegative_where_ridge_turns_negative():
         got = omp_select(g @ g.T, w, 8, lam=0.01)
         assert bool((got.weights >= 0).all()) and len(got.indices) <= 8
     assert negative  # the unconstrained pursuit does give negative weights here
+
+
+def test_a_sample_dropped_for_a_negative_weight_may_be_chosen_again():
+    # Given pools of 12 gradients in 6 dimensions, When the nonnegative pursuit runs for
+    # every slot, Then it is GRAD-MATCH's: a sample dropped for its negative weight leaves
+    # the support, and may be chosen again later (it does not stop the pursuit)
+    chosen_again = 0
+    for seed in range(20):
+        gen = torch.Generator().manual_seed(seed)
+        grads = torch.randn(12, 6, generator=gen, dtype=torch.float64)
+        w = torch.rand(12, generator=gen, dtype=torch.float64) * 3
+        got = omp_select(grads @ grads.T, w, 12, lam=0.01)
+        dropped = []
+        order, _ = _positive_omp_on_vectors(grads, w, 12, 0.01, dropped)
+        assert got.order.tolist() == order
+        chosen_again += any(j in order for j in dropped)
+    assert chosen_again  # these pools have one such pursuit
+
+
+def test_a_weight_of_exactly_zero_is_not_negative_and_stays():
+    # Given a zero target (every pool weight 0): the first pick's ridge weight is exactly 0
+    grads = torch.randn(5, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    w = torch.zeros(5, dtype=torch.float64)
+    got = omp_select(grads @ grads.T, w, 3)
+    order, weights = _positive_omp_on_vectors(grads, w, 3, 0.5)
+    # Then it stays (only negative weights leave), and the pursuit stops there: its best
+    # candidate is the one already chosen
+    assert got.order.tolist() == order == [0]
+    assert got.weights.tolist() == weights.tolist() == [0.0]
+
+
+def test_pursue_runs_the_pursuit_asked_for_and_fills_a_short_one_at_weight_one():
+    # Given 12 members (rows 2..13) of a weighted union of 14 gradients in 3 dimensions
+    gen = torch.Generator().manual_seed(2)
+    grads = torch.randn(14, 3, generator=gen, dtype=torch.float64)
+    pool = torch.rand(14, generator=gen, dtype=torch.float64) + 0.5
+    members = torch.arange(2, 14)
+    for positive, oracle in ((True, _positive_omp_on_vectors), (False, _omp_on_vectors)):
+        # When their 8 slots are filled
+        keep, weights, result = pursue(grads @ grads.T, pool, members, 8, 0.01,
+                                       positive=positive,
+                                       generator=torch.Generator().manual_seed(0))
+        # Then the pursuit asked for ran on the members against their weighted sum
+        order, want = oracle(grads[members], pool[members], 8, 0.01)[:2]
+        assert result is not None and result.order.tolist() == order
+        by_row = dict(zip(members[order].tolist(), want.tolist(), strict=True))
+        n = len(order)
+        assert keep[:n].tolist() == sorted(by_row)
+        torch.testing.assert_close(weights[:n], torch.tensor([by_row[r] for r in sorted(by_row)],
+                                                             dtype=torch.float64),
+                                   rtol=1e-6, atol=1e-9)
+        # and a short pursuit (the nonnegative one stops early here) is filled with other
+        # members at weight 1
+        assert (n < 8) == positive
+        assert len(set(keep.tolist())) == 8 and set(keep.tolist()) <= set(members.tolist())
+        assert weights[n:].tolist() == [1.0] * (8 - n)
 
 
 def test_class_budgets_are_proportional_capped_and_exact():
