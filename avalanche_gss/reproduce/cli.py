@@ -23,6 +23,7 @@ from avalanche_gss.reproduce.policies import (
     POLICIES,
     STREAM_GROUPS,
     STREAMS,
+    expand_streams,
     policy_label,
     stream_problem,
 )
@@ -333,12 +334,12 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
             parser.error("argument --variants: which-buffer's policies carry their variant "
                          "(e.g. GSS-Greedy: variant=authors); give another as a policy: "
                          "--policies GSS-Greedy:variant=paper")
-        streams = [s for name in args.streams or () for s in STREAM_GROUPS.get(name, (name,))]
+        streams = expand_streams(args.streams)
         repeated = sorted({s for s in streams if streams.count(s) > 1})
         if repeated:
             parser.error(f"argument --streams: {', '.join(repeated)} given more than once "
                          "(imbalanced stands for imbalanced-1 .. imbalanced-5); give each once")
-        problem = stream_problem(streams or DEFAULT_STREAMS, args.data)
+        problem = stream_problem(streams, args.data)
         if problem is not None:
             parser.error(problem)
     else:

@@ -170,6 +170,17 @@ STREAM_GROUPS: dict[str, tuple[str, ...]] = {
 }
 """``--streams`` names that stand for several streams."""
 
+
+def expand_streams(names: Sequence[str] | None) -> tuple[str, ...]:
+    """The streams that ``--streams`` names, in order and with repeats kept.
+
+    :param names: the ``--streams`` values; a group of :data:`STREAM_GROUPS` stands for its
+        streams; ``None`` (not given): :data:`DEFAULT_STREAMS`.
+    """
+    if names is None:
+        return DEFAULT_STREAMS
+    return tuple(s for name in names for s in STREAM_GROUPS.get(name, (name,)))
+
 BUFFER_SIZES = (100, 300, 500)
 """Default buffer sizes ``M``."""
 

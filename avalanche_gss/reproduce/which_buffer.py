@@ -61,8 +61,8 @@ from avalanche_gss.reproduce.policies import (
     KINDS,
     POLICIES,
     SEEDS,
-    STREAM_GROUPS,
     STREAMS,
+    expand_streams,
 )
 from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS, data_label
 from avalanche_gss.reproduce.runs import Run, check_model, job_config, run_result, sweep
@@ -147,8 +147,7 @@ def choices(args: argparse.Namespace) -> dict[str, Any]:
 
     :param args: the parsed command line.
     """
-    streams = DEFAULT_STREAMS if args.streams is None else tuple(
-        s for name in args.streams for s in STREAM_GROUPS.get(name, (name,)))  # a family
+    streams = expand_streams(args.streams)
     kind = KINDS[STREAMS[streams[0]].data]
     chosen = resolve_choices(args, {"policies": tuple(POLICIES), "streams": DEFAULT_STREAMS,
                                     "buffer_sizes": kind.buffer_sizes, "seeds": SEEDS},
