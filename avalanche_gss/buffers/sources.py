@@ -22,6 +22,9 @@ from avalanche_gss.buffers.columns import SlotStore
 
 __all__ = ["BufferView", "ProvenanceIndex"]
 
+_PRUNE_EVERY = 32
+"""New source datasets between two prunings of :class:`ProvenanceIndex`'s registry."""
+
 _Parts = Callable[[Tensor, Tensor, Tensor], tuple[list[Any], list[Tensor]]]
 """``(src, idx, slots) -> (datasets, slots of each)``: :meth:`ProvenanceIndex.parts`."""
 
@@ -102,7 +105,7 @@ class ProvenanceIndex:
         self.datasets: dict[int, Any] = {}  # source id -> dataset
         self._source_of: dict[int, int] = {}  # id(dataset) -> source id
         self._next_source = 0
-        self._prune_at = 64  # registry size that triggers the next pruning
+        self._prune_at = _PRUNE_EVERY  # registry size that triggers the next pruning
         self._view = _DatasetIndex(capacity)
 
     def register(self, data: Any) -> int:
@@ -118,8 +121,11 @@ class ProvenanceIndex:
     def prune(self, referenced: Callable[[], Tensor]) -> None:
         """Forget the source datasets no sample refers to any more.
 
-        Runs when the registry has doubled since the last pruning, so its cost per
-        incoming batch stays constant.
+        Runs once every :data:`_PRUNE_EVERY` new sources: one pass over the referenced
+        ids, shared by that many incoming batches. The registry then holds at most that
+        many sources beyond those still referenced, so its peak does not creep up along
+        the stream (a doubling rule let it float up to twice the referenced ones, and the
+        resident memory grew with the peak).
 
         :param referenced: gives the source ids still referenced (stored or waiting).
         """
@@ -129,7 +135,7 @@ class ProvenanceIndex:
         for sid in [s for s in self.datasets if s not in used]:
             data = self.datasets.pop(sid)
             self._source_of.pop(id(data), None)
-        self._prune_at = max(64, 2 * len(self.datasets))
+        self._prune_at = len(self.datasets) + _PRUNE_EVERY
 
     def stored(self, src: Tensor, idx: Tensor, slots: Tensor, capacity: int) -> None:
         """Record that ``slots`` now hold samples ``idx`` of sources ``src``."""

@@ -541,6 +541,24 @@ def test_source_datasets_are_forgotten_once_no_sample_refers_to_them():
     assert len(buf.buffer) == 5
 
 
+def test_the_source_registry_s_peak_does_not_creep_up_along_the_stream():
+    """At most 32 unreferenced sources between two prunings, however long the stream.
+
+    With M = 40 and 600 experiences nearly every stored sample comes from its own
+    experience late in the stream; a registry pruned when it doubled held up to twice the
+    referenced sources (80 here), its peak rising with the stream, and the resident
+    memory with it.
+    """
+    bench = online_benchmark(_split(n_tasks=3, per_task=2000))  # 600 experiences
+    buf = ReservoirBuffer(40, seed=0)
+    strategy = type("S", (), {"model": None, "device": "cpu"})()
+    peak = 0
+    for exp in bench.train_stream:
+        buf.post_adapt(strategy, exp)
+        peak = max(peak, len(buf.sources.datasets))
+    assert len(buf) == 40 and peak <= 40 + 32, peak
+
+
 @pytest.mark.parametrize("index", ALL, ids=BUFFER_IDS)
 def test_buffer_dataset_follows_every_update(index):
     """Read after each update (the incremental path), through grow, shrink and merges."""
