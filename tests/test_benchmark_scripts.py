@@ -28,26 +28,24 @@ def _throughput(tmp_path, *args):
 
 
 @pytest.mark.slow
-def test_online_throughput_runs_on_the_auto_device(tmp_path):
-    records = _throughput(tmp_path, "--samples-per-task", "20", "--impls", "library", "floor",
-                          "--cases", "reservoir-mlp-disjoint", "cb-gss-mlp-disjoint")
+def test_online_throughput_runs_on_the_auto_device_and_reports_phases_on_the_stand_in(tmp_path):
+    # One run of the script (each start imports torch and Avalanche): two MLP cases on the
+    # device it picks, and the ResNet case on the CIFAR stand-in with its phases.
+    records = _throughput(tmp_path, "--cases", "reservoir-mlp-disjoint", "cb-gss-mlp-disjoint",
+                          "gss-greedy-resnet-cifar", "--impls", "library", "floor", "--phases",
+                          "--samples-per-task", "10", "--buffer-size", "12",
+                          "--test-per-class", "2", "--n-iter", "1")
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert [(r["case"], r["impl"]) for r in records] == [
         ("reservoir-mlp-disjoint", "library"), ("reservoir-mlp-disjoint", "floor"),
-        ("cb-gss-mlp-disjoint", "library"), ("cb-gss-mlp-disjoint", "floor")]
+        ("cb-gss-mlp-disjoint", "library"), ("cb-gss-mlp-disjoint", "floor"),
+        ("gss-greedy-resnet-cifar", "library"), ("gss-greedy-resnet-cifar", "floor")]
     assert {r["device"] for r in records} == {expected}
-
-
-@pytest.mark.slow
-def test_online_throughput_resnet_case_reports_phases_on_the_stand_in(tmp_path):
-    records = _throughput(tmp_path, "--cases", "gss-greedy-resnet-cifar", "--impls", "library",
-                          "floor", "--phases", "--samples-per-task", "10", "--buffer-size",
-                          "12", "--test-per-class", "2", "--n-iter", "1", "--device", "cpu")
-    assert [r["impl"] for r in records] == ["library", "floor"]
+    resnet = records[4:]
     phases = {"train_steps", "scoring", "selection", "replay_draw", "evaluation", "other"}
-    for r in records:
+    for r in resnet:
         assert set(r["phases_ms"]) == phases
         assert "stand-in" in r["data_source"] and "NOT real data" in r["data_source"]
         assert r["buffer_size"] == 12 and r["samples"] == 50
-    assert records[0]["phases_ms"]["scoring"] > 0  # GSS-Greedy scored against the buffer
-    assert records[1]["phases_ms"]["scoring"] == 0
+    assert resnet[0]["phases_ms"]["scoring"] > 0  # GSS-Greedy scored against the buffer
+    assert resnet[1]["phases_ms"]["scoring"] == 0

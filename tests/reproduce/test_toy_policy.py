@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import cli, toy_npz
+from helpers.policy import write_policy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,18 +24,28 @@ def _stride_file() -> str:
 @pytest.mark.slow
 def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     (tmp_path / "stride.py").write_text(_stride_file())
+    # Beside it, a second module of one's own (imported by module name), a policy whose
+    # name has a space, and a policy of the library's own
+    write_policy(tmp_path, "newest_rows", name="Newest rows")
     data = toy_npz(tmp_path / "toy.npz")
     label = "Stride:every=3,start=5"
     res = cli("which-buffer", "--quick", "--data", data, "--import", "stride.py",
-                     "--policies", label, "--streams", "disjoint", "--seeds", 0,
-                     "--buffer-sizes", 100, "--out", "out", cwd=tmp_path)
+              "--import", "newest_rows", "--policies", label, "Newest rows", "Reservoir",
+              "--streams", "disjoint", "--seeds", 0, "--buffer-sizes", 100, "--out", "out",
+              cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    (row,) = json.loads((tmp_path / "out" / "which_buffer.json").read_text())["rows"]
-    assert row["policy"] == label
-    extras = row["extras"][0]
+    rows = json.loads((tmp_path / "out" / "which_buffer.json").read_text())["rows"]
+    assert [r["policy"] for r in rows] == [label, "Newest rows", "Reservoir"]
+    extras = rows[0]["extras"][0]
     assert (extras["every"], extras["start"]) == (3, 5)  # both options reached the buffer
     # and acted: samples 5, 8, ..., 398 kept, the last 100 of them from tasks 2-5
     assert extras["buffer_task_counts"] == [0, 20, 27, 26, 27]
+    # The other user policy is compared by name in every output
+    lines = (tmp_path / "out" / "which_buffer.csv").read_text().splitlines()
+    assert [line.split(",")[:2] for line in lines[2:]] == [["Newest rows", "Newest rows"],
+                                                          ["Reservoir", "Reservoir"]]
+    assert "| Newest rows |" in (tmp_path / "out" / "which_buffer.md").read_text()
+    assert rows[1]["extras"][0]["buffer_task_counts"] == [0, 0, 0, 20, 80]  # the newest 100
 
 
 @pytest.mark.slow

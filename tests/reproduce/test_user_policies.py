@@ -1,10 +1,13 @@
 """Policies from user code: a buffer method and a which-buffer policy registered by a module
 outside the package (``register``, ``register_policy``, an entry point, ``python -m
 reproduce --import``), run by name, and cached under a key that holds the hash of the code
-that ran, so that an edit of the policy is a new run and unchanged code a cached one."""
+that ran, so that an edit of the policy is a new run and unchanged code a cached one.
+which-buffer's run of such a policy, beside the README's ``stride.py``, is in
+``test_toy_policy.py``."""
 
 import hashlib
 import json
+import logging
 import re
 import sys
 from pathlib import Path
@@ -12,54 +15,17 @@ from pathlib import Path
 import pytest
 from helpers.cli import cli as reproduce
 from helpers.cli import toy_npz
+from helpers.policy import POLICY, write_policy
 
 from avalanche_gss import experiments, methods
 from avalanche_gss.cache import config_key, module_sha256, package_sha256, source_sha256
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.reproduce import cli, policies
+from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.common import code_identity, method_code, prepare_job
 from avalanche_gss.training import BufferStrategy
 
 REPO = Path(__file__).resolve().parents[2]
-
-POLICY = '''"""Newest: the buffer keeps the newest samples of the stream."""
-import torch
-
-from avalanche_gss.buffers import OnlineBuffer
-from avalanche_gss.methods import Method, register
-from avalanche_gss.reproduce.policies import register_policy
-from avalanche_gss.training import BufferStrategy
-
-NEWEST = True  # False: the first samples stay instead
-
-
-class NewestBuffer(OnlineBuffer):
-    def _assign(self, rows, model):
-        b, m = len(rows), self.max_size
-        position = torch.arange(self.n_seen, self.n_seen + b)
-        if NEWEST:
-            slots = position % m
-            slots[: max(0, b - m)] = -1  # a batch larger than the buffer keeps its tail
-        else:
-            slots = torch.where(position < m, position, -1)
-        return slots, None
-
-
-class Newest(BufferStrategy):
-    buffer_class = NewestBuffer
-
-
-register(Method("NAME", NewestBuffer, Newest))
-register_policy("NAME", method="NAME")
-'''
-
-
-def write_policy(folder: Path, module: str, name: str = "Newest") -> Path:
-    """Write the policy module ``module``.py, registering method and policy ``name``."""
-    path = folder / f"{module}.py"
-    path.write_text(POLICY.replace("NAME", name))
-    return path
-
 
 @pytest.fixture
 def registry():
@@ -221,7 +187,8 @@ def _row(out: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(tmp_path):
+def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(
+        tmp_path, registry, monkeypatch, caplog):
     # Given a policy in a module of one's own, outside the package
     path = write_policy(tmp_path, "newest_policy")
     data = toy_npz(tmp_path / "toy.npz")
@@ -236,10 +203,12 @@ def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(tmp_p
     assert row["method"] == "Newest"
     # Newest keeps the last 100 of the 5 x 80 samples: 20 of task 4, task 5's 80
     assert row["extras"][0]["buffer_task_counts"] == [0, 0, 0, 20, 80]
-    # Then the same code again is the cached run
-    again = reproduce(*args, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert _sweep_counts(again.stderr) == (1, 0)
+    # Then the same code again is the cached run, here in this process: the key that the
+    # command made in another process is the one this one makes
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO, logger="avalanche_gss.sweep"):
+        assert main(list(map(str, args))) == 0
+    assert _sweep_counts(caplog.text) == (1, 0)
     assert _row(tmp_path / "out") == row
     # And an edit of the policy is a new run, with the new policy's result
     path.write_text(path.read_text().replace("NEWEST = True", "NEWEST = False"))
@@ -249,20 +218,6 @@ def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(tmp_p
     changed = _row(tmp_path / "out")
     assert changed["extras"][0]["buffer_task_counts"] == [80, 20, 0, 0, 0]  # the first 100
     assert changed["avg"] != row["avg"]
-
-
-@pytest.mark.slow
-def test_which_buffer_compares_a_user_policy_by_name(tmp_path):
-    write_policy(tmp_path, "newest_rows", name="Newest rows")
-    data = toy_npz(tmp_path / "toy.npz")
-    res = reproduce("which-buffer", "--quick", "--data", data, "--import", "newest_rows",
-                    "--policies", "Newest rows", "Reservoir", "--streams", "disjoint",
-                    "--seeds", 0, "--buffer-sizes", 100, "--out", "out", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    lines = (tmp_path / "out" / "which_buffer.csv").read_text().splitlines()
-    assert [line.split(",")[:2] for line in lines[1:]] == [["Newest rows", "Newest rows"],
-                                                          ["Reservoir", "Reservoir"]]
-    assert "| Newest rows |" in (tmp_path / "out" / "which_buffer.md").read_text()
 
 
 def test_a_module_that_cannot_be_imported_ends_in_one_line(tmp_path):
