@@ -193,19 +193,28 @@ def plot_curves(
     return _save(fig, path)
 
 
-def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title: str = "") -> str:
+def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title: str = "",
+                columns: int | None = None) -> str:
     """Figure 5: side-by-side panels of final accuracy against a setting.
 
-    :param panels: one axes each, left to right.
+    :param panels: one axes each, left to right, then row by row.
     :param path: the PNG to write.
     :param title: the figure's title.
+    :param columns: panels per row (all in one row by default).
     :return: ``path``.
     """
     if not panels:
         raise ValueError("need at least one panel")
-    fig = Figure(figsize=(5.0 * len(panels), 4.0))
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, panel in zip(axes, panels, strict=True):
+    if columns is not None and columns < 1:
+        raise ValueError(f"columns must be >= 1, got {columns}")
+    ncols = min(columns or len(panels), len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig = Figure(figsize=(5.0 * ncols, 4.0 * nrows))
+    grid = fig.subplots(nrows, ncols, squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    for ax, panel in zip(axes, panels, strict=False):
         _draw(ax, panel.series)
         if panel.logx:
             ax.set_xscale("log")

@@ -127,11 +127,19 @@ def data_label(data: ArrayDataset) -> str:
     Files in a published dataset's layout that were not verified to be it are named so
     (``"mnist data not verified as MNIST"``).
     """
-    if data.verified_as is not None:
-        return DATA_LABELS[data.verified_as]
-    if data.name in PAPER_DATA:
-        return f"{data.name} data not verified as {DATA_LABELS[data.name]}"
-    return DATA_LABELS.get(data.name, data.name)
+    return label_of(data.name, data.verified_as)
+
+
+def label_of(name: str, verified_as: str | None) -> str:
+    """The :func:`data_label` of data named ``name``, verified as ``verified_as``.
+
+    A report's ``dataset`` and ``data_verified_as`` name its data so.
+    """
+    if verified_as is not None:
+        return DATA_LABELS[verified_as]
+    if name in PAPER_DATA:
+        return f"{name} data not verified as {DATA_LABELS[name]}"
+    return DATA_LABELS.get(name, name)
 
 
 def _class_counts(data: ArrayDataset, n_tasks: int, per_task: int) -> int:

@@ -78,6 +78,7 @@ from avalanche_gss.reproduce.which_buffer_report import (
     STEM,
     PolicyRow,
     figure,
+    figure_title,
     markdown,
     ranking,
     runs_csv,
@@ -323,8 +324,7 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     }
     paths = output_paths(args.out, STEM, "json", "csv", "md")
     paths["png"] = figure(records, chosen, os.path.join(args.out, f"{STEM}.png"),
-                          f"Accuracy vs train time per run, {label}, "
-                          f"{len(chosen['seeds'])} seed(s)")
+                          figure_title(label, len(chosen["seeds"])))
     write_report(paths, report, runs_csv(pairs, report["provenance"], matched, data.name),
                  markdown(report, columns, paths["png"]))
     paths.update(write_composition(report, runs, results, args.out))

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import os
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from avalanche_gss.experiments import RunResult, default_retrieval
@@ -20,7 +23,7 @@ from avalanche_gss.reporting import (
     shared_places,
 )
 from avalanche_gss.reproduce.policies import POLICIES, STREAMS
-from avalanche_gss.reproduce.protocols import PROTOCOLS
+from avalanche_gss.reproduce.protocols import PROTOCOLS, label_of
 from avalanche_gss.rows import Row
 
 NAME = "which-buffer"
@@ -294,8 +297,47 @@ def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
     """Accuracy against training seconds, one panel per stream family, a series per policy.
 
     A family of several streams (imbalanced sequences) gives, per seed, the mean over its
-    streams; points are the means over seeds, error bars their std.
+    streams; points are the means over seeds, error bars their std. Rows with
+    compute-matched runs (``matched_avg``, ``--compute-matched``) add a second row of
+    panels: those runs' accuracy against their own training seconds.
     """
+    matched = any("matched_avg" in r for r in rows)
+    panels = _panels(rows, chosen, "avg", "train_seconds", ", as measured" if matched else "")
+    if not matched:
+        return plot_panels(panels, path, title=title)
+    panels += _panels(rows, chosen, "matched_avg", "matched_train_seconds", ", compute-matched")
+    return plot_panels(panels, path, title=title, columns=len(panels) // 2)
+
+
+def figure_title(label: str, n_seeds: int) -> str:
+    """The figure's title for data named ``label`` (:func:`~.protocols.data_label`)."""
+    return f"Accuracy vs train time per run, {label}, {n_seeds} seed(s)"
+
+
+def redraw(report_path: str | os.PathLike[str], path: str | os.PathLike[str] | None = None
+           ) -> str:
+    """Draw the figure of a ``which_buffer.json`` again, as the command draws it now.
+
+    For a report written by an earlier version (its runs stay what they were; only the
+    figure is redrawn), or a figure restyled without running anything again.
+
+    :param report_path: the report.
+    :param path: the PNG to write; ``which_buffer.png`` beside the report by default.
+    :return: the PNG's path.
+    """
+    report = json.loads(Path(report_path).read_text())
+    protocol = report["protocol"]
+    chosen = {"policies": protocol["policies"], "buffer_sizes": protocol["buffer_sizes"],
+              "streams": [s["name"] for s in protocol["streams"]]}
+    out = Path(report_path).with_name(f"{STEM}.png") if path is None else Path(path)
+    label = label_of(report["dataset"], report["data_verified_as"])
+    return figure(report["rows"], chosen, str(out),
+                  figure_title(label, len(protocol["seeds"])))
+
+
+def _panels(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], acc_key: str,
+            seconds_key: str, suffix: str) -> list[Panel]:
+    """One panel per stream family: ``acc_key`` against ``seconds_key`` of the rows."""
     families: dict[str, list[str]] = {}
     for s in chosen["streams"]:
         families.setdefault(STREAMS[s].family, []).append(s)
@@ -310,8 +352,8 @@ def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
                 if not members:
                     continue
                 n_seeds = len(members[0]["seeds"])
-                acc = [statistics.fmean(r["avg"][i] for r in members) for i in range(n_seeds)]
-                sec = [statistics.fmean(r["train_seconds"][i] for r in members)
+                acc = [statistics.fmean(r[acc_key][i] for r in members) for i in range(n_seeds)]
+                sec = [statistics.fmean(r[seconds_key][i] for r in members)
                        for i in range(n_seeds)]
                 xs.append(statistics.fmean(sec))
                 ys.append(statistics.fmean(acc))
@@ -324,6 +366,7 @@ def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
         logx = bool(xs_all) and max(xs_all) > 5 * min(xs_all)
         name = streams[0] if len(streams) == 1 else (
             f"{family} (mean over {', '.join(streams)})")
-        panels.append(Panel(name, "train seconds per run", "final average accuracy (%)",
-                            series, logx=logx, data_ticks=False))
-    return plot_panels(panels, path, title=title)
+        panels.append(Panel(name + suffix, "train seconds per run",
+                            "final average accuracy (%)", series, logx=logx,
+                            data_ticks=False))
+    return panels
