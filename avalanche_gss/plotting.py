@@ -100,7 +100,9 @@ def _draw(ax: Axes, series: Sequence[Series], x_span: tuple[float, float] | None
                 high = [y + e for y, e in zip(s.y, s.err, strict=True)]
                 ax.fill_between(s.x, low, high, color=color, alpha=0.2, linewidth=0)
         elif s.style == "markers":
-            ax.errorbar(s.x, s.y, yerr=s.err, color=color, label=s.label, marker="o",
+            # past ten series the colours repeat: the marker tells them apart
+            ax.errorbar(s.x, s.y, yerr=s.err, color=color, label=s.label,
+                        marker="osD^v"[(k // 10) % 5],
                         linestyle="--", linewidth=1, capsize=3)
         elif s.style == "end":
             if x_span is not None:
@@ -194,13 +196,14 @@ def plot_curves(
 
 
 def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title: str = "",
-                columns: int | None = None) -> str:
+                columns: int | None = None, one_legend: bool = False) -> str:
     """Figure 5: side-by-side panels of final accuracy against a setting.
 
     :param panels: one axes each, left to right, then row by row.
     :param path: the PNG to write.
     :param title: the figure's title.
     :param columns: panels per row (all in one row by default).
+    :param one_legend: the legend on the first panel only (panels with the same series).
     :return: ``path``.
     """
     if not panels:
@@ -227,7 +230,8 @@ def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title:
         ax.set_ylabel(panel.ylabel)
         ax.set_title(panel.title, fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        if not one_legend or ax is axes[0]:
+            ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
     return _save(fig, path)

@@ -306,7 +306,7 @@ def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
     if not matched:
         return plot_panels(panels, path, title=title)
     panels += _panels(rows, chosen, "matched_avg", "matched_train_seconds", ", compute-matched")
-    return plot_panels(panels, path, title=title, columns=len(panels) // 2)
+    return plot_panels(panels, path, title=title, columns=len(panels) // 2, one_legend=True)
 
 
 def figure_title(label: str, n_seeds: int) -> str:
@@ -365,7 +365,7 @@ def _panels(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], acc_key: str
         xs_all = [x for s in series for x in s.x if x > 0]
         logx = bool(xs_all) and max(xs_all) > 5 * min(xs_all)
         name = streams[0] if len(streams) == 1 else (
-            f"{family} (mean over {', '.join(streams)})")
+            f"{family} (mean over {len(streams)} streams)")
         panels.append(Panel(name + suffix, "train seconds per run",
                             "final average accuracy (%)", series, logx=logx,
                             data_ticks=False))

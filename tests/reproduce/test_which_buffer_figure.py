@@ -33,8 +33,9 @@ def drawn(monkeypatch):
     """What the figure was asked to draw: its panels, title and panels per row."""
     calls = []
 
-    def record(panels, path, *, title="", columns=None):
-        calls.append({"panels": panels, "title": title, "columns": columns, "path": path})
+    def record(panels, path, *, title="", columns=None, one_legend=False):
+        calls.append({"panels": panels, "title": title, "columns": columns, "path": path,
+                      "one_legend": one_legend})
         return str(path)
 
     monkeypatch.setattr(which_buffer_report, "plot_panels", record)
@@ -46,12 +47,12 @@ def test_compute_matched_runs_get_a_second_row_of_panels(tmp_path, drawn):
     assert redraw(tmp_path / "which_buffer.json") == str(tmp_path / "which_buffer.png")
     (call,) = drawn
     assert call["title"] == "Accuracy vs train time per run, MNIST (5,000-digit subset), 2 seed(s)"
-    assert call["columns"] == 2
+    assert call["columns"] == 2 and call["one_legend"]
     titles = [p.title for p in call["panels"]]
     assert titles == ["disjoint, as measured",
-                      "imbalanced (mean over imbalanced-1, imbalanced-2), as measured",
+                      "imbalanced (mean over 2 streams), as measured",
                       "disjoint, compute-matched",
-                      "imbalanced (mean over imbalanced-1, imbalanced-2), compute-matched"]
+                      "imbalanced (mean over 2 streams), compute-matched"]
     measured, _, matched, matched_imb = call["panels"]
     cb = {s.label: s for s in measured.series}["CB-GSS"]
     assert (cb.x, cb.y, cb.err) == ([3.0], [52.0], [1.0])  # means over seeds 0 and 1
@@ -68,13 +69,13 @@ def test_without_compute_matched_runs_one_row_as_before(tmp_path, drawn):
     (call,) = drawn
     assert call["path"] == str(tmp_path / "elsewhere.png") and call["columns"] is None
     assert [p.title for p in call["panels"]] == [
-        "disjoint", "imbalanced (mean over imbalanced-1, imbalanced-2)"]
+        "disjoint", "imbalanced (mean over 2 streams)"]
 
 
 def test_panels_in_rows_write_a_png_and_a_bad_column_count_is_refused(tmp_path):
     panels = [Panel(f"p{k}", "x", "y", [Series("s", [1.0, 2.0], [3.0, 4.0])])
               for k in range(3)]
-    path = plot_panels(panels, tmp_path / "grid.png", title="t", columns=2)
+    path = plot_panels(panels, tmp_path / "grid.png", title="t", columns=2, one_legend=True)
     assert (tmp_path / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path
     with pytest.raises(ValueError, match="columns must be >= 1, got 0"):
         plotting.plot_panels(panels, tmp_path / "no.png", columns=0)
