@@ -6,7 +6,9 @@ and split into 10-sample experiences by ``split_online_stream`` (seed 0), learnt
 Avalanche's stock ``Naive`` strategy with ``ReplayPlugin(mem_size=M, batch_size=10,
 storage_policy=...)`` and a small ``SimpleMLP``, in one ``strategy.train(stream)`` call.
 Every ``--every`` samples the script records the process's resident memory (after a
-garbage collection).
+garbage collection) and, with glibc, what its C allocator has handed out and not had back
+(``heap_in_use_mb``, from ``mallinfo2``): RSS also grows when the allocator first touches
+pages it reserved earlier, the heap in use only with memory the program holds.
 
 Impls, each in a fresh process, one after the other: this library's buffers
 (``Reservoir``, ``GSS-Greedy``, ``CB-GSS``, ...: any name of the registry) and Avalanche's
@@ -45,7 +47,7 @@ from avalanche.models import SimpleMLP
 from avalanche.training import Naive
 from avalanche.training.plugins import ReplayPlugin
 from avalanche.training.storage_policy import ReservoirSamplingBuffer
-from rss import rss_mb, rss_parts_mb
+from rss import heap_in_use_mb, pymalloc_arenas, rss_mb, rss_parts_mb
 
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import tensor_dataset
@@ -74,6 +76,8 @@ class Probe(SupervisedPlugin):
             self.records.append({"case": CASE, "impl": self.impl, "samples": self.samples,
                                  "rss_mb": rss_mb(), "rss_anon_mb": parts["anon"],
                                  "rss_file_mb": parts["file"],
+                                 "heap_in_use_mb": heap_in_use_mb(),
+                                 "pymalloc_arenas": pymalloc_arenas(),
                                  "seconds": time.perf_counter() - self.start})
 
 
@@ -114,15 +118,19 @@ def run_impl(impl: str, samples: int, every: int, mem: int, dim: int,
 
 
 def summarise(records: list[dict[str, Any]], slack_mb: float) -> dict[str, dict[str, Any]]:
-    """Each impl's growth from its first record to its last: RSS, and its anonymous and
-    file-backed parts; ``within_reference``: RSS growth within the reference's + slack."""
+    """Each impl's growth from its first record to its last: RSS, its anonymous and
+    file-backed parts, and the C heap in use (``None`` without glibc);
+    ``within_reference``: RSS growth within the reference's + slack."""
     out: dict[str, dict[str, Any]] = {}
     for impl in dict.fromkeys(r["impl"] for r in records):
         rs = [r for r in records if r["impl"] == impl]
         out[impl] = {"samples_first": rs[0]["samples"], "rss_first_mb": rs[0]["rss_mb"],
                      "samples_last": rs[-1]["samples"], "rss_last_mb": rs[-1]["rss_mb"]}
-        for key in ("rss", "rss_anon", "rss_file"):
-            out[impl][f"{key}_growth_mb"] = rs[-1][f"{key}_mb"] - rs[0][f"{key}_mb"]
+        for key in ("rss", "rss_anon", "rss_file", "heap_in_use"):
+            first, last = rs[0].get(f"{key}_mb"), rs[-1].get(f"{key}_mb")
+            out[impl][f"{key}_growth_mb"] = None if first is None else last - first
+        out[impl]["pymalloc_arenas_first"] = rs[0].get("pymalloc_arenas")
+        out[impl]["pymalloc_arenas_last"] = rs[-1].get("pymalloc_arenas")
     ref = out.get(REFERENCE)
     for s in out.values():
         if ref is not None:
@@ -174,7 +182,12 @@ def main(argv: list[str]) -> int:
         print(f"{impl}: RSS {s['rss_first_mb']:.1f} MB at {s['samples_first']} -> "
               f"{s['rss_last_mb']:.1f} MB at {s['samples_last']} "
               f"({s['rss_growth_mb']:+.2f} MB: anonymous {s['rss_anon_growth_mb']:+.2f}, "
-              f"file-backed {s['rss_file_growth_mb']:+.2f}){verdict}")
+              f"file-backed {s['rss_file_growth_mb']:+.2f}){verdict}"
+              + ("" if s["heap_in_use_growth_mb"] is None else
+                 f"; C heap in use {s['heap_in_use_growth_mb']:+.3f} MB")
+              + ("" if s["pymalloc_arenas_first"] is None else
+                 f"; Python's arenas {s['pymalloc_arenas_first']} -> "
+                 f"{s['pymalloc_arenas_last']}"))
     machine = (f"{platform.node()} {platform.machine()} torch {torch.__version__} "
                f"threads 1, warm-up {args.warmup} samples")
     if args.json:

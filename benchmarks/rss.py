@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import resource
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc 2.33 and later)."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
 
 
 def rss_mb() -> float:
@@ -26,3 +36,46 @@ def rss_parts_mb() -> dict[str, float]:
             if line.startswith(("RssAnon:", "RssFile:")):
                 parts[line[3:7].lower()] = int(line.split()[1]) / 1024
     return parts
+
+
+def heap_in_use_mb() -> float | None:
+    """What the C allocator has handed out and not had back, in MiB; ``None`` without glibc.
+
+    glibc's ``mallinfo2()``: ``uordblks`` (chunks in use in its arenas) plus ``hblkhd``
+    (blocks it mapped on their own). Unlike RSS, this does not grow when the allocator
+    places a chunk on pages of its heap that it reserved earlier and never touched: memory
+    the program holds, not where the allocator put it.
+    """
+    name = ctypes.util.find_library("c")
+    try:
+        mallinfo2 = ctypes.CDLL(name).mallinfo2
+    except (OSError, AttributeError, TypeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return (info.uordblks + info.hblkhd) / 2**20
+
+
+def pymalloc_arenas() -> int | None:
+    """Python's small-object allocator's arenas in use now (``None`` if not reported).
+
+    Each is a mapping of its own (1 MiB on 64-bit Linux), outside the C heap: read from
+    ``sys._debugmallocstats()``, which CPython writes to the C-level standard error.
+    """
+    import os
+    import re
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        found = re.search(rb"# arenas allocated current\s*=\s*([\d,]+)", out.read())
+    return None if found is None else int(found.group(1).replace(b",", b""))
