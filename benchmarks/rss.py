@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import os
+import re
 import resource
+import sys
+import tempfile
+from collections.abc import Callable
 
 
 class _MallInfo2(ctypes.Structure):
@@ -46,12 +52,9 @@ def heap_in_use_mb() -> float | None:
     places a chunk on pages of its heap that it reserved earlier and never touched: memory
     the program holds, not where the allocator put it.
     """
-    name = ctypes.util.find_library("c")
-    try:
-        mallinfo2 = ctypes.CDLL(name).mallinfo2
-    except (OSError, AttributeError, TypeError):
+    mallinfo2 = _mallinfo2()
+    if mallinfo2 is None:
         return None
-    mallinfo2.restype = _MallInfo2
     info = mallinfo2()
     return (info.uordblks + info.hblkhd) / 2**20
 
@@ -62,11 +65,6 @@ def pymalloc_arenas() -> int | None:
     Each is a mapping of its own (1 MiB on 64-bit Linux), outside the C heap: read from
     ``sys._debugmallocstats()``, which CPython writes to the C-level standard error.
     """
-    import os
-    import re
-    import sys
-    import tempfile
-
     with tempfile.TemporaryFile() as out:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -79,3 +77,14 @@ def pymalloc_arenas() -> int | None:
         out.seek(0)
         found = re.search(rb"# arenas allocated current\s*=\s*([\d,]+)", out.read())
     return None if found is None else int(found.group(1).replace(b",", b""))
+
+
+@functools.cache
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    """glibc's ``mallinfo2``, looked up once (``find_library`` runs ``ldconfig``)."""
+    try:
+        mallinfo2 = ctypes.CDLL(ctypes.util.find_library("c")).mallinfo2
+    except (OSError, AttributeError, TypeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    return mallinfo2
