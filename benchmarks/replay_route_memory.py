@@ -16,8 +16,16 @@ own ``ReservoirSamplingBuffer`` (``avalanche-reservoir``), the reference: the st
 strategy and the dataloaders are Avalanche's in every impl, so what differs is the buffer.
 ``Naive.train`` walks the whole stream before learning it (its default evaluation streams),
 so the stream's experiences exist before the first measurement; growth from the first
-point to the last is what the buffer and the learning add. The verdict: each buffer's RSS
-growth from the first point to the last is within Avalanche's buffer's plus ``--slack-mb``.
+point to the last is what the buffer and the learning add.
+
+``--repeats R`` (default 3) runs every impl R times, the impls taking turns. A run's RSS
+can take a one-time step of a few hundred KB that is no memory the program holds (the C
+heap in use and Python's arena count stay put across it: glibc keeps resident the free
+pages a short-lived allocation touched once), in some runs and not others of the same
+impl; a leak grows in every run. So the verdict is on the median: each buffer's median
+RSS growth from the first point to the last is within Avalanche's buffer's median plus
+``--slack-mb``. Every run's growth is printed and saved beside it, with how many runs were
+within the reference's run of the same turn.
 
 ``--warmup W`` (default 2,000) first runs the same impl, in the same process, on a
 ``W``-sample stream of its own (fresh model and buffer, the same route: five class changes),
@@ -35,6 +43,7 @@ import argparse
 import gc
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -117,24 +126,40 @@ def run_impl(impl: str, samples: int, every: int, mem: int, dim: int,
     return probe.records
 
 
+def _growth(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's growth from its first record to its last: RSS, its anonymous and
+    file-backed parts, the C heap in use (``None`` without glibc) and Python's arenas."""
+    out: dict[str, Any] = {"samples_first": rs[0]["samples"], "rss_first_mb": rs[0]["rss_mb"],
+                           "samples_last": rs[-1]["samples"], "rss_last_mb": rs[-1]["rss_mb"]}
+    for key in ("rss", "rss_anon", "rss_file", "heap_in_use"):
+        first, last = rs[0].get(f"{key}_mb"), rs[-1].get(f"{key}_mb")
+        out[f"{key}_growth_mb"] = None if first is None else last - first
+    out["pymalloc_arenas_first"] = rs[0].get("pymalloc_arenas")
+    out["pymalloc_arenas_last"] = rs[-1].get("pymalloc_arenas")
+    return out
+
+
 def summarise(records: list[dict[str, Any]], slack_mb: float) -> dict[str, dict[str, Any]]:
-    """Each impl's growth from its first record to its last: RSS, its anonymous and
-    file-backed parts, and the C heap in use (``None`` without glibc);
-    ``within_reference``: RSS growth within the reference's + slack."""
+    """Each impl's runs (:func:`_growth` of each, in ``runs``) and their RSS growth's median,
+    smallest and largest. Against the reference: ``within_reference``, the median growth
+    within the reference's median + slack; ``runs_within_reference``, the runs whose
+    growth is within that of the reference's run of the same repeat + slack."""
     out: dict[str, dict[str, Any]] = {}
     for impl in dict.fromkeys(r["impl"] for r in records):
-        rs = [r for r in records if r["impl"] == impl]
-        out[impl] = {"samples_first": rs[0]["samples"], "rss_first_mb": rs[0]["rss_mb"],
-                     "samples_last": rs[-1]["samples"], "rss_last_mb": rs[-1]["rss_mb"]}
-        for key in ("rss", "rss_anon", "rss_file", "heap_in_use"):
-            first, last = rs[0].get(f"{key}_mb"), rs[-1].get(f"{key}_mb")
-            out[impl][f"{key}_growth_mb"] = None if first is None else last - first
-        out[impl]["pymalloc_arenas_first"] = rs[0].get("pymalloc_arenas")
-        out[impl]["pymalloc_arenas_last"] = rs[-1].get("pymalloc_arenas")
+        mine = [r for r in records if r["impl"] == impl]
+        runs = [_growth([r for r in mine if r.get("repeat", 0) == k])
+                for k in dict.fromkeys(r.get("repeat", 0) for r in mine)]
+        growth = [run["rss_growth_mb"] for run in runs]
+        out[impl] = {"runs": runs, "rss_growth_mb": growth,
+                     "rss_growth_median_mb": statistics.median(growth),
+                     "rss_growth_min_mb": min(growth), "rss_growth_max_mb": max(growth)}
     ref = out.get(REFERENCE)
-    for s in out.values():
-        if ref is not None:
-            s["within_reference"] = s["rss_growth_mb"] <= ref["rss_growth_mb"] + slack_mb
+    if ref is not None:
+        for s in out.values():
+            s["within_reference"] = (s["rss_growth_median_mb"]
+                                     <= ref["rss_growth_median_mb"] + slack_mb)
+            pairs = zip(s["rss_growth_mb"], ref["rss_growth_mb"], strict=True)
+            s["runs_within_reference"] = sum(g <= r + slack_mb for g, r in pairs)
     return out
 
 
@@ -152,11 +177,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=2000,
                         help="samples of an unmeasured stream each impl learns first, in "
                              "the same process (0: none)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each impl, each in a fresh interpreter, the impls "
+                             "taking turns (the verdict is on the median)")
     parser.add_argument("--slack-mb", type=float, default=0.1,
                         help="RSS growth above the reference's still counted as within it")
     args = parser.parse_args(argv)
     if args.every % 10 or args.samples % (5 * args.every):
         parser.error("--every must be a multiple of 10 and --samples of 5 * --every")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.warmup < 0 or args.warmup % 50:
         parser.error(f"--warmup must be 0 or a positive multiple of 50, got {args.warmup}")
     records: list[dict[str, Any]] = []
@@ -164,36 +194,45 @@ def main(argv: list[str]) -> int:
         print(json.dumps(run_impl(args.impls[0], args.samples, args.every, args.buffer_size,
                                   args.dim, args.seed, args.warmup)))
         return 0
-    for impl in args.impls:  # one fresh interpreter each: clean RSS, no shared allocator state
-        child = subprocess.run(
-            [sys.executable, __file__, "--child", "--impls", impl, "--samples",
-             str(args.samples), "--every", str(args.every), "--buffer-size",
-             str(args.buffer_size), "--dim", str(args.dim), "--seed", str(args.seed),
-             "--warmup", str(args.warmup)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
-        records += json.loads(child.stdout.strip().splitlines()[-1])
-    print(f"{'impl':<20} {'samples':>8} {'RSS MB':>8} {'seconds':>8}")
-    for r in records:
-        print(f"{r['impl']:<20} {r['samples']:>8} {r['rss_mb']:8.1f} {r['seconds']:8.0f}")
+    for repeat in range(args.repeats):  # the impls take turns: a busy spell hits them all
+        for impl in args.impls:  # one fresh interpreter each: no shared allocator state
+            child = subprocess.run(
+                [sys.executable, __file__, "--child", "--impls", impl, "--samples",
+                 str(args.samples), "--every", str(args.every), "--buffer-size",
+                 str(args.buffer_size), "--dim", str(args.dim), "--seed", str(args.seed),
+                 "--warmup", str(args.warmup)],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+            run = json.loads(child.stdout.strip().splitlines()[-1])
+            records += [{**r, "repeat": repeat} for r in run]
+            print(f"run {repeat + 1}/{args.repeats} {impl}: RSS {run[0]['rss_mb']:.1f} MB at "
+                  f"{run[0]['samples']} -> {run[-1]['rss_mb']:.1f} MB at {run[-1]['samples']} "
+                  f"({run[-1]['rss_mb'] - run[0]['rss_mb']:+.2f} MB) in "
+                  f"{run[-1]['seconds']:.0f} s", flush=True)
     summary = summarise(records, args.slack_mb)
     for impl, s in summary.items():
-        verdict = ("" if "within_reference" not in s else
-                   f"; within {REFERENCE}'s growth (+{args.slack_mb} MB): {s['within_reference']}")
-        print(f"{impl}: RSS {s['rss_first_mb']:.1f} MB at {s['samples_first']} -> "
-              f"{s['rss_last_mb']:.1f} MB at {s['samples_last']} "
-              f"({s['rss_growth_mb']:+.2f} MB: anonymous {s['rss_anon_growth_mb']:+.2f}, "
-              f"file-backed {s['rss_file_growth_mb']:+.2f}){verdict}"
-              + ("" if s["heap_in_use_growth_mb"] is None else
-                 f"; C heap in use {s['heap_in_use_growth_mb']:+.3f} MB")
-              + ("" if s["pymalloc_arenas_first"] is None else
-                 f"; Python's arenas {s['pymalloc_arenas_first']} -> "
-                 f"{s['pymalloc_arenas_last']}"))
+        print(f"{impl}: RSS growth from {s['runs'][0]['samples_first']} to "
+              f"{s['runs'][0]['samples_last']} samples, median {s['rss_growth_median_mb']:+.2f} MB"
+              f" over {len(s['runs'])} run(s) ("
+              + ", ".join(f"{g:+.2f}" for g in s["rss_growth_mb"]) + ")"
+              + ("" if "within_reference" not in s else
+                 f"; median within {REFERENCE}'s (+{args.slack_mb} MB): "
+                 f"{s['within_reference']}; runs within the same turn's: "
+                 f"{s['runs_within_reference']}/{len(s['runs'])}"))
+        for k, run in enumerate(s["runs"]):
+            print(f"  run {k + 1}: anonymous {run['rss_anon_growth_mb']:+.2f} MB, file-backed "
+                  f"{run['rss_file_growth_mb']:+.2f} MB"
+                  + ("" if run["heap_in_use_growth_mb"] is None else
+                     f", C heap in use {run['heap_in_use_growth_mb']:+.3f} MB")
+                  + ("" if run["pymalloc_arenas_first"] is None else
+                     f", Python's arenas {run['pymalloc_arenas_first']} -> "
+                     f"{run['pymalloc_arenas_last']}"))
     machine = (f"{platform.node()} {platform.machine()} torch {torch.__version__} "
                f"threads 1, warm-up {args.warmup} samples")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "replay_route_memory", "machine": machine,
-                       "warmup": args.warmup, "records": records, "summary": summary}, f, indent=1)
+                       "warmup": args.warmup, "repeats": args.repeats, "records": records,
+                       "summary": summary}, f, indent=1)
     return 0
 
 

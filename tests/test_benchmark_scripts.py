@@ -49,3 +49,27 @@ def test_online_throughput_runs_on_the_auto_device_and_reports_phases_on_the_sta
         assert r["buffer_size"] == 12 and r["samples"] == 50
     assert resnet[0]["phases_ms"]["scoring"] > 0  # GSS-Greedy scored against the buffer
     assert resnet[1]["phases_ms"]["scoring"] == 0
+
+
+def test_replay_route_memory_judges_the_median_and_counts_each_turn(monkeypatch):
+    # A one-time step in one run of three moves the largest growth, not the median, and
+    # that run is counted as not within the reference's run of the same turn.
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import replay_route_memory as rrm
+
+    def run(impl, repeat, first, last):
+        return [{"impl": impl, "repeat": repeat, "samples": s, "rss_mb": v, "rss_anon_mb": v,
+                 "rss_file_mb": 0.0} for s, v in ((10_000, first), (100_000, last))]
+
+    records = [*run("Reservoir", 0, 100.0, 100.02), *run(rrm.REFERENCE, 0, 90.0, 90.02),
+               *run("Reservoir", 1, 100.0, 100.35), *run(rrm.REFERENCE, 1, 90.0, 90.01),
+               *run("Reservoir", 2, 100.0, 100.03), *run(rrm.REFERENCE, 2, 90.0, 90.03)]
+    ours = rrm.summarise(records, slack_mb=0.1)["Reservoir"]
+    assert ours["rss_growth_median_mb"] == pytest.approx(0.03)
+    assert ours["rss_growth_max_mb"] == pytest.approx(0.35)
+    assert ours["within_reference"] is True
+    assert ours["runs_within_reference"] == 2
+    assert [r["heap_in_use_growth_mb"] for r in ours["runs"]] == [None] * 3  # not recorded
+    leak = [r for k in range(3) for r in run("Reservoir", k, 100.0, 100.5)]
+    leak += [r for r in records if r["impl"] == rrm.REFERENCE]
+    assert rrm.summarise(leak, slack_mb=0.1)["Reservoir"]["within_reference"] is False
