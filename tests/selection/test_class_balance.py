@@ -53,6 +53,8 @@ def test_bad_capacities_are_refused_and_an_empty_batch_changes_nothing(rule):
     # an empty decision is still an int64 index and int64 counts
     nothing = rule([], [], 3)
     assert decision.slots.dtype == nothing.slots.dtype == nothing.seen.dtype == torch.long
+    if rule is _cbrs:  # and CBRS's full classes a bool mask, even with no class yet
+        assert nothing.full.dtype == torch.bool and nothing.full.tolist() == []
 
 
 @pytest.mark.parametrize(("stored", "new", "seen", "want"), [([], [0, 0], [], [2]),
