@@ -204,10 +204,10 @@ def main(argv: list[str]) -> int:
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
             run = json.loads(child.stdout.strip().splitlines()[-1])
             records += [{**r, "repeat": repeat} for r in run]
-            print(f"run {repeat + 1}/{args.repeats} {impl}: RSS {run[0]['rss_mb']:.1f} MB at "
-                  f"{run[0]['samples']} -> {run[-1]['rss_mb']:.1f} MB at {run[-1]['samples']} "
-                  f"({run[-1]['rss_mb'] - run[0]['rss_mb']:+.2f} MB) in "
-                  f"{run[-1]['seconds']:.0f} s", flush=True)
+            g = _growth(run)
+            print(f"run {repeat + 1}/{args.repeats} {impl}: RSS {g['rss_first_mb']:.1f} MB at "
+                  f"{g['samples_first']} -> {g['rss_last_mb']:.1f} MB at {g['samples_last']} "
+                  f"({g['rss_growth_mb']:+.2f} MB) in {run[-1]['seconds']:.0f} s", flush=True)
     summary = summarise(records, args.slack_mb)
     for impl, s in summary.items():
         print(f"{impl}: RSS growth from {s['runs'][0]['samples_first']} to "
