@@ -23,7 +23,7 @@ from avalanche_gss import methods
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
-from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
+from avalanche_gss.setup import resolve_device, seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import MIRRetrieval, quiet_evaluator
 from avalanche_gss.training.retrieval import RETRIEVALS
 
@@ -39,28 +39,6 @@ VARIANT_METHODS: Sequence[str] = methods.NameView(
 """Methods with named presets ``"paper"`` / ``"authors"`` (see :class:`RunSettings`): those
 whose authors' code departs from the paper's text. Like the other name lists here, a live
 view of the registry: it holds the methods registered later too."""
-
-
-def resolve_device(device: str) -> str:
-    """Return the device a run trains on: ``"auto"`` is ``"cuda"`` when CUDA is present.
-
-    :param device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-    :raises ValueError: another name, or a CUDA device on a machine without it.
-    """
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return device
-    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} asked for, but this machine has no CUDA "
-                             "device; use auto or cpu")
-        index = int(device[5:]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: this machine has "
-                             f"{torch.cuda.device_count()} CUDA device(s)")
-        return device
-    raise ValueError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
 
 
 BUFFER_METHODS: Sequence[str] = methods.NameView(lambda: tuple(methods.REGISTRY))

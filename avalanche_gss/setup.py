@@ -1,4 +1,4 @@
-"""The seeded start of a run: its forked random state, its network and its optimizer.
+"""The start of a run: its device, its forked random state, its network and its optimizer.
 
 :func:`~avalanche_gss.experiments.run` and :func:`~avalanche_gss.evaluation.run_curve`
 must start the same settings from the same network and draw the same random numbers
@@ -9,6 +9,9 @@ helpers:
   forked state (the caller's random stream is neither read nor shifted);
 * :func:`seeded_model_and_optimizer`: the network of ``settings.model`` initialised under
   ``seeded_rng(settings.seed)``, and plain SGD over its parameters at ``settings.lr``.
+
+:func:`resolve_device` turns a device name into the one a run trains on. It needs torch
+only, so that a command line can refuse a device before it loads Avalanche.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from avalanche_gss.models import make_model
 if TYPE_CHECKING:
     from avalanche_gss.benchmarks import TaskSplit
 
-__all__ = ["SeededSettings", "seeded_rng", "seeded_model_and_optimizer"]
+__all__ = ["SeededSettings", "resolve_device", "seeded_rng", "seeded_model_and_optimizer"]
 
 
 class SeededSettings(Protocol):
@@ -71,3 +74,25 @@ def seeded_model_and_optimizer(settings: SeededSettings, split: TaskSplit
     with seeded_rng(settings.seed):
         model = make_model(settings.model, split.input_shape, split.num_classes)
     return model, torch.optim.SGD(model.parameters(), lr=settings.lr)
+
+
+def resolve_device(device: str) -> str:
+    """Return the device a run trains on: ``"auto"`` is ``"cuda"`` when CUDA is present.
+
+    :param device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    :raises ValueError: another name, or a CUDA device on a machine without it.
+    """
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asked for, but this machine has no CUDA "
+                             "device; use auto or cpu")
+        index = int(device[5:]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+        return device
+    raise ValueError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")

@@ -74,6 +74,15 @@ _EPILOG = textwrap.fill(
     "run several runs at once instead.", width=79)
 
 
+def prog_of(args: argparse.Namespace) -> str:
+    """The program as the user ran it (``args.prog``, set by the entry point).
+
+    ``python -m reproduce`` from a checkout, ``python -m avalanche_gss.reproduce`` or
+    ``avalanche-gss``; every message and recorded command names it so.
+    """
+    return str(getattr(args, "prog", PROG))
+
+
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Shows each option's default (unless its help states it) and keeps line breaks."""
 

@@ -17,7 +17,7 @@ from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_image
 from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
 from avalanche_gss.cache import module_sha256, package_sha256
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings, make_settings
-from avalanche_gss.reproduce.cli import PROG
+from avalanche_gss.reproduce.cli import PROG, prog_of  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.protocols import METHOD_OVERRIDES, Protocol
 
 log = logging.getLogger("reproduce")
@@ -142,15 +142,6 @@ def load_checked(config: dict[str, Any]) -> ArrayDataset:
 
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
-
-
-def prog_of(args: argparse.Namespace) -> str:
-    """The program as the user ran it (``args.prog``, set by the entry point).
-
-    ``python -m reproduce`` from a checkout, ``python -m avalanche_gss.reproduce`` or
-    ``avalanche-gss``; every message and recorded command names it so.
-    """
-    return str(getattr(args, "prog", PROG))
 
 
 def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, ArrayDataset]:

@@ -8,14 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
-from avalanche_gss.experiments import resolve_device
-from avalanche_gss.reproduce.common import prog_of
-from avalanche_gss.reproduce.composition import composition
-from avalanche_gss.reproduce.figures import FIGURES
-from avalanche_gss.reproduce.outputs import failed, one_line_cache_warnings, unwritten
-from avalanche_gss.reproduce.tables import table
-from avalanche_gss.reproduce.which_buffer import which_buffer
-from avalanche_gss.sweep import SweepError
+from avalanche_gss.reproduce.cli import prog_of
+from avalanche_gss.setup import resolve_device
 
 
 def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
@@ -25,13 +19,20 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
         it (``python -m reproduce`` when absent).
     :param argv: the command line (for the record; ``sys.argv`` by default).
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     prog = prog_of(args)
-    one_line_cache_warnings(prog)
-    try:
+    try:  # before Avalanche loads (seconds): a device this machine lacks is refused at once
         args.device = resolve_device(args.device)
     except ValueError as err:
         raise SystemExit(f"{prog}: error: argument --device: {err}") from None
+    from avalanche_gss.reproduce.composition import composition
+    from avalanche_gss.reproduce.figures import FIGURES
+    from avalanche_gss.reproduce.outputs import failed, one_line_cache_warnings, unwritten
+    from avalanche_gss.reproduce.tables import table
+    from avalanche_gss.reproduce.which_buffer import which_buffer
+    from avalanche_gss.sweep import SweepError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    one_line_cache_warnings(prog)
     # The command line's own setting (--threads, default 1), not a library side effect.
     torch.set_num_threads(args.threads)
     try:
