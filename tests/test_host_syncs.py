@@ -6,7 +6,10 @@ now; a change that adds a sync to every online batch fails here (raise a pin onl
 reason). What remains: ``finite_loss``'s check of each step's loss (2 per iteration),
 and, for GSS-Greedy, the scores the host-side decision reads (3 per batch); CBRS and
 CB-GSS read the stored and the new labels for their class rule (2 per batch), CB-GSS
-also the scores (3 more).
+also the scores (3 more). OCS reads which gradients are finite and the scores, and copies
+their indices to the device (3 per batch). GCR reads the classes at each selection and,
+at each replay step, copies the drawn samples' weights and logits to the device (2 per
+step, 6 per batch).
 """
 
 import importlib.util
@@ -47,9 +50,11 @@ def test_the_counter_sees_reads_masks_and_blocking_copies():
 
 @pytest.mark.parametrize(("method", "pin"), [("Reservoir", 6.0), ("GSS-Greedy", 9.0),
                                              ("GSS-IQP", 7.5), ("CBRS", 8.0),
-                                             ("CB-GSS", 11.0)])
+                                             ("CB-GSS", 11.0), ("OCS", 9.0), ("GCR", 13.0)])
 def test_per_batch_syncs_are_pinned(method, pin):
-    result = _host_syncs().count_run(method, warmup=6, batches=4, mem_size=30)
+    # (GCR's first selection waits for its recent buffer: 12 batches, then replay steps)
+    warmup = 12 if method == "GCR" else 6
+    result = _host_syncs().count_run(method, warmup=warmup, batches=4, mem_size=30)
     assert result["per_batch"] <= pin, result["events"]
     finite = sum(v for where, kinds in result["events"].items() if "finite_loss" in where
                  for v in kinds.values())

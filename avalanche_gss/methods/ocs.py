@@ -103,14 +103,17 @@ class OCSBuffer(GradientScored, OnlineBuffer):
             x, y, t = (torch.cat([a, b.to(a.device)]) for a, b in ((x, bx), (y, by), (t, bt)))
         gram = self._gram(model, x, y, t).double()
         b = len(rows)
-        ok = torch.isfinite(gram.diagonal())  # a NaN/inf gradient has a non-finite norm
-        scores = torch.full((b,), float("nan"), dtype=torch.float64, device=gram.device)
+        # Which gradients are usable, read once (a NaN/inf gradient has a non-finite norm):
+        # the branches and indices below are then the host's, and the scores come back in
+        # one read (the decision in _assign reads them on the host anyway).
+        ok = torch.isfinite(gram.diagonal()).cpu()
+        scores = torch.full((b,), float("nan"), dtype=torch.float64)
         if not bool(ok[b:].all()) or not bool(ok[:b].any()):
             return scores.float()  # the coreset gradient, or every sample's, is unusable
-        idx = torch.cat([ok[:b].nonzero().flatten(), b + torch.arange(len(ok) - b,
-                                                                      device=gram.device)])
+        idx = torch.cat([ok[:b].nonzero().flatten(), b + torch.arange(len(ok) - b)])
+        idx = idx.to(gram.device)
         sub = gram[idx[:, None], idx[None, :]]
-        scores[ok[:b]] = ocs_scores(sub, int(ok[:b].sum()), self.tau)
+        scores[ok[:b]] = ocs_scores(sub, int(ok[:b].sum()), self.tau).cpu()
         return scores.float()
 
     def state_dict(self) -> dict[str, Any]:

@@ -110,9 +110,9 @@ class GCRReplayPlugin(OnlineRehearsalPlugin):
         with single_sample_norm(strategy.model, len(y)):
             out: Tensor = avalanche_forward(strategy.model, x, t)
         w = buffer.weights[slots.to(buffer.weights.device)].to(out.device, out.dtype)
-        total = w.sum()
-        w = w / total if bool(torch.isfinite(total)) and float(total) > 0 else torch.full_like(
-            w, 1.0 / len(w))
+        total = w.sum()  # normalised on the device: no read of the total (a host sync)
+        w = torch.where(torch.isfinite(total) & (total > 0), w / total,
+                        torch.full_like(w, 1.0 / len(w)))
         loss = self.beta * (w * per_sample_loss(criterion_of(strategy), out, y)).sum()
         logits = buffer.logits
         if self.alpha and logits is not None:
@@ -120,10 +120,9 @@ class GCRReplayPlugin(OnlineRehearsalPlugin):
             width = min(z.shape[1], out.shape[1])  # a head may have grown since
             z, now = z[:, :width], out[:, :width]
             known = ~torch.isnan(z)  # NaN: a column the sample's model did not have
-            if bool(known.all()):  # the common case, in fewer steps: the same mean
-                per = ((now - z) ** 2).mean(dim=1)
-            else:
-                sq = torch.where(known, now - z.nan_to_num(), torch.zeros_like(now)) ** 2
-                per = sq.sum(dim=1) / known.sum(dim=1).clamp(min=1)
+            # The mean over the known columns, with no branch on them (a host sync); where
+            # all are known it is, bit for bit, ((now - z) ** 2).mean(dim=1)
+            sq = torch.where(known, now - z.nan_to_num(), torch.zeros_like(now)) ** 2
+            per = sq.sum(dim=1) / known.sum(dim=1).clamp(min=1)
             loss = loss + self.alpha * (w * per).sum()
         return loss
