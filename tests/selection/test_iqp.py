@@ -84,6 +84,34 @@ def test_fast_equals_brute_force_on_small_instances():
         assert solve_fast(gram, m).objective == pytest.approx(brute_force(gram, m), abs=1e-9)
 
 
+def test_greedy_start_adds_or_drops_the_cheapest_item_at_each_step():
+    # The swap search starts from the greedy set: from empty, add the item that raises
+    # x^T G x least, or from all, drop the one whose removal leaves it lowest (whichever
+    # takes fewer steps). Oracle: each candidate set's objective computed afresh, in float64.
+    # Half the Grams hold a zero gradient (its row and diagonal 0), as GSS-IQP's may.
+    for seed in range(24):
+        gen = torch.Generator().manual_seed(seed)
+        k = int(torch.randint(6, 16, (1,), generator=gen))
+        for m in (2, k - 2):  # adding, then dropping
+            gram = unit_gram(k, 5, seed, shift=0.3 * (seed % 2))
+            if seed % 4 >= 2:
+                zero = int(torch.randint(0, k, (1,), generator=gen))
+                gram[zero, :] = gram[:, zero] = 0.0
+            chosen = set() if m <= k - m else set(range(k))
+            while len(chosen) != m:
+                moves = (set(range(k)) - chosen) if len(chosen) < m else chosen
+                after = {j: surrogate(gram, torch.tensor(sorted(chosen ^ {j})))
+                         for j in moves}
+                chosen ^= {min(after, key=after.get)}
+            got = iqp._greedy(gram, m)
+            assert set(got.nonzero().flatten().tolist()) == chosen, (seed, k, m)
+    # And by hand: four directions at cosine -0.2 to each other and a zero gradient (last).
+    # Dropping the zero one leaves x^T G x at 1.6; dropping any other raises it to 1.8.
+    gram = torch.zeros(5, 5, dtype=torch.float64)
+    gram[:4, :4] = 1.2 * torch.eye(4, dtype=torch.float64) - 0.2
+    assert iqp._greedy(gram, 4).tolist() == [True, True, True, True, False]
+
+
 def test_fast_solution_is_a_swap_local_optimum():
     # On K = 60, no single swap (i out, j in) lowers the objective of the returned set.
     gram = unit_gram(60, 10, seed=3, shift=0.2)
