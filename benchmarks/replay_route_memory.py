@@ -8,7 +8,9 @@ storage_policy=...)`` and a small ``SimpleMLP``, in one ``strategy.train(stream)
 Every ``--every`` samples the script records the process's resident memory (after a
 garbage collection) and, with glibc, what its C allocator has handed out and not had back
 (``heap_in_use_mb``, from ``mallinfo2``): RSS also grows when the allocator first touches
-pages it reserved earlier, the heap in use only with memory the program holds.
+pages it reserved earlier, the heap in use only with memory the program holds. It also
+counts Python's arenas and, per generation, the automatic garbage collections that ran
+between two records.
 
 Impls, each in a fresh process, one after the other: this library's buffers
 (``Reservoir``, ``GSS-Greedy``, ``CB-GSS``, ...: any name of the registry) and Avalanche's
@@ -80,6 +82,7 @@ class Probe(SupervisedPlugin):
     def after_training_exp(self, strategy: Any, **kwargs: Any) -> None:
         self.samples += len(strategy.experience.dataset)
         if self.samples >= self.every * (len(self.records) + 1):  # experiences may be short
+            collections = [g["collections"] for g in gc.get_stats()]  # before this one's
             gc.collect()
             parts = rss_parts_mb()
             self.records.append({"case": CASE, "impl": self.impl, "samples": self.samples,
@@ -87,6 +90,7 @@ class Probe(SupervisedPlugin):
                                  "rss_file_mb": parts["file"],
                                  "heap_in_use_mb": heap_in_use_mb(),
                                  "pymalloc_arenas": pymalloc_arenas(),
+                                 "gc_collections": collections,
                                  "seconds": time.perf_counter() - self.start})
 
 
@@ -136,6 +140,12 @@ def _growth(rs: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"{key}_growth_mb"] = None if first is None else last - first
     out["pymalloc_arenas_first"] = rs[0].get("pymalloc_arenas")
     out["pymalloc_arenas_last"] = rs[-1].get("pymalloc_arenas")
+    if rs[0].get("gc_collections") is not None and len(rs) > 1:
+        # Automatic collections per generation between the first record and the last (the
+        # records' own full collections left out), per record interval
+        pairs = zip(rs[0]["gc_collections"], rs[-1]["gc_collections"], strict=True)
+        done = [b - a - (len(rs) - 1) * (g == 2) for g, (a, b) in enumerate(pairs)]
+        out["gc_collections_per_interval"] = [d / (len(rs) - 1) for d in done]
     return out
 
 
@@ -225,7 +235,10 @@ def main(argv: list[str]) -> int:
                      f", C heap in use {run['heap_in_use_growth_mb']:+.3f} MB")
                   + ("" if run["pymalloc_arenas_first"] is None else
                      f", Python's arenas {run['pymalloc_arenas_first']} -> "
-                     f"{run['pymalloc_arenas_last']}"))
+                     f"{run['pymalloc_arenas_last']}")
+                  + ("" if run.get("gc_collections_per_interval") is None else
+                     ", automatic collections per record (generations 0, 1, 2): "
+                     + ", ".join(f"{c:.1f}" for c in run["gc_collections_per_interval"])))
     machine = (f"{platform.node()} {platform.machine()} torch {torch.__version__} "
                f"threads 1, warm-up {args.warmup} samples")
     if args.json:

@@ -70,6 +70,11 @@ def test_replay_route_memory_judges_the_median_and_counts_each_turn(monkeypatch)
     assert ours["within_reference"] is True
     assert ours["runs_within_reference"] == 2
     assert [r["heap_in_use_growth_mb"] for r in ours["runs"]] == [None] * 3  # not recorded
+    assert "gc_collections_per_interval" not in ours["runs"][0]
+    # Automatic collections between two records: the first record's own full one left out
+    timed = run("Reservoir", 0, 100.0, 100.0)
+    timed[0]["gc_collections"], timed[1]["gc_collections"] = [10, 2, 5], [91, 9, 7]
+    assert rrm._growth(timed)["gc_collections_per_interval"] == [81, 7, 1]
     leak = [r for k in range(3) for r in run("Reservoir", k, 100.0, 100.5)]
     leak += [r for r in records if r["impl"] == rrm.REFERENCE]
     assert rrm.summarise(leak, slack_mb=0.1)["Reservoir"]["within_reference"] is False
