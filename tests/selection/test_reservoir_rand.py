@@ -38,6 +38,14 @@ def test_reservoir_fills_then_never_exceeds_capacity():
 
 
 @pytest.mark.slow
+def test_reservoir_slots_are_int64_for_any_batch_even_an_empty_one():
+    # The documented (n_new,) int64 result, which callers concatenate with other slots:
+    # an empty list would otherwise become a float32 tensor
+    for n_seen, n_new in ((0, 0), (7, 0), (0, 4), (50, 4)):
+        slots = reservoir_slots(n_seen, n_new, 5, generator=torch.Generator().manual_seed(0))
+        assert slots.dtype == torch.long and slots.shape == (n_new,)
+
+
 def test_reservoir_is_uniform_over_the_stream():
     # Given a stream of 100 items and M = 20, every item should survive with p = 0.2.
     # When the stream is replayed 3,000 times (batches of 10, as online),
