@@ -266,6 +266,15 @@ def test_stopped_early_the_status_is_scips_and_the_gap_bounds_the_optimum(solves
         assert result.objective * (1 - result.gap) <= best + 1e-6 <= result.objective + 1e-6
 
 
+def test_the_gap_is_relative_to_the_objective_also_below_one():
+    # The same formula where the objective is under 1 (a Gram with small entries): the
+    # floor under the denominator only keeps it from 0.
+    gram = 0.5 * torch.eye(3, dtype=torch.float64)
+    result = iqp._done(gram, torch.tensor([True, False, False]), "exact", time.perf_counter(),
+                       "nodelimit", lower=0.25)
+    assert result.objective == 0.5 and result.gap == pytest.approx(0.5)
+
+
 def test_without_scips_model_the_status_is_cvxpys_and_no_gap_is_known(solves):
     # Given a cvxpy that leaves no SCIP model in its stats, When SCIP stops early, Then the
     # status is cvxpy's and no bound (gap None) is claimed; proven optimal still gives gap 0.
