@@ -37,7 +37,6 @@ def test_reservoir_fills_then_never_exceeds_capacity():
     assert len(kept) == 30
 
 
-@pytest.mark.slow
 def test_reservoir_slots_are_int64_for_any_batch_even_an_empty_one():
     # The documented (n_new,) int64 result, which callers concatenate with other slots:
     # an empty list would otherwise become a float32 tensor
@@ -46,6 +45,7 @@ def test_reservoir_slots_are_int64_for_any_batch_even_an_empty_one():
         assert slots.dtype == torch.long and slots.shape == (n_new,)
 
 
+@pytest.mark.slow
 def test_reservoir_is_uniform_over_the_stream():
     # Given a stream of 100 items and M = 20, every item should survive with p = 0.2.
     # When the stream is replayed 3,000 times (batches of 10, as online),
