@@ -4,13 +4,12 @@ An unknown device is refused by ``resolve_device`` (tests/test_outputs.py).
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.cli import subprocess_env
+from helpers.warm import run as warm_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,18 +17,15 @@ REPO = Path(__file__).resolve().parents[1]
 def _throughput(tmp_path, *args):
     """Run ``benchmarks/online_throughput.py --repeats 1 ARGS`` from ``tmp_path``: its records."""
     out = tmp_path / "r.json"
-    res = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "online_throughput.py"), "--repeats", "1",
-         *args, "--json", str(out)],
-        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
-        timeout=300)
+    res = warm_python([REPO / "benchmarks" / "online_throughput.py", "--repeats", "1", *args,
+                       "--json", out], tmp_path, subprocess_env(), timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())["records"]
 
 
 @pytest.mark.slow
 def test_online_throughput_runs_on_the_auto_device_and_reports_phases_on_the_stand_in(tmp_path):
-    # One run of the script (each start imports torch and Avalanche): two MLP cases on the
+    # One run of the script (forked warm: a fresh start imports Avalanche): two MLP cases on the
     # device it picks, and the ResNet case on the CIFAR stand-in with its phases.
     records = _throughput(tmp_path, "--cases", "reservoir-mlp-disjoint", "cb-gss-mlp-disjoint",
                           "gss-greedy-resnet-cifar", "--impls", "library", "floor", "--phases",

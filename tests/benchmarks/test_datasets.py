@@ -6,8 +6,6 @@ import gzip
 import hashlib
 import pickle
 import struct
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.cli import subprocess_env
+from helpers.warm import run as warm_python
 
 from avalanche_gss.benchmarks import ArrayDataset, datasets, load_dataset, load_mnist_5k, load_npz
 from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
@@ -74,14 +73,12 @@ _FALLBACK = ("import warnings\n{setup}\n"
 @pytest.mark.slow
 def test_the_offline_digits_warning_is_one_warning_per_process_that_filters_control(
         tmp_path: Path) -> None:
-    # Two fresh processes at once: default filters, and a user's simplefilter("ignore").
-    env = subprocess_env()
-    procs = [subprocess.Popen([sys.executable, "-c", _FALLBACK.format(setup=setup,
-                                                                      root=str(tmp_path))],
-                              cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    # Two new processes (forked warm: the package imported, no data loaded, nothing said
+    # yet): default filters, and a user's simplefilter("ignore").
+    procs = [warm_python(["-c", _FALLBACK.format(setup=setup, root=str(tmp_path))], tmp_path,
+                         subprocess_env(), timeout=300)
              for setup in ("", "warnings.simplefilter('ignore')")]
-    (out, err), (out_ignored, err_ignored) = (p.communicate(timeout=300) for p in procs)
+    (out, err), (out_ignored, err_ignored) = ((p.stdout, p.stderr) for p in procs)
     assert [p.returncode for p in procs] == [0, 0], err + err_ignored
     # Loaded twice: said once, as a warning (no log line beside it).
     assert err.count("torchvision MNIST not found") == 1, err

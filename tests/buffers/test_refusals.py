@@ -7,7 +7,6 @@ the one before the call.
 """
 
 import inspect
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.cli import subprocess_env
+from helpers.warm import run as warm_python
 from torch import nn
 
 from avalanche_gss.buffers import OnlineBuffer, columns
@@ -288,9 +288,7 @@ _UNDER_A_LIMIT = textwrap.dedent("""
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc: Linux")
 def test_a_resize_under_a_memory_limit_is_refused_and_changes_nothing(tmp_path):
     # A process limited to 1.5 GB more address space asks for 50,000,000 slots
-    env = subprocess_env()
-    out = subprocess.run([sys.executable, "-c", _UNDER_A_LIMIT], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = warm_python(["-c", _UNDER_A_LIMIT], tmp_path, subprocess_env(), timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[-1] == "unchanged" and lines[0].startswith("refused: ReservoirBuffer")

@@ -35,9 +35,19 @@ def command(args: Any, cwd: Any) -> tuple[list[str], dict[str, str]]:
     return [sys.executable, "-m", "avalanche_gss.reproduce", *map(str, args)], subprocess_env()
 
 
-def cli(*args: Any, cwd: Any, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``python -m avalanche_gss.reproduce ARGS`` in ``cwd`` (outside the repository)."""
+def cli(*args: Any, cwd: Any, timeout: float = 600,
+        warm: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m avalanche_gss.reproduce ARGS`` in ``cwd`` (outside the repository).
+
+    :param warm: fork the command from an interpreter that has the package imported
+        (:mod:`helpers.warm`: for tests of what it does once it runs) instead of starting
+        Python afresh (for tests of what it loads and does before that).
+    """
     cmd, env = command(args, cwd)
+    if warm:
+        from helpers import warm as warm_python
+
+        return warm_python.run(cmd[1:], cwd, env, timeout)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

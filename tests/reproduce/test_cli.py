@@ -1,6 +1,10 @@
-"""``python -m avalanche_gss.reproduce`` driven as a user drives it: a subprocess, from a
-folder outside the repository, on this checkout's package (PYTHONPATH names it, so that the
-tests hold in any worktree; CI also installs the built wheel into a fresh venv and runs it)."""
+"""``python -m avalanche_gss.reproduce`` driven as a user drives it: a process of its own, from
+a folder outside the repository, on this checkout's package (PYTHONPATH names it, so that the
+tests hold in any worktree; CI also installs the built wheel into a fresh venv and runs it).
+
+What the command loads and refuses before the package is imported, and one whole run, use
+a fresh interpreter; the other runs are forked from one that has the package imported
+(``helpers.warm``), which spares each about 10 s of start-up."""
 
 import csv
 import json
@@ -11,15 +15,16 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import cli, command, subprocess_env, toy_npz
+from helpers.warm import WarmProcess
+from helpers.warm import run as warm_python
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def cli_background(*args, cwd, log):
-    """Start ``python -m reproduce ARGS`` in ``cwd``; its stderr goes to ``log``."""
+    """Start ``python -m reproduce ARGS`` in ``cwd``, warm; its stderr goes to ``log``."""
     cmd, env = command(args, cwd)
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(log, "w"))
+    return WarmProcess(cmd[1:], cwd, env, out=Path(cwd) / "stdout.log", err=log)
 
 
 def table_lines(md_path):
@@ -66,7 +71,7 @@ def test_a_failed_job_shows_its_own_error(outside):
     data = toy_npz(outside / "blobs.npz")
     # (One job: the pool starts one worker process, which is what the job needs.)
     res = cli("table2", "--quick", "--data", data, "--methods", "iCaRL", "--workers", 2,
-              "--out", "o", cwd=outside)
+              "--out", "o", cwd=outside, warm=True)
     assert res.returncode == 1
     last = res.stderr.strip().splitlines()[-1]
     assert "BrokenProcessPool" not in res.stderr
@@ -195,7 +200,8 @@ def test_a_device_that_is_absent_gets_one_line(outside):
 @pytest.mark.slow
 def test_data_with_too_few_classes_are_refused_before_any_run(outside):
     data = toy_npz(outside / "three.npz", n_classes=3)
-    res = cli("table1", "--quick", "--data", data, "--out", "o", cwd=outside, timeout=120)
+    res = cli("table1", "--quick", "--data", data, "--out", "o", cwd=outside, timeout=120,
+              warm=True)
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert lines[-1].startswith("python -m avalanche_gss.reproduce: error: --data")
@@ -206,7 +212,7 @@ def test_data_with_too_few_classes_are_refused_before_any_run(outside):
 
 def small_table(outside, data, *extra):
     return cli("table1", "--quick", "--data", data, "--methods", "Rand", "--buffer-sizes", 20,
-               "--out", "o", *extra, cwd=outside)
+               "--out", "o", *extra, cwd=outside, warm=True)
 
 
 @pytest.mark.slow
@@ -256,13 +262,13 @@ def test_a_diverged_run_is_flagged_in_every_output(outside):
     assert rows[0]["diverged"] == "True" and int(rows[0]["skipped_steps"]) > 0
 
 
-def toy_table(outside, *extra):
+def toy_table(outside, *extra, warm=False):
     """``table1 --quick`` on a small data file, Rand only (a few seconds when it runs)."""
     data = outside / "blobs.npz"
     if not data.exists():
         toy_npz(data)
     return cli("table1", "--quick", "--data", data, "--methods", "Rand", "--buffer-sizes", 20,
-               *extra, cwd=outside, timeout=120)
+               *extra, cwd=outside, timeout=120, warm=warm)
 
 
 def refused_at_once(res, outside, *names):
@@ -329,8 +335,7 @@ def test_a_full_disk_for_the_cache_keeps_the_results_and_writes_the_outputs(outs
     toy_npz(outside / "blobs.npz")
     cmd, env = command(["table1", "--quick", "--data", "blobs.npz", "--methods", "Rand",
                          "Reservoir", "--buffer-sizes", 20, "--out", "o"], outside)
-    cmd[1:3] = ["-c", FULL_DISK]
-    res = subprocess.run(cmd, cwd=outside, env=env, capture_output=True, text=True, timeout=300)
+    res = warm_python(["-c", FULL_DISK, *cmd[3:]], outside, env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     warned = [line for line in res.stderr.splitlines() if "could not cache" in line]
     assert len(warned) == 2, res.stderr[-3000:]
@@ -348,7 +353,7 @@ def test_a_full_disk_for_the_cache_keeps_the_results_and_writes_the_outputs(outs
 @pytest.mark.slow
 def test_an_output_that_cannot_be_written_is_one_line_naming_it(outside):
     (outside / "o" / "table1.json" / "in-the-way").mkdir(parents=True)  # a folder, not a file
-    res = toy_table(outside, "--out", "o")
+    res = toy_table(outside, "--out", "o", warm=True)
     assert res.returncode == 1
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("python -m avalanche_gss.reproduce: error:"), last

@@ -295,7 +295,7 @@ def test_composition_writes_json_csv_md_with_a_legend_and_says_so(tmp_path):
     import json
 
     res = cli("composition", "--quick", "--methods", "Reservoir", "--n-iter", 1,
-               "--root", tmp_path / "empty", "--out", "o", cwd=tmp_path)
+              "--root", tmp_path / "empty", "--out", "o", cwd=tmp_path, warm=True)
     assert res.returncode == 0, res.stderr[-3000:]
     out = tmp_path / "o"
     _wrote(res.stdout, *(f"o/composition.{ext}" for ext in ("json", "csv", "md")))

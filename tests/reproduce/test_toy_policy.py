@@ -32,7 +32,7 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     res = cli("which-buffer", "--quick", "--data", data, "--import", "stride.py",
               "--import", "newest_rows", "--policies", label, "Newest rows", "Reservoir",
               "--streams", "disjoint", "--seeds", 0, "--buffer-sizes", 100, "--out", "out",
-              cwd=tmp_path)
+              cwd=tmp_path, warm=True)
     assert res.returncode == 0, res.stderr
     rows = json.loads((tmp_path / "out" / "which_buffer.json").read_text())["rows"]
     assert [r["policy"] for r in rows] == [label, "Newest rows", "Reservoir"]
@@ -52,8 +52,8 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
 def test_an_option_the_buffer_lacks_is_refused_in_one_line_naming_the_allowed(tmp_path):
     (tmp_path / "stride.py").write_text(_stride_file())
     res = cli("which-buffer", "--import", "stride.py", "--policies",
-                     "Stride:every=3,stop=5", "--streams", "disjoint", "--out", "out",
-                     cwd=tmp_path)
+              "Stride:every=3,stop=5", "--streams", "disjoint", "--out", "out",
+              cwd=tmp_path, warm=True)
     assert res.returncode != 0
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr

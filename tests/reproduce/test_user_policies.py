@@ -195,7 +195,7 @@ def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(
     args = ["table1", "--quick", "--data", data, "--import", path.name, "--methods",
             "Newest", "--seeds", 0, "--buffer-sizes", 100, "--out", "out"]
     # When it runs by name in a worker process (which imports the module too)
-    first = reproduce(*args, "--workers", 2, cwd=tmp_path)
+    first = reproduce(*args, "--workers", 2, cwd=tmp_path, warm=True)
     assert first.returncode == 0, first.stderr
     assert _sweep_counts(first.stderr) == (0, 1)
     assert "Newest-M100-seed0: avg" in first.stderr  # logged by the worker's run
@@ -212,7 +212,7 @@ def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(
     assert _row(tmp_path / "out") == row
     # And an edit of the policy is a new run, with the new policy's result
     path.write_text(path.read_text().replace("NEWEST = True", "NEWEST = False"))
-    edited = reproduce(*args, cwd=tmp_path)
+    edited = reproduce(*args, cwd=tmp_path, warm=True)
     assert edited.returncode == 0, edited.stderr
     assert _sweep_counts(edited.stderr) == (0, 1)
     changed = _row(tmp_path / "out")
