@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import seeded as gen
 from scipy import stats
 
 from avalanche_gss.solid_angle import (
@@ -19,10 +20,6 @@ from avalanche_gss.solid_angle import (
 )
 
 N = 100_000
-
-
-def gen(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def orthonormal(k: int, dim: int, seed: int = 0) -> torch.Tensor:

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from helpers import experiences as batches
 from torch import nn
 from torch.nn import functional as F
 
@@ -51,10 +52,6 @@ def strategy(name, *, mem_size=20, n_iter=2, **kw):
     model = mlp()
     return STRATEGIES[name](model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
                             mem_size=mem_size, n_iter=n_iter, **kw)
-
-
-def batches(x, y, size=10):
-    return [TensorExperience(x[i : i + size], y[i : i + size]) for i in range(0, len(y), size)]
 
 
 def diverged(model):

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import digits_mlp as mlp
 from helpers.cli import subprocess_env
 from helpers.warm import run as warm_python
 from torch import nn
 
 from avalanche_gss.buffers import OnlineBuffer, columns
 from avalanche_gss.methods import NAMES, get
-from avalanche_gss.models import MLP
 
 REPO = Path(__file__).resolve().parents[2]
 GRADIENT = ("GSS-Greedy", "GSS-IQP", "GSS-Clust", "CB-GSS", "OCS", "GCR")  # score with the labels
@@ -31,11 +31,6 @@ def build(name, size=12, **kw):
     if "recent_size" in inspect.signature(cls).parameters:
         kw.setdefault("recent_size", 20)
     return cls(size, seed=3, **kw)
-
-
-def mlp():
-    torch.manual_seed(0)
-    return MLP()
 
 
 def _batch(i, n=10):

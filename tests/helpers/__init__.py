@@ -21,12 +21,29 @@ import torch
 from avalanche.core import SupervisedPlugin
 from torch import Tensor, nn
 
+from avalanche_gss.benchmarks import TensorExperience
 from avalanche_gss.gradients import per_sample_grad_loop
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"  # the first 8 bytes of every PNG file
 D, C = 12, 4  # input features, classes of the small scoring model: keeps float64 loops cheap
+
+
+def seeded(seed: int = 0) -> torch.Generator:
+    """A CPU generator seeded with ``seed``."""
+    return torch.Generator().manual_seed(seed)
+
+
+def experiences(x: Tensor, y: Tensor, size: int = 10) -> list[TensorExperience]:
+    """``x, y`` cut into online experiences of ``size`` samples, in order."""
+    return [TensorExperience(x[i:i + size], y[i:i + size]) for i in range(0, len(y), size)]
+
+
+def digits_mlp(seed: int = 0) -> MLP:
+    """The library's default MLP (784 inputs, two hidden layers of 100, 10 classes), seeded."""
+    torch.manual_seed(seed)
+    return MLP()
 
 
 def small_mlp(seed: int = 0) -> MLP:

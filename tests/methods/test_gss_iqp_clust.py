@@ -5,13 +5,13 @@ import copy
 
 import pytest
 import torch
+from helpers import digits_mlp
 
 from avalanche_gss.buffers import Rows as _Rows
 from avalanche_gss.experiments import RunSettings, run
 from avalanche_gss.gradients import cosine_from_gram, per_sample_grad_loop, sample_gram
 from avalanche_gss.methods.clust import FSSClustBuffer, GSSClustBuffer
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
-from avalanche_gss.models import MLP
 from avalanche_gss.selection import iqp
 from avalanche_gss.selection.iqp import select_iqp, surrogate
 
@@ -26,8 +26,7 @@ def stream(tiny_split):
 
 @pytest.fixture
 def model():
-    torch.manual_seed(0)
-    return MLP()
+    return digits_mlp()
 
 
 def _batches(x, y, start=0, stop=None, size=10):

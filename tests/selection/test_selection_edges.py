@@ -8,15 +8,11 @@ statistical checks are seeded, with their thresholds stated.
 import pytest
 import torch
 from helpers import exactly as _exactly
+from helpers import seeded as _gen
 
 from avalanche_gss.selection.greedy import greedy_scores, greedy_slots
 from avalanche_gss.selection.rand import rand_slots
 from avalanche_gss.selection.reservoir import reservoir_slots
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
 
 # --------------------------------------------------------------------------- messages
 

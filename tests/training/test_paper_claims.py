@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 from avalanche.core import SupervisedPlugin
+from helpers import experiences as _batches
 from torch import nn
 from torch.nn import functional as F
 
-from avalanche_gss.benchmarks import TensorExperience
 from avalanche_gss.checkpoint import load_state, save_state
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP
@@ -61,10 +61,6 @@ def _stream(n, seed=0, labels=None):
     x = torch.randn(n, D, generator=g)
     y = torch.randint(0, C, (n,), generator=g) if labels is None else labels
     return x, y
-
-
-def _batches(x, y, size=10):
-    return [TensorExperience(x[i:i + size], y[i:i + size]) for i in range(0, len(y), size)]
 
 
 def _row_in(rows, r):
