@@ -8,6 +8,7 @@ a fresh interpreter; the other runs are forked from one that has the package imp
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 def cli_background(*args, cwd, log):
     """Start ``python -m reproduce ARGS`` in ``cwd``, warm; its stderr goes to ``log``."""
     cmd, env = command(args, cwd)
-    return WarmProcess(cmd[1:], cwd, env, out=Path(cwd) / "stdout.log", err=log)
+    return WarmProcess(cmd[1:], cwd, env, out=Path(os.devnull), err=log)
 
 
 def table_lines(md_path):
