@@ -266,6 +266,9 @@ CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
                                                 cls=partial(CBRS, retrieval="other-classes")),
                              "floor": run_floor},
     "cb-gss-mlp-disjoint": {"library": partial(run_library, cls=CBGSS), "floor": run_floor},
+    "cb-gss-step-mlp-disjoint": {
+        "library": partial(run_library, cls=partial(CBGSS, score_from="step")),
+        "floor": run_floor},
     "ocs-mlp-disjoint": {"library": partial(run_library, cls=OCS), "floor": run_floor},
     "gcr-mlp-disjoint": {"library": partial(run_library, cls=GCR), "floor": run_floor},
     "reservoir-resnet-cifar": {"library": _resnet_library, "floor": _resnet_floor},

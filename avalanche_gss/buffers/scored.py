@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from avalanche_gss.buffers.rows import Rows, labels_on, model_device, task_labels_for
 from avalanche_gss.gradients import eval_mode, sample_gram
 
-__all__ = ["GradientScored", "model_features"]
+__all__ = ["GradientScored", "StepScored", "model_features"]
 
 
 class GradientScored:
@@ -103,6 +103,54 @@ class GradientScored:
         dev = model_device(model) or x.device
         return sample_gram(model, x.to(dev), y.to(dev), loss_fn=self.loss_fn,
                            params=self.params, task_labels=labels_on(model, t, dev)).detach()
+
+
+class StepScored:
+    """Mixin of a buffer that can read its gradients off the training step.
+
+    The rehearsal (:class:`~avalanche_gss.training.step_feed.StepFeed`) hands the buffer,
+    while :attr:`wants_step_gram` is true, the Gram of the last training iteration's
+    incoming batch and replay batch before it offers the batch (:meth:`take_step_gram`);
+    :meth:`_step_gram` gives the buffer the part it compares. A Gram is used for one batch.
+    """
+
+    method = "this policy"
+    _step: tuple[Tensor, Tensor] | None = None  # the last step's (inputs, Gram)
+
+    @property
+    def wants_step_gram(self) -> bool:
+        """Whether the rehearsal must hand this buffer its training step's Gram."""
+        return False
+
+    def take_step_gram(self, x: Tensor, gram: Tensor) -> None:
+        """The last training iteration's Gram, for the batch offered next.
+
+        :param x: the ``(B, ...)`` inputs of the incoming batch that step learnt.
+        :param gram: the ``(B + R, B + R)`` Gram of those ``B`` samples' gradients, then of
+            the ``R`` replayed samples' (:func:`~avalanche_gss.gradients.step.step_gram`).
+        """
+        self._step = (x.detach(), gram.detach())
+
+    def _step_gram(self, rows: Rows, need: Tensor) -> Tensor:
+        """The step's Gram of the rows ``need`` of ``rows``, then of the replayed samples.
+
+        :raises ValueError: no step was handed over (the batch was not learnt by the
+            library's rehearsal), or it learnt other samples than ``rows``.
+        """
+        if self._step is None:
+            raise ValueError(
+                f"{self.method} with score_from='step' reads its gradients off the training "
+                "step, and this batch came without one: train with the library's strategy or "
+                "OnlineRehearsalPlugin, not the stock ReplayPlugin, or use score_from='pass'")
+        x, gram = self._step
+        if x.shape != rows.x.shape or not torch.equal(x.to(rows.x.device), rows.x):
+            raise ValueError(
+                f"{self.method} with score_from='step': the offered batch ({len(rows)} "
+                f"samples) is not the one the last training step learnt ({len(x)}); learn "
+                "each experience as one batch (train_mb_size >= the experience's size)")
+        replayed = torch.arange(len(rows), gram.shape[0], device=gram.device)
+        take = torch.cat([need.to(gram.device), replayed])
+        return gram[take][:, take]
 
 
 def _classifier(model: nn.Module) -> nn.Module:

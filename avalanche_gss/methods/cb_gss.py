@@ -5,6 +5,21 @@ and uses GSS only where a choice among samples of one class remains: which store
 gives up its slot. Its replay steps learn the classes the incoming batch does not hold
 first (``retrieval="other-classes"``): the batch's own step has just learnt its classes.
 Why (what this library's tables show): ``docs/RESULTS.md``, "CB-GSS, this library's policy".
+
+Where the gradients come from (``score_from``). ``"pass"`` (Algorithm 2 as written, the
+default): after the batch was learnt, one forward and backward of the gradient engine
+(:func:`~avalanche_gss.gradients.sample_gram`) on the samples that take a slot and ``n``
+buffer samples drawn for the comparison. ``"step"``: no pass of its own; the gradients are
+read off the last training iteration of the batch
+(:class:`~avalanche_gss.gradients.step.StepRecord`): the incoming samples' from their step,
+the compared buffer samples' from the replay step that followed, which are the replay batch
+(its ``retrieval``'s draw, not ``n`` uniform draws), each at the parameters of its own step.
+It costs no forward or backward pass beyond training (``which-buffer --compute-matched``
+charges it Reservoir's cost), needs :class:`CBGSS` (or
+:class:`~avalanche_gss.training.OnlineRehearsalPlugin`) to hand it the step's gradients,
+each experience learnt as one batch, and a model whose trainable layers all have a closed
+form and no BatchNorm in train mode (:mod:`~avalanche_gss.gradients.step`); the stock
+``ReplayPlugin`` route gets a one-line error.
 """
 
 from __future__ import annotations
@@ -17,17 +32,31 @@ from torch import Tensor, nn
 from avalanche_gss.buffers import ClassBalancedBuffer, GradientScored, Rows
 from avalanche_gss.buffers.base import reject
 from avalanche_gss.buffers.columns import check_size
+from avalanche_gss.buffers.scored import StepScored
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.cbrs import cbrs_plan, cbrs_slots, place_by_weight
 from avalanche_gss.selection.greedy import memory_scores
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["Victim", "CBGSSBuffer", "CBGSS", "METHODS"]
+__all__ = ["Victim", "ScoreSource", "CBGSSBuffer", "CBGSS", "METHODS"]
 
 Victim = Literal["score", "random"]
+ScoreSource = Literal["pass", "step"]
 
 
-class CBGSSBuffer(GradientScored, ClassBalancedBuffer):
+def _check_options(n: int, victim: str, score_from: str, loss_fn: Any) -> int:
+    """``n`` checked; raise ``ValueError`` for a bad ``victim`` or ``score_from``."""
+    if victim not in ("score", "random"):
+        raise ValueError(f"victim must be 'score' or 'random', got {victim!r}")
+    if score_from not in ("pass", "step"):
+        raise ValueError(f"score_from must be 'pass' or 'step', got {score_from!r}")
+    if score_from == "step" and loss_fn is not None:
+        raise ValueError("loss_fn applies to score_from='pass' only: with 'step' the "
+                         "gradients are those of the strategy's criterion")
+    return check_size(n, "n")
+
+
+class CBGSSBuffer(StepScored, GradientScored, ClassBalancedBuffer):
     """``CB-GSS``: CBRS's class quotas, GSS-Greedy's redundancy score for the victim.
 
     How many samples of each class stay is CBRS's rule
@@ -60,8 +89,11 @@ class CBGSSBuffer(GradientScored, ClassBalancedBuffer):
     :param n: buffer gradients each new sample is compared with (GSS-Greedy's ``n``).
     :param victim: ``"score"`` (draw the overwritten sample by score) or ``"random"``
         (uniformly: CBRS).
-    :param loss_fn: per-sample loss ``(logits, y) -> (B,)``; cross-entropy by default.
+    :param loss_fn: per-sample loss ``(logits, y) -> (B,)``; cross-entropy by default
+        (``score_from="pass"`` only: a step's gradients are those of the strategy's criterion).
     :param params: the parameters whose gradients are compared; all trainable by default.
+    :param score_from: ``"pass"`` (a gradient pass of the buffer's own) or ``"step"`` (the
+        training step's gradients): see the module docstring.
     :param seed: seed of the buffer's generator.
     """
 
@@ -72,14 +104,12 @@ class CBGSSBuffer(GradientScored, ClassBalancedBuffer):
 
     def __init__(self, max_size: int, *, n: int = 10, victim: Victim = "score",
                  loss_fn: Any = None, params: list[nn.Parameter] | None = None,
-                 seed: int = 0) -> None:
+                 score_from: ScoreSource = "pass", seed: int = 0) -> None:
         super().__init__(max_size, seed=seed)
         self.full_classes = torch.zeros(0, dtype=torch.bool)  # CBRS's full classes, by label
-        n = check_size(n, "n")
-        if victim not in ("score", "random"):
-            raise ValueError(f"victim must be 'score' or 'random', got {victim!r}")
-        self.n = n
+        self.n = _check_options(n, victim, score_from, loss_fn)
         self.victim: Victim = victim
+        self.score_from: ScoreSource = score_from
         self.loss_fn = loss_fn
         self.params = params
         # The buffer samples each new one is compared with are drawn from a generator of
@@ -119,8 +149,11 @@ class CBGSSBuffer(GradientScored, ClassBalancedBuffer):
                 need = need[torch.isnan(scores[need])]  # not scored yet
             if len(need) == 0:
                 break
-            dev = need.to(rows.x.device, non_blocking=True)
-            new = self._score(rows.x[dev], rows.y[dev], rows.t[dev], model)
+            if self.score_from == "step":
+                new = self._step_scores(rows, need)
+            else:
+                dev = need.to(rows.x.device, non_blocking=True)
+                new = self._score(rows.x[dev], rows.y[dev], rows.t[dev], model)
             scores[need] = new
             finite = torch.isfinite(new)
             if bool(finite.all()):
@@ -137,6 +170,7 @@ class CBGSSBuffer(GradientScored, ClassBalancedBuffer):
             labels = host_labels[kept]
             self.generator.set_state(start)
         self.class_seen, self.full_classes = plan.seen, plan.full
+        self._step = None  # used: a later batch needs its own step
         stored_scores = (self.scores[: self.size].cpu() if self.scores is not None
                          else torch.zeros(self.size))
         placed = place_by_weight(plan, stored, labels,
@@ -159,6 +193,19 @@ class CBGSSBuffer(GradientScored, ClassBalancedBuffer):
         return memory_scores(gram, len(y))[0]
 
 
+    @property
+    def wants_step_gram(self) -> bool:
+        """Whether the rehearsal must hand this buffer its step's Gram (``score_from="step"``)."""
+        return self.score_from == "step" and self.victim == "score"
+
+    def _step_scores(self, rows: Rows, need: Tensor) -> Tensor:
+        """GSS-Greedy's score of the rows ``need`` from the training step's Gram."""
+        gram = self._step_gram(rows, need)
+        if gram.shape[0] == len(need):  # nothing was replayed: the buffer was empty
+            return torch.ones(len(need))  # cosine 0, nothing known (as score_from="pass")
+        return memory_scores(gram, len(need))[0]
+
+
 class CBGSS(BufferStrategy):
     """The ``CB-GSS`` policy: its buffer, and replay of the classes the batch does not hold.
 
@@ -167,7 +214,8 @@ class CBGSS(BufferStrategy):
     (:class:`~avalanche_gss.training.OtherClassesRetrieval`, ``retrieval="other-classes"``,
     the default here); ``retrieval="random"`` gives the paper's uniform replay.
 
-    The buffer's options (``n``, ``victim``, ``loss_fn``, ``params``) are those of
+    The buffer's options (``n``, ``victim``, ``loss_fn``, ``params``, ``score_from``) are
+    those of
     :class:`CBGSSBuffer`, with its defaults, and documented there.
 
     :param mem_size: buffer size ``M``.
@@ -181,10 +229,11 @@ class CBGSS(BufferStrategy):
 
     def __init__(
         self, *, mem_size: int, seed: int = 0, n: int = 10, victim: Victim = "score",
-        loss_fn: Any = None, params: list[nn.Parameter] | None = None, **options: Any,
+        loss_fn: Any = None, params: list[nn.Parameter] | None = None,
+        score_from: ScoreSource = "pass", **options: Any,
     ) -> None:
         buffer = CBGSSBuffer(mem_size, n=n, victim=victim, loss_fn=loss_fn, params=params,
-                             seed=seed)
+                             score_from=score_from, seed=seed)
         self.rehearse(buffer, seed, options)
 
 

@@ -35,6 +35,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     "ER-MIR": {"method": "Reservoir", "retrieval": "mir"},
     "GSS+MIR": {"method": "GSS-Greedy", "variant": "authors", "retrieval": "mir"},
     "CB-GSS": {"method": "CB-GSS"},
+    "CB-GSS (step)": {"method": "CB-GSS", "score_from": "step"},
     "CBRS+OC": {"method": "CBRS", "retrieval": "other-classes"},
     "OCS": {"method": "OCS"},
     "GCR": {"method": "GCR"},
@@ -46,7 +47,9 @@ buffer's options), in row order.
 GSS-Greedy, GSS-Clust and FSS-Clust run as the authors' code does them (the variant
 that gave the paper's numbers). ``ER-MIR`` and ``GSS+MIR`` are Reservoir and GSS-Greedy
 with MIR's replay draws; ``CB-GSS`` runs with its own retrieval (the classes the
-incoming batch does not hold first), as every policy without a ``retrieval`` key does.
+incoming batch does not hold first), as every policy without a ``retrieval`` key does;
+``CB-GSS (step)`` scores with the gradients of its training step instead of a pass of its
+own (``score_from="step"``), at no cost beyond training.
 ``GCR`` is the paper's method (coreset selection and its weighted replay loss);
 ``GCR (selection)`` its buffer alone, replayed with the unweighted loss as every other
 policy is.

@@ -25,6 +25,7 @@ from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.training.finite import finite_loss
 from avalanche_gss.training.retrieval import Retrieval, make_retrieval
+from avalanche_gss.training.step_feed import StepFeed
 from avalanche_gss.training.template import OnlineTemplate
 
 if TYPE_CHECKING:
@@ -56,6 +57,11 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
     every BatchNorm layer that would see a single value per channel normalising with its
     running statistics (:func:`single_sample_norm`).
 
+    A buffer that scores samples by the training step's own gradients (``wants_step_gram``,
+    as :class:`~avalanche_gss.methods.cb_gss.CBGSSBuffer` with ``score_from="step"``) gets,
+    before it sees the experience, the Gram of the last iteration's incoming and replay
+    batches (:class:`~avalanche_gss.training.step_feed.StepFeed`).
+
     :param storage_policy: the buffer; an :class:`~avalanche_gss.buffers.OnlineBuffer`
         (fast tensor path) or any Avalanche ``ExemplarsBuffer``.
     :param replay_batch_size: buffer samples per replay step (the authors' 10).
@@ -85,6 +91,15 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.joint = joint
         self.generator = torch.Generator().manual_seed(seed)
         self.skipped_steps = 0  # replay steps skipped for a non-finite loss
+        self.steps = StepFeed(self)  # the step's Gram, for a buffer that wants it
+
+    def before_forward(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Record the incoming batch's step for a buffer that scores by it (:class:`StepFeed`)."""
+        self.steps.start(strategy)
+
+    def after_forward(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Stop recording the incoming batch's forward."""
+        self.steps.stop()
 
     def before_update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Let the retrieval see the batch's gradient; with ``joint``, add the replay loss's."""
@@ -96,7 +111,7 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
                                         self.generator)
         if batch is None:
             return
-        loss = self._replay_loss(strategy, batch)
+        loss = self._recorded_replay_loss(strategy, batch)
         if bool(torch.isfinite(loss).all()):
             loss.backward()
             return
@@ -114,7 +129,7 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         if batch is None:
             return
         strategy.optimizer.zero_grad()
-        loss = self._replay_loss(strategy, batch)
+        loss = self._recorded_replay_loss(strategy, batch)
         loss.backward()
         if finite_loss(loss, self):
             strategy.optimizer.step()
@@ -131,8 +146,14 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
             loss: Tensor = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
         return loss
 
+    def _recorded_replay_loss(self, strategy: SupervisedTemplate,
+                              batch: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """:meth:`_replay_loss`, its step recorded for a buffer that scores by it."""
+        return self.steps.replay_loss(strategy, lambda: self._replay_loss(strategy, batch))
+
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """The storage policy sees the experience once, after it was learnt."""
+        self.steps.hand_over()
         self.storage_policy.post_adapt(strategy, strategy.experience)
 
     def state_dict(self) -> dict[str, Any]:

@@ -45,7 +45,7 @@ ALTERNATIVES: dict[str, Callable[[nn.Module], Any]] = {
     "group_size": lambda m: 5, "recent_size": lambda m: 7, "solver": lambda m: "exact",
     "time_limit": lambda m: 5.0, "restarts": lambda m: 3, "slack": lambda m: 0.1,
     "growth": lambda m: 1.5, "features": lambda m: "penultimate", "squared": lambda m: False,
-    "victim": lambda m: "random", "loss_fn": lambda m: other_loss,
+    "victim": lambda m: "random", "score_from": lambda m: "step", "loss_fn": lambda m: other_loss,
     "params": lambda m: list(m.classifier.parameters()),
     "replay_batch_size": lambda m: 4, "retrieval": lambda m: "mir", "joint": lambda m: True,
     "candidates": lambda m: 20, "margin": lambda m: 0.5, "ridge": lambda m: 0.01,
