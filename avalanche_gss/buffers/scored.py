@@ -143,14 +143,37 @@ class StepScored:
                 "step, and this batch came without one: train with the library's strategy or "
                 "OnlineRehearsalPlugin, not the stock ReplayPlugin, or use score_from='pass'")
         x, gram = self._step
-        if x.shape != rows.x.shape or not torch.equal(x.to(rows.x.device), rows.x):
+        at = _positions(x.to(rows.x.device), rows.x)
+        if at is None:
             raise ValueError(
                 f"{self.method} with score_from='step': the offered batch ({len(rows)} "
                 f"samples) is not the one the last training step learnt ({len(x)}); learn "
                 "each experience as one batch (train_mb_size >= the experience's size)")
-        replayed = torch.arange(len(rows), gram.shape[0], device=gram.device)
-        take = torch.cat([need.to(gram.device), replayed])
+        replayed = torch.arange(len(x), gram.shape[0], device=gram.device)
+        take = torch.cat([at[need].to(gram.device), replayed])
         return gram[take][:, take]
+
+
+def _positions(learnt: Tensor, offered: Tensor) -> Tensor | None:
+    """Where each offered sample is among the learnt ones; ``None``: not all are there.
+
+    The buffer is offered the learnt batch less the samples it refused before deciding
+    (non-finite inputs), in the dataset's order, which a shuffling dataloader (Avalanche's
+    default) changed for the step; each offered sample takes the first equal learnt one not
+    taken yet.
+    """
+    if offered.shape[1:] != learnt.shape[1:] or len(offered) > len(learnt):
+        return None
+    equal = (learnt.flatten(1)[:, None, :] == offered.flatten(1)[None, :, :]).all(-1).cpu()
+    free = torch.ones(len(learnt), dtype=torch.bool)
+    at = torch.empty(len(offered), dtype=torch.long)
+    for j in range(len(offered)):
+        hits = (equal[:, j] & free).nonzero().flatten()
+        if len(hits) == 0:
+            return None
+        at[j] = hits[0]
+        free[hits[0]] = False
+    return at
 
 
 def _classifier(model: nn.Module) -> nn.Module:

@@ -25,7 +25,9 @@ Each layer type adds its Gram contribution by its own rule, one module each, loo
   ``.item()``), a per-sample loop, with a ``RuntimeWarning``.
 
 :mod:`~avalanche_gss.gradients.engine` runs the forward and backward pass and assembles the
-Gram; :mod:`~avalanche_gss.gradients.cosine` turns it into cosines and group Grams;
+Gram; :mod:`~avalanche_gss.gradients.step` assembles it, with the same layer rules, from a
+training step's own forward and backward instead (no pass of its own);
+:mod:`~avalanche_gss.gradients.cosine` turns it into cosines and group Grams;
 :mod:`~avalanche_gss.gradients.oracle` holds the per-sample loop and ``vmap`` routes that
 return the gradients themselves. Scoring runs the model in eval mode (as the authors' code
 does), which also makes the samples independent. The engine never touches ``.grad``,

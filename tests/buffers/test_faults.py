@@ -34,6 +34,7 @@ STRATEGIES = {
     "CBRS": CBRS,
     "GDumb": GDumb,
     "CB-GSS": CBGSS,
+    "CB-GSS-step": lambda **kw: CBGSS(score_from="step", **kw),
 }
 GRADIENT_BUFFERS = {
     "GSS-Greedy": lambda m, **kw: GSSGreedyBuffer(m, **kw),

@@ -54,6 +54,7 @@ BUILDERS = {
     "CBRS": lambda **kw: CBRS(mem_size=30, **kw),
     "GDumb": lambda **kw: GDumb(mem_size=30, **kw),
     "CB-GSS": lambda **kw: CBGSS(mem_size=30, n=5, **kw),
+    "CB-GSS-step": lambda **kw: CBGSS(mem_size=30, score_from="step", **kw),
     "GCR": lambda **kw: GCR(mem_size=30, recent_size=20, **kw),
     "GCR-uniform": lambda **kw: GCR(mem_size=30, recent_size=20, replay_loss="uniform", **kw),
 }
