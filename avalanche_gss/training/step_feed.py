@@ -71,7 +71,12 @@ class StepFeed:
         self._recording = self._iterations % max(1, int(getattr(strategy, "n_iter", 1))) == 0
         if self._recording:
             self._replayed = None
-            self._incoming = (strategy.mb_x, self._record(strategy).__enter__())
+            try:
+                self._incoming = (strategy.mb_x, self._record(strategy).__enter__())
+            except ValueError as err:  # the model's steps cannot be recorded: say for whom
+                method = getattr(self.buffer, "method", type(self.buffer).__name__)
+                raise ValueError(f"{method} scores by the training step, but {err}; use "
+                                 "score_from='pass'") from err
 
     def stop(self) -> None:
         """After the incoming batch's forward: the backward fills in its output gradients."""

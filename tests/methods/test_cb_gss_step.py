@@ -143,3 +143,16 @@ def test_the_options_are_checked():
     assert CBGSSBuffer(10, score_from="step").wants_step_gram
     assert not CBGSSBuffer(10, score_from="step", victim="random").wants_step_gram
     assert not CBGSSBuffer(10).wants_step_gram
+
+
+def test_a_model_whose_steps_cannot_be_recorded_is_refused_at_its_first_step():
+    # Given a model with a BatchNorm layer in train mode (its batch statistics couple the
+    # samples of a step)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.BatchNorm1d(8),
+                                torch.nn.ReLU(), torch.nn.Linear(8, C))
+    strategy = _strategy(model, score_from="step")
+    # Then its first step is refused in one line that names the layer and the way out
+    with pytest.raises(ValueError, match=r"^CB-GSS scores by the training step, but "
+                       r"BatchNorm1d is in train mode.*; use score_from='pass'$"):
+        strategy.train(_stream()[2][0])
