@@ -14,8 +14,9 @@ read off the last training iteration of the batch
 (:class:`~avalanche_gss.gradients.step.StepRecord`): the incoming samples' from their step,
 the compared buffer samples' from the replay step that followed, which are the replay batch
 (its ``retrieval``'s draw, not ``n`` uniform draws), each at the parameters of its own step.
-It costs no forward or backward pass beyond training (``which-buffer --compute-matched``
-charges it Reservoir's cost), needs :class:`CBGSS` (or
+It costs no forward or backward pass beyond training but the one-sample forward with which
+a gradient-scored buffer checks the model's outputs (``which-buffer --compute-matched``
+charges it C = 1.00005 at most, and it trains on every batch), needs :class:`CBGSS` (or
 :class:`~avalanche_gss.training.OnlineRehearsalPlugin`) to hand it the step's gradients,
 each experience learnt as one batch, and a model whose trainable layers all have a closed
 form and no BatchNorm in train mode (:mod:`~avalanche_gss.gradients.step`); the stock
