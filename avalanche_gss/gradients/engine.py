@@ -154,6 +154,17 @@ def _add_layer_gram(out: Tensor, layer: _Layer, inputs: Sequence[Tensor],
         layer.rule(out, layer.module, calls, layer.weight, layer.bias, small)
 
 
+def _add_small_grams(out: Tensor, small: list[Tensor]) -> None:
+    """Add the Gram of the ``O(C)`` per-sample gradients the rules set aside, in one product.
+
+    :param out: the ``(N, N)`` Gram accumulator.
+    :param small: per layer, ``(N, C_l)`` per-sample gradients (see :func:`_add_layer_gram`).
+    """
+    if small:
+        joint = small[0] if len(small) == 1 else torch.cat(small, dim=1)  # (N, sum of C)
+        out.addmm_(joint, joint.T)
+
+
 def _add_closed_form_grams(
     out: Tensor,
     model: nn.Module,
@@ -209,9 +220,7 @@ def _add_closed_form_grams(
                 if any(r is not None for r in layer.rows):  # task groups: back to N rows
                     calls, douts = _scatter_calls(n, calls, douts, layer.rows)
                 _add_layer_gram(out, layer, calls, douts, small)
-        if small:
-            joint = small[0] if len(small) == 1 else torch.cat(small, dim=1)  # (N, sum of C)
-            out.addmm_(joint, joint.T)
+        _add_small_grams(out, small)
     return fallback + [p for p, g in zip(idle, grads[start:], strict=True) if g is not None]
 
 

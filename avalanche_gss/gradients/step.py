@@ -37,7 +37,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.hooks import RemovableHandle
 
 from .common import _selected
-from .engine import _plan
+from .engine import _add_layer_gram, _add_small_grams, _plan
 
 __all__ = ["StepRecord", "StepLayers", "step_gram"]
 
@@ -196,14 +196,9 @@ def step_gram(records: Sequence[StepRecord]) -> Tensor:
             if len(counts) != 1:
                 raise ValueError(f"{type(layer.module).__name__} ran {sorted(counts)} times in "
                                  "the records' steps; they cannot be compared")
-            joined = [
-                (torch.cat([calls[i][k][0] for calls in per_record]),
-                 torch.cat([calls[i][k][1] for calls in per_record]))
-                for k in range(counts.pop())
-            ]
-            if joined:
-                layer.rule(gram, layer.module, joined, layer.weight, layer.bias, small)
-        if small:
-            joint = small[0] if len(small) == 1 else torch.cat(small, dim=1)
-            gram.addmm_(joint, joint.T)
+            calls_of_layer = range(counts.pop())
+            inputs = [torch.cat([calls[i][k][0] for calls in per_record]) for k in calls_of_layer]
+            douts = [torch.cat([calls[i][k][1] for calls in per_record]) for k in calls_of_layer]
+            _add_layer_gram(gram, layer, inputs, douts, small)
+        _add_small_grams(gram, small)
     return gram

@@ -193,7 +193,6 @@ class CBGSSBuffer(StepScored, GradientScored, ClassBalancedBuffer):
                           torch.cat([y.to(by.device), by]), torch.cat([t.to(bt.device), bt]))
         return memory_scores(gram, len(y))[0]
 
-
     @property
     def wants_step_gram(self) -> bool:
         """Whether the rehearsal must hand this buffer its step's Gram (``score_from="step"``)."""
@@ -216,8 +215,7 @@ class CBGSS(BufferStrategy):
     the default here); ``retrieval="random"`` gives the paper's uniform replay.
 
     The buffer's options (``n``, ``victim``, ``loss_fn``, ``params``, ``score_from``) are
-    those of
-    :class:`CBGSSBuffer`, with its defaults, and documented there.
+    those of :class:`CBGSSBuffer`, with its defaults, and documented there.
 
     :param mem_size: buffer size ``M``.
     :param seed: seed of the buffer and of the replay draws.
