@@ -9,8 +9,12 @@ Every ``--every`` samples the script records the process's resident memory (afte
 garbage collection) and, with glibc, what its C allocator has handed out and not had back
 (``heap_in_use_mb``, from ``mallinfo2``): RSS also grows when the allocator first touches
 pages it reserved earlier, the heap in use only with memory the program holds. It also
-counts Python's arenas and, per generation, the automatic garbage collections that ran
-between two records.
+counts Python's arenas, the blocks its small-object allocator has handed out and not had
+back (``python_blocks``, ``sys.getallocatedblocks()`` after the collection: the Python
+objects the run holds) and the most of them at any experience's end since the record
+before (``python_blocks_peak``, before the collection: what the run held plus the garbage
+that only a full collection frees), and, per generation, the automatic garbage
+collections that ran between two records.
 
 Impls, each in a fresh process, one after the other: this library's buffers
 (``Reservoir``, ``GSS-Greedy``, ``CB-GSS``, ...: any name of the registry) and Avalanche's
@@ -77,10 +81,12 @@ class Probe(SupervisedPlugin):
         self.every, self.impl = every, impl
         self.samples = 0
         self.records: list[dict[str, Any]] = []
+        self.blocks_peak = 0
         self.start = time.perf_counter()
 
     def after_training_exp(self, strategy: Any, **kwargs: Any) -> None:
         self.samples += len(strategy.experience.dataset)
+        self.blocks_peak = max(self.blocks_peak, sys.getallocatedblocks())
         if self.samples >= self.every * (len(self.records) + 1):  # experiences may be short
             collections = [g["collections"] for g in gc.get_stats()]  # before this one's
             gc.collect()
@@ -90,8 +96,11 @@ class Probe(SupervisedPlugin):
                                  "rss_file_mb": parts["file"],
                                  "heap_in_use_mb": heap_in_use_mb(),
                                  "pymalloc_arenas": pymalloc_arenas(),
+                                 "python_blocks": sys.getallocatedblocks(),
+                                 "python_blocks_peak": self.blocks_peak,
                                  "gc_collections": collections,
                                  "seconds": time.perf_counter() - self.start})
+            self.blocks_peak = 0
 
 
 def route(samples: int, dim: int, seed: int) -> Any:
@@ -140,6 +149,12 @@ def _growth(rs: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"{key}_growth_mb"] = None if first is None else last - first
     out["pymalloc_arenas_first"] = rs[0].get("pymalloc_arenas")
     out["pymalloc_arenas_last"] = rs[-1].get("pymalloc_arenas")
+    if rs[0].get("python_blocks") is not None:
+        # Python's live blocks from the first record to the last; how far the highest
+        # peak after the first record rose above the first record's own peak
+        out["python_blocks_growth"] = rs[-1]["python_blocks"] - rs[0]["python_blocks"]
+        out["python_blocks_new_peak"] = (max(r["python_blocks_peak"] for r in rs[1:])
+                                         - rs[0]["python_blocks_peak"]) if len(rs) > 1 else 0
     if rs[0].get("gc_collections") is not None and len(rs) > 1:
         # Automatic collections per generation between the first record and the last (the
         # records' own full collections left out), per record interval
@@ -236,6 +251,9 @@ def main(argv: list[str]) -> int:
                   + ("" if run["pymalloc_arenas_first"] is None else
                      f", Python's arenas {run['pymalloc_arenas_first']} -> "
                      f"{run['pymalloc_arenas_last']}")
+                  + ("" if run.get("python_blocks_growth") is None else
+                     f", Python's blocks {run['python_blocks_growth']:+d} (highest peak "
+                     f"{run['python_blocks_new_peak']:+d} over the first interval's)")
                   + ("" if run.get("gc_collections_per_interval") is None else
                      ", automatic collections per record (generations 0, 1, 2): "
                      + ", ".join(f"{c:.1f}" for c in run["gc_collections_per_interval"])))

@@ -74,3 +74,11 @@ def test_replay_route_memory_judges_the_median_and_counts_each_turn(monkeypatch)
     leak = [r for k in range(3) for r in run("Reservoir", k, 100.0, 100.5)]
     leak += [r for r in records if r["impl"] == rrm.REFERENCE]
     assert rrm.summarise(leak, slack_mb=0.1)["Reservoir"]["within_reference"] is False
+    # Python's live blocks, and how far a later interval's peak rose above the first one's
+    counted = [{**r, "python_blocks": b, "python_blocks_peak": p} for r, b, p in zip(
+        run("Reservoir", 0, 100.0, 100.0) + run("Reservoir", 0, 100.0, 100.0)[1:],
+        (1000, 1010, 1005), (1500, 1480, 1530), strict=True)]
+    grown = rrm._growth(counted)
+    assert grown["python_blocks_growth"] == 5
+    assert grown["python_blocks_new_peak"] == 30
+    assert "python_blocks_growth" not in rrm._growth(timed)  # not recorded
