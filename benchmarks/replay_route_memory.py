@@ -16,6 +16,12 @@ before (``python_blocks_peak``, before the collection: what the run held plus th
 that only a full collection frees), and, per generation, the automatic garbage
 collections that ran between two records.
 
+``--smaps DIR`` also has a child process copy the run's ``/proc/PID/smaps`` at each record
+(after the collection; the copy adds no Python objects to the run) and notes where three
+small tuples made then were placed; after each run the script names, for every interval
+whose RSS rose by more than 50 KB, the mappings that grew and whether each holds Python's
+small objects (the mapping of those tuples: Python's arenas).
+
 Impls, each in a fresh process, one after the other: this library's buffers
 (``Reservoir``, ``GSS-Greedy``, ``CB-GSS``, ...: any name of the registry) and Avalanche's
 own ``ReservoirSamplingBuffer`` (``avalanche-reservoir``), the reference: the stream, the
@@ -48,6 +54,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -76,9 +83,9 @@ CASE = "replay-plugin"
 class Probe(SupervisedPlugin):
     """Resident memory each time another ``every`` samples were learnt."""
 
-    def __init__(self, every: int, impl: str) -> None:
+    def __init__(self, every: int, impl: str, smaps_dir: str | None = None) -> None:
         super().__init__()
-        self.every, self.impl = every, impl
+        self.every, self.impl, self.smaps_dir = every, impl, smaps_dir
         self.samples = 0
         self.records: list[dict[str, Any]] = []
         self.blocks_peak = 0
@@ -101,6 +108,63 @@ class Probe(SupervisedPlugin):
                                  "gc_collections": collections,
                                  "seconds": time.perf_counter() - self.start})
             self.blocks_peak = 0
+            if self.smaps_dir is not None:
+                _copy_smaps(self.smaps_dir, len(self.records))
+
+
+def _copy_smaps(folder: str, k: int) -> None:
+    """Record ``k``'s memory map (``k.smaps``, copied by a child process) and where three
+    small tuples made now are placed (``k.marks``)."""
+    marks = tuple((float(k), i) for i in range(3))
+    with open(os.path.join(folder, f"{k}.marks"), "w") as f:
+        f.write(" ".join(hex(id(m)) for m in marks))
+    path = os.path.join(folder, f"{k}.smaps")
+    if os.spawnlp(os.P_WAIT, "cp", "cp", f"/proc/{os.getpid()}/smaps", path):  # no Popen
+        raise OSError(f"could not copy the memory map to {path}")
+
+
+def smaps_rss(path: str) -> dict[tuple[int, int, str], int]:
+    """Resident KB of each mapping of a ``/proc/PID/smaps`` copy, keyed by
+    ``(start, end, name)`` (name ``""``: anonymous)."""
+    out: dict[tuple[int, int, str], int] = {}
+    key = None
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:  # a mapping's header
+                start, end = (int(v, 16) for v in parts[0].split("-"))
+                key = (start, end, parts[5] if len(parts) > 5 else "")
+            elif parts and parts[0] == "Rss:" and key is not None:
+                out[key] = int(parts[1])
+    return out
+
+
+def smaps_steps(folder: str, records: int, min_kb: int = 50) -> list[str]:
+    """For each interval between two of ``records`` records whose resident memory rose by
+    more than ``min_kb``, the mappings that grew (largest first, at most 3), each said to
+    hold Python's small objects when a record's marks lie in it."""
+    maps = [smaps_rss(os.path.join(folder, f"{k}.smaps")) for k in range(1, records + 1)]
+    marks = []
+    for k in range(1, records + 1):
+        with open(os.path.join(folder, f"{k}.marks")) as f:
+            marks.append([int(v, 16) for v in f.read().split()])
+    lines = []
+    for k, (before, after) in enumerate(zip(maps, maps[1:], strict=False), start=1):
+        grew = sum(after.values()) - sum(before.values())
+        if grew <= min_kb:
+            continue
+        moved = sorted(((after.get(m, 0) - before.get(m, 0), m) for m in after.keys() | before),
+                       reverse=True)
+        parts = []
+        for kb, (start, end, name) in moved[:3]:
+            if kb <= 0:
+                break
+            small = any(start <= a < end for a in marks[k - 1] + marks[k])
+            parts.append(f"{kb:+d} KB in {name or 'an anonymous mapping'} of "
+                         f"{(end - start) / 2**20:.1f} MiB"
+                         + (" (holds Python's small objects)" if small else ""))
+        lines.append(f"records {k} -> {k + 1}: RSS {grew:+d} KB: " + "; ".join(parts))
+    return lines
 
 
 def route(samples: int, dim: int, seed: int) -> Any:
@@ -117,7 +181,7 @@ def route(samples: int, dim: int, seed: int) -> Any:
 
 
 def run_impl(impl: str, samples: int, every: int, mem: int, dim: int,
-             seed: int, warmup: int = 0) -> list[dict[str, Any]]:
+             seed: int, warmup: int = 0, smaps_dir: str | None = None) -> list[dict[str, Any]]:
     """One impl over the whole stream, in this (fresh) process, after ``warmup`` samples of
     an unmeasured stream of its own."""
     torch.set_num_threads(1)
@@ -128,7 +192,7 @@ def run_impl(impl: str, samples: int, every: int, mem: int, dim: int,
     model = SimpleMLP(num_classes=10, input_size=dim, hidden_size=64)
     buffer = (ReservoirSamplingBuffer(mem) if impl == REFERENCE
               else methods.get(impl).buffer(mem, seed=seed))
-    probe = Probe(every, impl)
+    probe = Probe(every, impl, smaps_dir)
     strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
                      train_mb_size=10, train_epochs=1, evaluator=quiet_evaluator(),
                      plugins=[ReplayPlugin(mem_size=mem, batch_size=10, storage_policy=buffer),
@@ -205,6 +269,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each impl, each in a fresh interpreter, the impls "
                              "taking turns (the verdict is on the median)")
+    parser.add_argument("--smaps", default=None, metavar="DIR",
+                        help="copy each record's /proc/PID/smaps under DIR and name the "
+                             "mappings that grew where RSS rose (Linux)")
     parser.add_argument("--slack-mb", type=float, default=0.1,
                         help="RSS growth above the reference's still counted as within it")
     args = parser.parse_args(argv)
@@ -217,15 +284,19 @@ def main(argv: list[str]) -> int:
     records: list[dict[str, Any]] = []
     if args.child:  # one impl, in this fresh interpreter: records on stdout's last line
         print(json.dumps(run_impl(args.impls[0], args.samples, args.every, args.buffer_size,
-                                  args.dim, args.seed, args.warmup)))
+                                  args.dim, args.seed, args.warmup, args.smaps)))
         return 0
     for repeat in range(args.repeats):  # the impls take turns: a busy spell hits them all
         for impl in args.impls:  # one fresh interpreter each: no shared allocator state
+            where = [] if args.smaps is None else [
+                "--smaps", os.path.join(args.smaps, f"{impl}-run{repeat + 1}")]
+            if where:
+                os.makedirs(where[1], exist_ok=True)
             child = subprocess.run(
                 [sys.executable, __file__, "--child", "--impls", impl, "--samples",
                  str(args.samples), "--every", str(args.every), "--buffer-size",
                  str(args.buffer_size), "--dim", str(args.dim), "--seed", str(args.seed),
-                 "--warmup", str(args.warmup)],
+                 "--warmup", str(args.warmup), *where],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
             run = json.loads(child.stdout.strip().splitlines()[-1])
             records += [{**r, "repeat": repeat} for r in run]
@@ -233,6 +304,8 @@ def main(argv: list[str]) -> int:
             print(f"run {repeat + 1}/{args.repeats} {impl}: RSS {g['rss_first_mb']:.1f} MB at "
                   f"{g['samples_first']} -> {g['rss_last_mb']:.1f} MB at {g['samples_last']} "
                   f"({g['rss_growth_mb']:+.2f} MB) in {run[-1]['seconds']:.0f} s", flush=True)
+            for line in smaps_steps(where[1], len(run)) if where else []:
+                print(f"  {line}", flush=True)
     summary = summarise(records, args.slack_mb)
     for impl, s in summary.items():
         print(f"{impl}: RSS growth from {s['runs'][0]['samples_first']} to "

@@ -82,3 +82,27 @@ def test_replay_route_memory_judges_the_median_and_counts_each_turn(monkeypatch)
     assert grown["python_blocks_growth"] == 5
     assert grown["python_blocks_new_peak"] == 30
     assert "python_blocks_growth" not in rrm._growth(timed)  # not recorded
+
+
+def test_replay_route_memory_names_the_mapping_where_rss_rose(monkeypatch, tmp_path):
+    # Two records' memory maps: the anonymous mapping that holds the marks grew by 300 KB,
+    # a file's by 8 KB; the interval is reported, largest first, the marks' mapping named.
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import replay_route_memory as rrm
+
+    def smaps(anon_kb, lib_kb):
+        return (f"7f0000000000-7f0004000000 rw-p 00000000 00:00 0 \nRss:  {anon_kb} kB\n"
+                "Pss:  1 kB\n"
+                f"7f1000000000-7f1000100000 r-xp 00000000 08:01 42 /usr/lib/libx.so\n"
+                f"Rss:  {lib_kb} kB\n")
+
+    for k, (anon, lib) in enumerate(((1000, 40), (1300, 48), (1300, 48)), start=1):
+        (tmp_path / f"{k}.smaps").write_text(smaps(anon, lib))
+        (tmp_path / f"{k}.marks").write_text("0x7f0000001000 0x7f0000002000")
+    assert rrm.smaps_rss(str(tmp_path / "1.smaps")) == {
+        (0x7F0000000000, 0x7F0004000000, ""): 1000,
+        (0x7F1000000000, 0x7F1000100000, "/usr/lib/libx.so"): 40}
+    (line,) = rrm.smaps_steps(str(tmp_path), 3)
+    assert line == ("records 1 -> 2: RSS +308 KB: +300 KB in an anonymous mapping of 64.0 MiB "
+                    "(holds Python's small objects); +8 KB in /usr/lib/libx.so of 1.0 MiB")
+    assert rrm.smaps_steps(str(tmp_path), 3, min_kb=400) == []
