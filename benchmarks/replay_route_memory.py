@@ -17,10 +17,10 @@ that only a full collection frees), and, per generation, the automatic garbage
 collections that ran between two records.
 
 ``--smaps DIR`` also has a child process copy the run's ``/proc/PID/smaps`` at each record
-(after the collection; the copy adds no Python objects to the run) and notes where three
-small tuples made then were placed; after each run the script names, for every interval
-whose RSS rose by more than 50 KB, the mappings that grew and whether each holds Python's
-small objects (the mapping of those tuples: Python's arenas).
+(after the collection; the run itself never reads the map, so it holds no copy of it) and
+notes where three small tuples made then were placed; after each run the script names,
+for every interval whose RSS rose by more than 50 KB, the mappings that grew and whether
+each holds Python's small objects (the mapping of those tuples: Python's arenas).
 
 Impls, each in a fresh process, one after the other: this library's buffers
 (``Reservoir``, ``GSS-Greedy``, ``CB-GSS``, ...: any name of the registry) and Avalanche's
