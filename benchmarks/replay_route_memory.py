@@ -69,7 +69,7 @@ from avalanche.models import SimpleMLP
 from avalanche.training import Naive
 from avalanche.training.plugins import ReplayPlugin
 from avalanche.training.storage_policy import ReservoirSamplingBuffer
-from rss import heap_in_use_mb, pymalloc_arenas, rss_mb, rss_parts_mb
+from rss import copy_smaps, heap_in_use_mb, pymalloc_arenas, rss_mb, rss_parts_mb, smaps_rss
 
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import tensor_dataset
@@ -109,34 +109,7 @@ class Probe(SupervisedPlugin):
                                  "seconds": time.perf_counter() - self.start})
             self.blocks_peak = 0
             if self.smaps_dir is not None:
-                _copy_smaps(self.smaps_dir, len(self.records))
-
-
-def _copy_smaps(folder: str, k: int) -> None:
-    """Record ``k``'s memory map (``k.smaps``, copied by a child process) and where three
-    small tuples made now are placed (``k.marks``)."""
-    marks = tuple((float(k), i) for i in range(3))
-    with open(os.path.join(folder, f"{k}.marks"), "w") as f:
-        f.write(" ".join(hex(id(m)) for m in marks))
-    path = os.path.join(folder, f"{k}.smaps")
-    if os.spawnlp(os.P_WAIT, "cp", "cp", f"/proc/{os.getpid()}/smaps", path):  # no Popen
-        raise OSError(f"could not copy the memory map to {path}")
-
-
-def smaps_rss(path: str) -> dict[tuple[int, int, str], int]:
-    """Resident KB of each mapping of a ``/proc/PID/smaps`` copy, keyed by
-    ``(start, end, name)`` (name ``""``: anonymous)."""
-    out: dict[tuple[int, int, str], int] = {}
-    key = None
-    with open(path) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:  # a mapping's header
-                start, end = (int(v, 16) for v in parts[0].split("-"))
-                key = (start, end, parts[5] if len(parts) > 5 else "")
-            elif parts and parts[0] == "Rss:" and key is not None:
-                out[key] = int(parts[1])
-    return out
+                copy_smaps(self.smaps_dir, len(self.records))
 
 
 def smaps_steps(folder: str, records: int, min_kb: int = 50) -> list[str]:
@@ -281,6 +254,13 @@ def main(argv: list[str]) -> int:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.warmup < 0 or args.warmup % 50:
         parser.error(f"--warmup must be 0 or a positive multiple of 50, got {args.warmup}")
+    if args.smaps is not None and not args.child:  # refused before any run, in one line
+        if not os.path.exists("/proc/self/smaps"):
+            parser.error("--smaps needs Linux's /proc/PID/smaps, which this system lacks")
+        try:
+            os.makedirs(args.smaps, exist_ok=True)
+        except OSError as err:
+            parser.error(f"--smaps {args.smaps}: {err.strerror}")
     records: list[dict[str, Any]] = []
     if args.child:  # one impl, in this fresh interpreter: records on stdout's last line
         print(json.dumps(run_impl(args.impls[0], args.samples, args.every, args.buffer_size,
@@ -288,15 +268,15 @@ def main(argv: list[str]) -> int:
         return 0
     for repeat in range(args.repeats):  # the impls take turns: a busy spell hits them all
         for impl in args.impls:  # one fresh interpreter each: no shared allocator state
-            where = [] if args.smaps is None else [
-                "--smaps", os.path.join(args.smaps, f"{impl}-run{repeat + 1}")]
-            if where:
-                os.makedirs(where[1], exist_ok=True)
+            run_dir = None if args.smaps is None else os.path.join(args.smaps,
+                                                                    f"{impl}-run{repeat + 1}")
+            if run_dir is not None:
+                os.makedirs(run_dir, exist_ok=True)
             child = subprocess.run(
                 [sys.executable, __file__, "--child", "--impls", impl, "--samples",
                  str(args.samples), "--every", str(args.every), "--buffer-size",
                  str(args.buffer_size), "--dim", str(args.dim), "--seed", str(args.seed),
-                 "--warmup", str(args.warmup), *where],
+                 "--warmup", str(args.warmup), *(["--smaps", run_dir] if run_dir else [])],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
             run = json.loads(child.stdout.strip().splitlines()[-1])
             records += [{**r, "repeat": repeat} for r in run]
@@ -304,7 +284,7 @@ def main(argv: list[str]) -> int:
             print(f"run {repeat + 1}/{args.repeats} {impl}: RSS {g['rss_first_mb']:.1f} MB at "
                   f"{g['samples_first']} -> {g['rss_last_mb']:.1f} MB at {g['samples_last']} "
                   f"({g['rss_growth_mb']:+.2f} MB) in {run[-1]['seconds']:.0f} s", flush=True)
-            for line in smaps_steps(where[1], len(run)) if where else []:
+            for line in smaps_steps(run_dir, len(run)) if run_dir else []:
                 print(f"  {line}", flush=True)
     summary = summarise(records, args.slack_mb)
     for impl, s in summary.items():

@@ -79,6 +79,33 @@ def pymalloc_arenas() -> int | None:
     return None if found is None else int(found.group(1).replace(b",", b""))
 
 
+def copy_smaps(folder: str, k: int) -> None:
+    """Record ``k``'s memory map (``k.smaps``, copied by a child process) and where three
+    small tuples made now are placed (``k.marks``)."""
+    marks = tuple((float(k), i) for i in range(3))
+    with open(os.path.join(folder, f"{k}.marks"), "w") as f:
+        f.write(" ".join(hex(id(m)) for m in marks))
+    path = os.path.join(folder, f"{k}.smaps")
+    if os.spawnlp(os.P_WAIT, "cp", "cp", f"/proc/{os.getpid()}/smaps", path):  # no Popen
+        raise OSError(f"could not copy the memory map to {path}")
+
+
+def smaps_rss(path: str) -> dict[tuple[int, int, str], int]:
+    """Resident KB of each mapping of a ``/proc/PID/smaps`` copy, keyed by
+    ``(start, end, name)`` (name ``""``: anonymous)."""
+    out: dict[tuple[int, int, str], int] = {}
+    key = None
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:  # a mapping's header
+                start, end = (int(v, 16) for v in parts[0].split("-"))
+                key = (start, end, parts[5] if len(parts) > 5 else "")
+            elif parts and parts[0] == "Rss:" and key is not None:
+                out[key] = int(parts[1])
+    return out
+
+
 @functools.cache
 def _mallinfo2() -> Callable[[], _MallInfo2] | None:
     """glibc's ``mallinfo2``, looked up once (``find_library`` runs ``ldconfig``)."""

@@ -106,3 +106,16 @@ def test_replay_route_memory_names_the_mapping_where_rss_rose(monkeypatch, tmp_p
     assert line == ("records 1 -> 2: RSS +308 KB: +300 KB in an anonymous mapping of 64.0 MiB "
                     "(holds Python's small objects); +8 KB in /usr/lib/libx.so of 1.0 MiB")
     assert rrm.smaps_steps(str(tmp_path), 3, min_kb=400) == []
+
+
+def test_replay_route_memory_refuses_an_unusable_smaps_folder(monkeypatch, tmp_path, capsys):
+    # A --smaps folder that cannot be made is refused in one line before any run
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import replay_route_memory as rrm
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as stop:
+        rrm.main(["--smaps", str(tmp_path / "file" / "maps")])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: --smaps {tmp_path / 'file' / 'maps'}: Not a directory")
