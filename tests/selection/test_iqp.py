@@ -122,6 +122,40 @@ def test_fast_solution_is_a_swap_local_optimum():
         assert surrogate(gram, swapped) >= result.objective - 1e-9
 
 
+def best_swap(gram: torch.Tensor, x: torch.Tensor) -> tuple[int, int, float]:
+    """The best single swap (i in S out, j in) by the formula, scanned in index order."""
+    s = gram @ x.double()
+    best: tuple[int, int, float] = (-1, -1, math.inf)
+    for i in x.nonzero().flatten().tolist():
+        for j in (~x).nonzero().flatten().tolist():
+            d = float(-2 * gram[i, j] + gram[i, i] - 2 * s[i] + gram[j, j] + 2 * s[j])
+            if d < best[2]:  # strict: a tie keeps the smallest i, then the smallest j
+                best = (i, j, d)
+    return best
+
+
+@pytest.mark.parametrize("duplicates", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_swap_search_takes_the_best_swap_and_ties_go_to_the_smallest_indices(
+    duplicates, seed
+):
+    # The swap search against an exhaustive scan of every swap in index order, step by
+    # step to the local optimum; duplicated directions make exact ties, which must go to
+    # the smallest i, then the smallest j, or the searches part ways.
+    gram = unit_gram(14, 3, seed=seed, shift=0.3)
+    if duplicates:
+        gram[7:, :] = gram[:7, :].clone()
+        gram[:, 7:] = gram[:, :7].clone()
+    start = torch.zeros(14, dtype=torch.bool)
+    start[torch.randperm(14, generator=torch.Generator().manual_seed(seed))[:6]] = True
+    x, swaps = start.clone(), 0
+    while (swap := best_swap(gram, x))[2] < -1e-10:
+        x[swap[0]], x[swap[1]] = False, True
+        swaps += 1
+    assert swaps > 0  # the start is not already optimal
+    assert torch.equal(iqp._swap_search(gram, start.clone(), 1e-10), x)
+
+
 def test_fast_is_deterministic_given_the_generator():
     gram = unit_gram(40, 4, seed=1)
     runs = [
