@@ -26,6 +26,10 @@ merges of ``M + 100`` candidates are timed, each split into ``gram_ms`` (the per
 gradient Gram), ``solve_ms`` (cosines, their copy to the host and the fast solver;
 ``solver_ms`` is the solver's own share) and ``bookkeeping_ms`` (the rest: validation,
 the recent buffer, the writes). The split synchronises CUDA at its edges.
+``--merge-scip`` then lets SCIP solve the last merge's Gram (``--time-limit`` s, on the
+CPU) and records its objective beside the fast solver's (``ratio_to_scip``: the surrogate
+is minimised, so a ratio of at most 1.001 is within 0.1 %, and below 1 the fast solver
+found the better selection).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from torch.nn import functional as F
 
 from avalanche_gss.benchmarks import load_mnist_5k, synthetic_images
 from avalanche_gss.experiments import resolve_device
-from avalanche_gss.gradients import sample_cosine
+from avalanche_gss.gradients import cosine_from_gram, sample_cosine
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.models import MLP, make_model
 from avalanche_gss.selection.iqp import select_iqp
@@ -120,8 +124,35 @@ def run_case(
     return [library, scip]
 
 
-def run_merge(m: int, repeats: int, seed: int, device: str) -> dict[str, Any]:
-    """Time ``repeats`` GSS-IQP merges of ``m + 100`` candidates, split by phase."""
+def scip_on(gram: torch.Tensor, buffer: GSSIQPBuffer, time_limit: float) -> dict[str, Any]:
+    """SCIP on the Gram of a merge, against the objective the merge's fast solver reached."""
+    cos = cosine_from_gram(gram).cpu()  # what the merge handed its solver
+    invalid = None
+    if buffer.slack is not None:
+        invalid = gram.diagonal().clamp_min(0).sqrt().cpu() <= buffer.slack
+        invalid = invalid if bool(invalid.any()) else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exact = select_iqp(cos, buffer.max_size, solver="exact", time_limit=time_limit,
+                           invalid=invalid)
+    assert buffer.last_result is not None
+    record: dict[str, Any] = {
+        "scip_objective": exact.objective, "scip_status": exact.status,
+        "scip_solver": exact.solver, "scip_gap": exact.gap, "scip_ms": 1000 * exact.seconds,
+        "scip_time_limit_s": time_limit, "fast_objective": buffer.last_result.objective,
+        "scip_warnings": [str(w.message) for w in caught],
+    }
+    if exact.solver == "exact":
+        record["ratio_to_scip"] = buffer.last_result.objective / exact.objective
+    return record
+
+
+def run_merge(m: int, repeats: int, seed: int, device: str,
+              scip_limit: float | None = None) -> dict[str, Any]:
+    """Time ``repeats`` GSS-IQP merges of ``m + 100`` candidates, split by phase.
+
+    With ``scip_limit``, SCIP then solves the last merge's Gram (see :func:`scip_on`).
+    """
     recent = 100
     data = synthetic_images(train_per_class=-(-(m + recent * repeats) // 10),
                             test_per_class=1, seed=seed)
@@ -132,6 +163,9 @@ def run_merge(m: int, repeats: int, seed: int, device: str) -> dict[str, Any]:
     buffer = GSSIQPBuffer(m, recent_size=recent, seed=seed)
     for i in range(0, m, 10):  # fill: merges of at most M samples compute nothing
         buffer.add(x[i : i + 10], y[i : i + 10], model)
+    grams: list[torch.Tensor] = []
+    solve = buffer._solve
+    buffer._solve = lambda gram: grams.append(gram) or solve(gram)  # type: ignore[method-assign]
     timer = PhaseTimer(device, ("merge", "gram", "solve"))
     timer.wrap(buffer, "merge_recent", "merge")
     timer.wrap(buffer, "_gram", "gram")
@@ -149,7 +183,8 @@ def run_merge(m: int, repeats: int, seed: int, device: str) -> dict[str, Any]:
     solve = [run["solve"] for run in runs]
     total = [run["merge"] + g + s for run, g, s in zip(runs, gram, solve, strict=True)]
     ms = lambda v: 1000 * statistics.median(v)  # noqa: E731
-    return {
+    scip = {} if scip_limit is None else scip_on(grams[-1], buffer, scip_limit)
+    return {**scip,
         "case": "merge-resnet", "impl": "library", "k": m + recent, "m": m,
         "repeats": repeats, "median_ms": ms(total), "gram_ms": ms(gram), "solve_ms": ms(solve),
         "solver_ms": ms(solver), "bookkeeping_ms": ms([run["merge"] for run in runs]),
@@ -168,6 +203,9 @@ def main(argv: list[str]) -> int:
                         choices=[*CASES, *MERGE_CASES],
                         help="merge-resnet (opt-in): one GSS-IQP merge timed by phase")
     parser.add_argument("--merge-size", type=int, default=1000, help="merge-resnet's M")
+    parser.add_argument("--merge-scip", action="store_true",
+                        help="merge-resnet: also let SCIP (--time-limit s, on the CPU) solve "
+                        "the last merge's Gram, and compare the objectives")
     parser.add_argument("--seed", type=int, default=0, help="model, data order and candidates")
     parser.add_argument("--device", default="auto",
                         help="where the Gram is computed: auto (CUDA when present, else "
@@ -179,13 +217,20 @@ def main(argv: list[str]) -> int:
         parser.error(f"argument --device: {err}")
     records = []
     if "merge-resnet" in args.cases:
-        merge = run_merge(args.merge_size, args.repeats, args.seed, device)
+        merge = run_merge(args.merge_size, args.repeats, args.seed, device,
+                          args.time_limit if args.merge_scip else None)
         merge["device"] = device
         records.append(merge)
         print(f"GSS-IQP merge, K = {merge['k']}, M = {merge['m']} on {device}: "
               f"{merge['median_ms']:.1f} ms per merge = Gram {merge['gram_ms']:.1f} + solve "
               f"{merge['solve_ms']:.1f} (solver {merge['solver_ms']:.1f}) + bookkeeping "
               f"{merge['bookkeeping_ms']:.1f} (medians over {args.repeats})")
+        if "scip_status" in merge:
+            ratio = merge.get("ratio_to_scip")
+            print(f"  last merge's Gram: fast {merge['fast_objective']:.6f}, SCIP "
+                  f"{merge['scip_objective']:.6f} ({merge['scip_status']}, gap "
+                  f"{merge['scip_gap']}, {merge['scip_ms'] / 1000:.1f} s); fast / SCIP "
+                  + ("-" if ratio is None else f"{ratio:.6f}"))
     cases = [c for c in args.cases if c in CASES]
     grams, source = real_grams(sorted({CASES[c][0] for c in cases}), args.seed, device) \
         if cases else ({}, "")

@@ -119,3 +119,20 @@ def test_replay_route_memory_refuses_an_unusable_smaps_folder(monkeypatch, tmp_p
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         f"error: --smaps {tmp_path / 'file' / 'maps'}: Not a directory")
+
+
+@pytest.mark.slow
+def test_iqp_merge_compares_the_last_merge_with_scip_on_its_gram(tmp_path):
+    # --merge-scip: SCIP solves the Gram the last timed merge handed its solver, and the
+    # record puts its objective beside the fast solver's (a small merge: M = 20, K = 120)
+    out = tmp_path / "m.json"
+    res = warm_python([REPO / "benchmarks" / "iqp.py", "--device", "cpu", "--cases",
+                       "merge-resnet", "--merge-size", "20", "--repeats", "1", "--merge-scip",
+                       "--time-limit", "5", "--json", out], tmp_path, subprocess_env(),
+                      timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (merge,) = json.loads(out.read_text())["records"]
+    assert merge["k"] == 120 and merge["m"] == 20
+    assert merge["scip_solver"] == "exact" and merge["scip_time_limit_s"] == 5.0
+    assert merge["ratio_to_scip"] == merge["fast_objective"] / merge["scip_objective"]
+    assert "fast / SCIP" in res.stdout
