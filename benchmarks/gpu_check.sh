@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path's measurements in one go (about 6-8 minutes on an H100 or H200).
+# The GPU path's measurements in one go (about 7-9 minutes on an H100 or H200).
 # Usage: benchmarks/gpu_check.sh OUT_DIR   (or with $OUT set); run from the repository root
 # with the project's Python first on PATH (or PYTHON=/path/to/python).
 #
@@ -11,6 +11,9 @@
 # 3. one GSS-IQP merge at M = 1,000 on the device, split into Gram / solve / bookkeeping.
 # 4. the host syncs per online batch (tracked count, plus PyTorch's own sync debug mode).
 # 5. the CPU figures of the MLP cases, to check they did not get slower (compare with main).
+# 6. where GSS-Greedy's scoring pass goes: the engine on its 110-sample batch, profiled.
+# The machine needs the project's dependencies (pyproject.toml) for its Python; where it has
+# no package index, bring them as wheels built for that Python and platform.
 # A smoke run of this script on a CPU (to check it before spending GPU time):
 #   DEVICE=cpu SPT=20 PHASE_SPT=20 MERGE=50 benchmarks/gpu_check.sh /tmp/gpu_check
 set -u
@@ -42,3 +45,6 @@ grep -v "^  \|Warning\|warn" "$OUT_DIR/host_syncs.txt" | head -20
 timeout 90 "$PY" benchmarks/online_throughput.py --device cpu --repeats 1 \
     --cases reservoir-mlp-disjoint gss-greedy-mlp-disjoint --impls library floor \
     --json "$OUT_DIR/mlp_cpu.json" 2>&1 | tee "$OUT_DIR/mlp_cpu.txt"
+timeout 90 "$PY" benchmarks/gradient_gram.py --device "$DEVICE" --cases resnet18-n20 resnet18-n110 \
+    --repeats 3 --profile --json "$OUT_DIR/gram_profile.json" > "$OUT_DIR/gram_profile.txt" 2>&1
+grep -v "^USDT\|^ERROR\|Warning\|warn" "$OUT_DIR/gram_profile.txt" | head -60

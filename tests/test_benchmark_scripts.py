@@ -136,3 +136,17 @@ def test_iqp_merge_compares_the_last_merge_with_scip_on_its_gram(tmp_path):
     assert merge["scip_solver"] == "exact" and merge["scip_time_limit_s"] == 5.0
     assert merge["ratio_to_scip"] == merge["fast_objective"] / merge["scip_objective"]
     assert "fast / SCIP" in res.stdout
+
+
+def test_gradient_gram_profiles_the_engine_and_has_gss_greedy_s_scoring_batch(monkeypatch, capsys):
+    # --profile prints torch.profiler's operators of the library impl; resnet18-n110 is the
+    # batch GSS-Greedy scores by default (10 new samples, 10 groups of 10 buffer samples)
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import gradient_gram as gg
+
+    model, x, y, _ = gg.make_case("resnet18-n110", torch.device("cpu"))
+    assert x.shape == (110, 3, 32, 32) and y.shape == (110,) and not model.training
+    gg.main(["--device", "cpu", "--cases", "mlp-n20", "--repeats", "1", "--profile"])
+    out = capsys.readouterr().out
+    assert "mlp-n20: library, 5 calls under torch.profiler, by self_cpu_time_total" in out
+    assert "aten::" in out
