@@ -121,7 +121,7 @@ def _check(gram: Tensor, m: int) -> Tensor:
     return (g + g.T) / 2
 
 
-def _swap_search(g: Tensor, x: Tensor, tol: float) -> Tensor:
+def _swap_search(g: Tensor, minus2: Tensor, x: Tensor, tol: float) -> Tensor:
     """Best-improvement 1-swap local search from the selection mask ``x`` (modified in place).
 
     Swapping ``i in S`` for ``j not in S`` changes ``x^T G x`` by
@@ -131,10 +131,10 @@ def _swap_search(g: Tensor, x: Tensor, tol: float) -> Tensor:
     The swaps are scored as a ``(K - M, K)`` block, rows ``j not in S`` read off ``-2 G``
     with contiguous row gathers (``G`` is symmetric), columns ``i not in S`` at ``+inf``:
     the same floating-point values as the ``(M, K - M)`` block of the formula, several
-    times faster to build than gathering ``G[S, ~S]``.
+    times faster to build than gathering ``G[S, ~S]``. ``minus2`` is ``-2 G``, computed
+    once by the caller for all its searches.
     """
     diag = g.diagonal()
-    minus2 = g.mul(-2)  # (K, K)
     s = g @ x.double()  # (K,)
     for step in range(1, 100 * g.shape[0] + 1):  # every swap lowers the objective
         out = (~x).nonzero().flatten()  # (K - M,)
@@ -176,7 +176,8 @@ def _fast(g: Tensor, m: int, restarts: int, gen: torch.Generator) -> Tensor:
     """Greedy + swap search, then ``restarts`` restarts; the best 1-swap local optimum."""
     k = g.shape[0]
     tol = 1e-10 * max(1.0, float(g.abs().max()))
-    best = _swap_search(g, _greedy(g, m), tol)
+    minus2 = g.mul(-2)  # (K, K), shared by every search below
+    best = _swap_search(g, minus2, _greedy(g, m), tol)
     best_f = float(best.double() @ g @ best.double())
     fewest = min(2, m, k - m)  # a kick swaps fewest..most pairs
     most = max(fewest, min(m, k - m) // 4)
@@ -190,7 +191,7 @@ def _fast(g: Tensor, m: int, restarts: int, gen: torch.Generator) -> Tensor:
             inn, out = x.nonzero().flatten(), (~x).nonzero().flatten()
             x[inn[torch.randperm(inn.numel(), generator=gen)[:kicks]]] = False
             x[out[torch.randperm(out.numel(), generator=gen)[:kicks]]] = True
-        x = _swap_search(g, x, tol)
+        x = _swap_search(g, minus2, x, tol)
         f = float(x.double() @ g @ x.double())
         if f < best_f - tol:
             best, best_f = x, f

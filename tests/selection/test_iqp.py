@@ -153,7 +153,7 @@ def test_the_swap_search_takes_the_best_swap_and_ties_go_to_the_smallest_indices
         x[swap[0]], x[swap[1]] = False, True
         swaps += 1
     assert swaps > 0  # the start is not already optimal
-    assert torch.equal(iqp._swap_search(gram, start.clone(), 1e-10), x)
+    assert torch.equal(iqp._swap_search(gram, gram.mul(-2), start.clone(), 1e-10), x)
 
 
 def test_fast_is_deterministic_given_the_generator():

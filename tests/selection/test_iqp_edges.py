@@ -119,9 +119,9 @@ def test_restarts_alternate_a_kick_of_the_best_and_a_fresh_random_subset(monkeyp
     gram = unit_gram(64, 8, seed=7, shift=0.2)
     original, starts, ends = iqp._swap_search, [], []
 
-    def recording(g, x, tol):
+    def recording(g, minus2, x, tol):
         starts.append(x.clone())
-        ends.append(original(g, x, tol).clone())
+        ends.append(original(g, minus2, x, tol).clone())
         return ends[-1]
 
     monkeypatch.setattr(iqp, "_swap_search", recording)
