@@ -48,7 +48,7 @@ from torch.nn import functional as F
 
 from avalanche_gss.benchmarks import load_mnist_5k, synthetic_images
 from avalanche_gss.experiments import resolve_device
-from avalanche_gss.gradients import cosine_from_gram, sample_cosine
+from avalanche_gss.gradients import sample_cosine
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.models import MLP, make_model
 from avalanche_gss.selection.iqp import select_iqp
@@ -126,11 +126,7 @@ def run_case(
 
 def scip_on(gram: torch.Tensor, buffer: GSSIQPBuffer, time_limit: float) -> dict[str, Any]:
     """SCIP on the Gram of a merge, against the objective the merge's fast solver reached."""
-    cos = cosine_from_gram(gram).cpu()  # what the merge handed its solver
-    invalid = None
-    if buffer.slack is not None:
-        invalid = gram.diagonal().clamp_min(0).sqrt().cpu() <= buffer.slack
-        invalid = invalid if bool(invalid.any()) else None
+    cos, invalid = buffer._solver_inputs(gram)  # what the merge handed its solver
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         exact = select_iqp(cos, buffer.max_size, solver="exact", time_limit=time_limit,

@@ -105,13 +105,24 @@ class GSSIQPBuffer(GradientScored, RecentMergeBuffer):
         idx = usable.to(gram.device)
         return usable[self._solve(gram[idx[:, None], idx[None, :]])]  # (K', K') sub-Gram
 
-    def _solve(self, gram: Tensor) -> Tensor:
-        """Keep ``max_size`` of the samples whose gradient Gram is ``gram`` (appendix B)."""
-        cos = cosine_from_gram(gram).cpu()  # (K, K), Alg. 1 line 5's matrix
+    def _solver_inputs(self, gram: Tensor) -> tuple[Tensor, Tensor | None]:
+        """What a selection hands the solver for the gradient Gram ``gram``.
+
+        :param gram: the candidates' gradient Gram, shape ``(K, K)``.
+        :return: the cosines ``(K, K)`` (Alg. 1 line 5's matrix) on the CPU, and the mask
+            ``(K,)`` of gradients with norm ``<= slack`` (``None`` when there are none, or
+            ``slack`` is ``None``).
+        """
+        cos = cosine_from_gram(gram).cpu()  # (K, K)
         invalid = None
         if self.slack is not None:
             invalid = gram.diagonal().clamp_min(0).sqrt().cpu() <= self.slack  # (K,)
             invalid = invalid if bool(invalid.any()) else None
+        return cos, invalid
+
+    def _solve(self, gram: Tensor) -> Tensor:
+        """Keep ``max_size`` of the samples whose gradient Gram is ``gram`` (appendix B)."""
+        cos, invalid = self._solver_inputs(gram)
         self.last_result = select_iqp(
             cos, self.max_size, solver=self.solver, time_limit=self.time_limit,
             restarts=self.restarts, generator=self.generator, invalid=invalid,
