@@ -32,8 +32,10 @@ point to the last is what the buffer and the learning add.
 
 ``--repeats R`` (default 3) runs every impl R times, the impls taking turns. A run's RSS
 can take a one-time step of a few hundred KB that is no memory the program holds (the C
-heap in use and Python's arena count stay put across it: the allocators keep resident the
-free pages a short-lived peak touched once), in some runs and not others of the same
+heap in use and Python's arena count stay put across it): each record's full collection
+empties CPython's tuple free lists, and their refill over the next interval sometimes
+takes pools of Python's small-object allocator not used before (the README's "Long
+streams" says how this was found). It comes in some runs and not others of the same
 impl; a leak grows in every run. So the verdict is on the median: each buffer's median
 RSS growth from the first point to the last is within Avalanche's buffer's median plus
 ``--slack-mb``. Every run's growth is printed and saved beside it, with how many runs were

@@ -81,7 +81,8 @@ class StepLayers:
     def key_of(model: nn.Module, params: Sequence[nn.Parameter] | None = None) -> tuple[Any, ...]:
         """What the plan depends on: the model and its parameters' identities and shapes."""
         chosen = model.parameters() if params is None else params
-        return (id(model), tuple((id(p), p.shape, p.requires_grad) for p in chosen))
+        # a list, not a generator: see GradientScored._outputs (CPython's tuple free lists)
+        return (id(model), tuple([(id(p), p.shape, p.requires_grad) for p in chosen]))
 
 
 class StepRecord:
