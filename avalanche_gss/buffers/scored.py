@@ -61,9 +61,10 @@ class GradientScored:
         touched), remembered while the model and its parameters' shapes stay the same (a
         growing classifier is measured again).
         """
-        # tuple() of a list, not of a generator: CPython resizes a tuple built from a
-        # generator, and each one freed then stays in its free list (up to 2,000 per length,
-        # emptied only by a full collection), one more per batch
+        # tuple() of a list, not of a generator: CPython builds a tuple from a generator by
+        # resizing it, not from its free list of tuples, yet puts it there when it is freed;
+        # that list (up to 2,000 per length, emptied only by a full collection) would grow
+        # by one per batch
         key = (id(model), tuple([p.shape for p in model.parameters()]))
         if self._width is not None and self._width[0] == key:
             return self._width[1]
