@@ -59,12 +59,9 @@ def heap_in_use_mb() -> float | None:
     return (info.uordblks + info.hblkhd) / 2**20
 
 
-def pymalloc_arenas() -> int | None:
-    """Python's small-object allocator's arenas in use now (``None`` if not reported).
-
-    Each is a mapping of its own (1 MiB on 64-bit Linux), outside the C heap: read from
-    ``sys._debugmallocstats()``, which CPython writes to the C-level standard error.
-    """
+def debugmallocstats() -> bytes:
+    """What ``sys._debugmallocstats()`` reports now (CPython writes it to the C-level
+    standard error, so it is captured through file descriptor 2)."""
     with tempfile.TemporaryFile() as out:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -75,8 +72,24 @@ def pymalloc_arenas() -> int | None:
             os.dup2(saved, 2)
             os.close(saved)
         out.seek(0)
-        found = re.search(rb"# arenas allocated current\s*=\s*([\d,]+)", out.read())
+        return out.read()
+
+
+def pymalloc_arenas() -> int | None:
+    """Python's small-object allocator's arenas in use now (``None`` if not reported).
+
+    Each is a mapping of its own (1 MiB on 64-bit Linux), outside the C heap: read from
+    :func:`debugmallocstats`.
+    """
+    found = re.search(rb"# arenas allocated current\s*=\s*([\d,]+)", debugmallocstats())
     return None if found is None else int(found.group(1).replace(b",", b""))
+
+
+def free_tuples() -> dict[int, int]:
+    """Length of CPython's free list of tuples, per tuple length (from
+    :func:`debugmallocstats`; empty where it does not report them)."""
+    return {int(n): int(k) for k, n in
+            re.findall(rb"(\d+) free (\d+)-sized PyTupleObjects", debugmallocstats())}
 
 
 def copy_smaps(folder: str, k: int) -> None:

@@ -10,11 +10,10 @@ memory that ``benchmarks/replay_route_memory.py`` measures (see the README).
 """
 
 import gc
-import os
+import importlib.util
 import platform
-import re
 import sys
-import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,20 +26,17 @@ pytestmark = pytest.mark.skipif(
     reason="CPython's allocator statistics")
 
 
-def _free_tuples() -> dict[int, int]:
-    """Free-list length per tuple length, from ``sys._debugmallocstats`` (it writes to fd 2)."""
-    with tempfile.TemporaryFile() as f:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        try:
-            os.dup2(f.fileno(), 2)
-            sys._debugmallocstats()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        f.seek(0)
-        text = f.read().decode()
-    return {int(n): int(k) for k, n in re.findall(r"(\d+) free (\d+)-sized PyTupleObjects", text)}
+def _rss_module():
+    """The memory benchmarks' ``benchmarks/rss.py``, whose ``free_tuples`` reads the lists."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "rss.py"
+    spec = importlib.util.spec_from_file_location("rss", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_free_tuples = _rss_module().free_tuples
 
 
 def test_the_statistics_see_a_generator_built_tuple_stay_in_the_free_list():
