@@ -6,15 +6,16 @@ and split into 10-sample experiences by ``split_online_stream`` (seed 0), learnt
 Avalanche's stock ``Naive`` strategy with ``ReplayPlugin(mem_size=M, batch_size=10,
 storage_policy=...)`` and a small ``SimpleMLP``, in one ``strategy.train(stream)`` call.
 Every ``--every`` samples the script records the process's resident memory (after a
-garbage collection) and, with glibc, what its C allocator has handed out and not had back
-(``heap_in_use_mb``, from ``mallinfo2``): RSS also grows when the allocator first touches
-pages it reserved earlier, the heap in use only with memory the program holds. It also
-counts Python's arenas, the blocks its small-object allocator has handed out and not had
-back (``python_blocks``, ``sys.getallocatedblocks()`` after the collection: the Python
-objects the run holds) and the most of them at any experience's end since the record
-before (``python_blocks_peak``, before the collection: what the run held plus the garbage
-that only a full collection frees), and, per generation, the automatic garbage
-collections that ran between two records.
+garbage collection of the young generations: ``--collect``) and, with glibc, what its C
+allocator has handed out and not had back (``heap_in_use_mb``, from ``mallinfo2``): RSS
+also grows when the allocator first touches pages it reserved earlier, the heap in use
+only with memory the program holds. It also counts Python's arenas, the blocks its
+small-object allocator has handed out and not had back (``python_blocks``,
+``sys.getallocatedblocks()`` after the record's collection: the Python objects the run
+holds, and with ``--collect young`` or ``none`` the garbage no collection has freed yet)
+and the most of them at any experience's end since the record before
+(``python_blocks_peak``, before the collection), and, per generation, the automatic
+garbage collections that ran between two records.
 
 ``--smaps DIR`` also has a child process copy the run's ``/proc/PID/smaps`` at each record
 (after the collection; the run itself never reads the map, so it holds no copy of it) and
@@ -30,16 +31,23 @@ strategy and the dataloaders are Avalanche's in every impl, so what differs is t
 so the stream's experiences exist before the first measurement; growth from the first
 point to the last is what the buffer and the learning add.
 
-``--repeats R`` (default 3) runs every impl R times, the impls taking turns. A run's RSS
-can take a one-time step of a few hundred KB that is no memory the program holds (the C
-heap in use and Python's arena count stay put across it): each record's full collection
-empties CPython's tuple free lists, and their refill over the next interval sometimes
-takes pools of Python's small-object allocator not used before (the README's "Long
-streams" says how this was found). It comes in some runs and not others of the same
-impl; a leak grows in every run. So the verdict is on the median: each buffer's median
-RSS growth from the first point to the last is within Avalanche's buffer's median plus
-``--slack-mb``. Every run's growth is printed and saved beside it, with how many runs were
-within the reference's run of the same turn.
+``--collect`` chooses the collection at each record. ``young`` (the default) collects
+generations 0 and 1, as the run's own automatic collections do dozens of times per
+10,000 samples, and no more: left to itself the run makes at most one full collection
+between 10,000 and 100,000 samples (the script prints the automatic collections per
+generation), so the records add none. ``full`` runs ``gc.collect()`` at every record,
+which also empties CPython's tuple free lists; their refill over the next interval
+sometimes takes pools of Python's small-object allocator not used before, and RSS then
+takes a one-time step of a few hundred KB that is no memory the program holds (the C heap
+in use and Python's arena count stay put across it; the README's "Long streams" says how
+this was found). ``none`` collects nothing.
+
+``--repeats R`` (default 3) runs every impl R times, the impls taking turns. A one-time
+step comes in some runs and not others of the same impl; a leak grows in every run. So
+the verdict is on the median: each buffer's median RSS growth from the first point to the
+last is within Avalanche's buffer's median plus ``--slack-mb``. Every run's growth is
+printed and saved beside it, with how many runs were within the reference's run of the
+same turn.
 
 ``--warmup W`` (default 2,000) first runs the same impl, in the same process, on a
 ``W``-sample stream of its own (fresh model and buffer, the same route: five class changes),
@@ -80,14 +88,17 @@ from avalanche_gss.training import quiet_evaluator
 REFERENCE = "avalanche-reservoir"
 IMPLS = ("Reservoir", "GSS-Greedy", "CB-GSS", REFERENCE)
 CASE = "replay-plugin"
+# --collect: the generation each record collects up to (gc.collect's argument)
+COLLECT_GENERATION = {"full": 2, "young": 1}
 
 
 class Probe(SupervisedPlugin):
     """Resident memory each time another ``every`` samples were learnt."""
 
-    def __init__(self, every: int, impl: str, smaps_dir: str | None = None) -> None:
+    def __init__(self, every: int, impl: str, smaps_dir: str | None = None,
+                 collect: str = "young") -> None:
         super().__init__()
-        self.every, self.impl, self.smaps_dir = every, impl, smaps_dir
+        self.every, self.impl, self.smaps_dir, self.collect = every, impl, smaps_dir, collect
         self.samples = 0
         self.records: list[dict[str, Any]] = []
         self.blocks_peak = 0
@@ -98,7 +109,8 @@ class Probe(SupervisedPlugin):
         self.blocks_peak = max(self.blocks_peak, sys.getallocatedblocks())
         if self.samples >= self.every * (len(self.records) + 1):  # experiences may be short
             collections = [g["collections"] for g in gc.get_stats()]  # before this one's
-            gc.collect()
+            if self.collect != "none":
+                gc.collect(COLLECT_GENERATION[self.collect])
             parts = rss_parts_mb()
             self.records.append({"case": CASE, "impl": self.impl, "samples": self.samples,
                                  "rss_mb": rss_mb(), "rss_anon_mb": parts["anon"],
@@ -107,7 +119,7 @@ class Probe(SupervisedPlugin):
                                  "pymalloc_arenas": pymalloc_arenas(),
                                  "python_blocks": sys.getallocatedblocks(),
                                  "python_blocks_peak": self.blocks_peak,
-                                 "gc_collections": collections,
+                                 "gc_collections": collections, "collect": self.collect,
                                  "seconds": time.perf_counter() - self.start})
             self.blocks_peak = 0
             if self.smaps_dir is not None:
@@ -156,7 +168,8 @@ def route(samples: int, dim: int, seed: int) -> Any:
 
 
 def run_impl(impl: str, samples: int, every: int, mem: int, dim: int,
-             seed: int, warmup: int = 0, smaps_dir: str | None = None) -> list[dict[str, Any]]:
+             seed: int, warmup: int = 0, smaps_dir: str | None = None,
+             collect: str = "young") -> list[dict[str, Any]]:
     """One impl over the whole stream, in this (fresh) process, after ``warmup`` samples of
     an unmeasured stream of its own."""
     torch.set_num_threads(1)
@@ -167,7 +180,7 @@ def run_impl(impl: str, samples: int, every: int, mem: int, dim: int,
     model = SimpleMLP(num_classes=10, input_size=dim, hidden_size=64)
     buffer = (ReservoirSamplingBuffer(mem) if impl == REFERENCE
               else methods.get(impl).buffer(mem, seed=seed))
-    probe = Probe(every, impl, smaps_dir)
+    probe = Probe(every, impl, smaps_dir, collect)
     strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
                      train_mb_size=10, train_epochs=1, evaluator=quiet_evaluator(),
                      plugins=[ReplayPlugin(mem_size=mem, batch_size=10, storage_policy=buffer),
@@ -196,9 +209,10 @@ def _growth(rs: list[dict[str, Any]]) -> dict[str, Any]:
                                          - rs[0]["python_blocks_peak"]) if len(rs) > 1 else 0
     if rs[0].get("gc_collections") is not None and len(rs) > 1:
         # Automatic collections per generation between the first record and the last (the
-        # records' own full collections left out), per record interval
+        # records' own collections left out), per record interval
+        own = COLLECT_GENERATION.get(rs[0].get("collect", "full"))  # older records: full
         pairs = zip(rs[0]["gc_collections"], rs[-1]["gc_collections"], strict=True)
-        done = [b - a - (len(rs) - 1) * (g == 2) for g, (a, b) in enumerate(pairs)]
+        done = [b - a - (len(rs) - 1) * (g == own) for g, (a, b) in enumerate(pairs)]
         out["gc_collections_per_interval"] = [d / (len(rs) - 1) for d in done]
     return out
 
@@ -247,6 +261,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--smaps", default=None, metavar="DIR",
                         help="copy each record's /proc/PID/smaps under DIR and name the "
                              "mappings that grew where RSS rose (Linux)")
+    parser.add_argument("--collect", choices=("young", "full", "none"), default="young",
+                        help="the garbage collection at each record: young (generations 0 "
+                             "and 1, as the run's own), full (all three, which also empties "
+                             "CPython's free lists) or none")
     parser.add_argument("--slack-mb", type=float, default=0.1,
                         help="RSS growth above the reference's still counted as within it")
     args = parser.parse_args(argv)
@@ -266,7 +284,8 @@ def main(argv: list[str]) -> int:
     records: list[dict[str, Any]] = []
     if args.child:  # one impl, in this fresh interpreter: records on stdout's last line
         print(json.dumps(run_impl(args.impls[0], args.samples, args.every, args.buffer_size,
-                                  args.dim, args.seed, args.warmup, args.smaps)))
+                                  args.dim, args.seed, args.warmup, args.smaps,
+                                  args.collect)))
         return 0
     for repeat in range(args.repeats):  # the impls take turns: a busy spell hits them all
         for impl in args.impls:  # one fresh interpreter each: no shared allocator state
@@ -278,7 +297,8 @@ def main(argv: list[str]) -> int:
                 [sys.executable, __file__, "--child", "--impls", impl, "--samples",
                  str(args.samples), "--every", str(args.every), "--buffer-size",
                  str(args.buffer_size), "--dim", str(args.dim), "--seed", str(args.seed),
-                 "--warmup", str(args.warmup), *(["--smaps", run_dir] if run_dir else [])],
+                 "--warmup", str(args.warmup), "--collect", args.collect,
+                 *(["--smaps", run_dir] if run_dir else [])],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
             run = json.loads(child.stdout.strip().splitlines()[-1])
             records += [{**r, "repeat": repeat} for r in run]
@@ -313,11 +333,12 @@ def main(argv: list[str]) -> int:
                      ", automatic collections per record (generations 0, 1, 2): "
                      + ", ".join(f"{c:.1f}" for c in run["gc_collections_per_interval"])))
     machine = (f"{platform.node()} {platform.machine()} torch {torch.__version__} "
-               f"threads 1, warm-up {args.warmup} samples")
+               f"threads 1, warm-up {args.warmup} samples, {args.collect} collections")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "replay_route_memory", "machine": machine,
-                       "warmup": args.warmup, "repeats": args.repeats, "records": records,
+                       "warmup": args.warmup, "collect": args.collect,
+                       "repeats": args.repeats, "records": records,
                        "summary": summary}, f, indent=1)
     return 0
 

@@ -71,6 +71,10 @@ def test_replay_route_memory_judges_the_median_and_counts_each_turn(monkeypatch)
     timed = run("Reservoir", 0, 100.0, 100.0)
     timed[0]["gc_collections"], timed[1]["gc_collections"] = [10, 2, 5], [91, 9, 7]
     assert rrm._growth(timed)["gc_collections_per_interval"] == [81, 7, 1]
+    young = [{**r, "collect": "young"} for r in timed]  # the records' own: generation 1
+    assert rrm._growth(young)["gc_collections_per_interval"] == [81, 6, 2]
+    untouched = [{**r, "collect": "none"} for r in timed]
+    assert rrm._growth(untouched)["gc_collections_per_interval"] == [81, 7, 2]
     leak = [r for k in range(3) for r in run("Reservoir", k, 100.0, 100.5)]
     leak += [r for r in records if r["impl"] == rrm.REFERENCE]
     assert rrm.summarise(leak, slack_mb=0.1)["Reservoir"]["within_reference"] is False
@@ -82,6 +86,24 @@ def test_replay_route_memory_judges_the_median_and_counts_each_turn(monkeypatch)
     assert grown["python_blocks_growth"] == 5
     assert grown["python_blocks_new_peak"] == 30
     assert "python_blocks_growth" not in rrm._growth(timed)  # not recorded
+
+
+@pytest.mark.parametrize(("collect", "calls"), [("young", [1]), ("full", [2]), ("none", [])])
+def test_replay_route_memory_collects_the_generations_asked_at_each_record(
+        monkeypatch, collect, calls):
+    # young (the default) must not run a full collection: that one also empties CPython's
+    # free lists, which the run itself never does
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import replay_route_memory as rrm
+
+    seen = []
+    monkeypatch.setattr(rrm.gc, "collect", lambda generation=2: seen.append(generation))
+    probe = rrm.Probe(every=10, impl="Reservoir", collect=collect)
+    strategy = type("S", (), {"experience": type("E", (), {"dataset": [0] * 10})()})()
+    probe.after_training_exp(strategy)
+    assert seen == calls
+    assert probe.records[0]["collect"] == collect
+    assert rrm.Probe(every=10, impl="Reservoir").collect == "young"
 
 
 def test_replay_route_memory_names_the_mapping_where_rss_rose(monkeypatch, tmp_path):
