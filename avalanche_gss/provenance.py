@@ -53,6 +53,10 @@ def _git_commit() -> str | None:
 def provenance(device: str, threads: int) -> dict[str, Any]:
     """What produced a result: versions, commit (when known), machine, device, threads.
 
+    ``cpu_capability`` is the CPU instruction set torch's kernels dispatch to (``"AVX2"``,
+    ``"AVX512"``...): another one sums in another order, so the same run can end on other
+    numbers there.
+
     ``avalanche_gss`` is the installed distribution's version; ``source`` says whether the
     code ran from a git checkout (then ``git_commit`` names its commit) or from an
     installed package (a wheel: no commit, the version names the code).
@@ -76,6 +80,7 @@ def provenance(device: str, threads: int) -> dict[str, Any]:
         "platform": platform.platform(),
         "device": device,
         "accelerator": accelerator,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": threads,
     }
 
@@ -92,4 +97,6 @@ def provenance_line(info: dict[str, Any]) -> str:
     return (f"Produced by avalanche-gss {info.get('avalanche_gss')}" + origin
             + f", torch {info.get('torch')}, Avalanche {info.get('avalanche')}, "
             f"Python {info.get('python')}; device {info.get('device')} "
-            f"({info.get('accelerator')}), {info.get('threads')} torch thread(s) per run.")
+            f"({info.get('accelerator')})"
+            + (f", CPU {info['cpu_capability']}" if info.get("cpu_capability") else "")
+            + f", {info.get('threads')} torch thread(s) per run.")

@@ -167,3 +167,5 @@ def test_provenance_line_says_when_the_commit_is_unknown():
     assert line == ("Produced by avalanche-gss 0.1.0 (commit unknown), torch 2.5, Avalanche "
                     "0.6.0, Python 3.11.9; device cuda (NVIDIA H100), 4 torch thread(s) per run.")
     assert "(commit 0123abc)" in provenance_line({**info, "git_commit": "0123abc"})
+    assert provenance_line({**info, "cpu_capability": "AVX2"}).endswith(
+        "device cuda (NVIDIA H100), CPU AVX2, 4 torch thread(s) per run.")

@@ -11,6 +11,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
@@ -59,15 +61,27 @@ def data_identity(data: ArrayDataset) -> dict[str, str]:
 
 
 def code_identity() -> dict[str, str]:
-    """What identifies the code of every run in its cache key.
+    """What identifies the code of every run in its cache key, and what it computes on.
 
     The package's version and the hash of its source
-    (:func:`~avalanche_gss.cache.package_sha256`).
+    (:func:`~avalanche_gss.cache.package_sha256`), torch's version, and the CPU
+    instruction set torch's kernels dispatch to
+    (``torch.backends.cpu.get_cpu_capability()``: ``"AVX2"``, ``"AVX512"``...): another
+    torch, or kernels of another vector width, sum in another order, and a run's numbers
+    can change with them.
 
-    Any edit of the package is a new key; the same code gives the same key, so its cached
-    results stay valid.
+    Any edit of the package is a new key, and so is another torch or another kind of CPU;
+    the same code on the same kind of machine gives the same key, so its cached results
+    stay valid.
     """
-    return {"code": avalanche_gss.__version__, "code_sha256": package_sha256()}
+    return {"code": avalanche_gss.__version__, "code_sha256": package_sha256(),
+            **numerics_identity()}
+
+
+def numerics_identity() -> dict[str, str]:
+    """Torch's version and the CPU capability its kernels use (part of :func:`code_identity`)."""
+    return {"torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def method_code(method: str) -> dict[str, Any]:
@@ -95,9 +109,12 @@ def prepare_job(config: dict[str, Any]) -> None:
 
     Imports the modules of ``config["imports"]`` (a worker process starts without them),
     then checks that the code this process runs is the code the job's key names
-    (``code_sha256``, ``user_code``), where the config holds them.
+    (``code_sha256``, ``user_code``), and that it runs on the torch and the CPU capability
+    the key names (``torch``, ``cpu_capability``: a worker on another machine), where the
+    config holds them.
 
-    :raises ValueError: the code changed since the sweep started, naming what changed.
+    :raises ValueError: the code changed since the sweep started, or this process runs on
+        another torch or CPU capability than the key's, naming what differs.
     """
     for spec in config.get("imports", ()):
         methods.import_user(spec)
@@ -111,6 +128,13 @@ def prepare_job(config: dict[str, Any]) -> None:
         raise ValueError(f"the code of {', '.join(changed)} changed during the sweep (its "
                          "source hash differs from the one the sweep started with); run the "
                          "command again")
+    here = numerics_identity()
+    differ = [f"{name} {here[name]} here, {config[name]} in the run's key" for name in here
+              if config.get(name, here[name]) != here[name]]
+    if differ:
+        raise ValueError(f"this worker computes on {'; '.join(differ)}: its numbers would be "
+                         "cached as another machine's; run the workers on machines like the "
+                         "one that started the sweep")
 
 
 def data_fields(data: ArrayDataset) -> dict[str, Any]:

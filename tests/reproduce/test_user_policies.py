@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from helpers.cli import cli as reproduce
 from helpers.cli import toy_npz
 from helpers.policy import POLICY, write_policy
@@ -138,6 +139,22 @@ def test_a_job_refuses_code_that_changed_since_its_key_was_made(tmp_path, regist
         prepare_job({**config, "user_code": {"newest_job": "0" * 64}})
     with pytest.raises(ValueError, match="code of avalanche_gss changed"):
         prepare_job({**config, "code_sha256": "0" * 64})
+
+
+def test_a_run_is_keyed_to_the_torch_and_the_cpu_kind_it_computes_on():
+    # Another torch or another CPU vector width can change a run's numbers: both are in
+    # the key, and a worker on another one refuses the job in one line naming what differs
+    config = code_identity()
+    assert config["torch"] == torch.__version__
+    assert config["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    prepare_job(config)
+    here = torch.backends.cpu.get_cpu_capability()
+    with pytest.raises(ValueError, match=f"cpu_capability {here} here, NEON in the run's key"):
+        prepare_job({**config, "cpu_capability": "NEON"})
+    with pytest.raises(ValueError, match=f"torch {re.escape(torch.__version__)} here, 1.0 in"):
+        prepare_job({**config, "torch": "1.0"})
+    keyless = {k: v for k, v in config.items() if k not in ("torch", "cpu_capability")}
+    prepare_job(keyless)  # a config without them (another experiment's) is not checked
 
 
 def test_the_source_hash_follows_every_file_and_only_the_source(tmp_path):
