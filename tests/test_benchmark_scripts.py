@@ -92,7 +92,7 @@ def test_replay_route_memory_judges_the_median_and_counts_each_turn(monkeypatch)
 def test_replay_route_memory_collects_the_generations_asked_at_each_record(
         monkeypatch, collect, calls):
     # young (the default) must not run a full collection: that one also empties CPython's
-    # free lists, which the run itself never does
+    # free lists, which the run left to itself does at most once in 90,000 samples
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import replay_route_memory as rrm
 

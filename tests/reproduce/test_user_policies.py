@@ -154,7 +154,7 @@ def test_a_run_is_keyed_to_the_torch_and_the_cpu_kind_it_computes_on():
     with pytest.raises(ValueError, match=f"torch {re.escape(torch.__version__)} here, 1.0 in"):
         prepare_job({**config, "torch": "1.0"})
     keyless = {k: v for k, v in config.items() if k not in ("torch", "cpu_capability")}
-    prepare_job(keyless)  # a config without them (another experiment's) is not checked
+    prepare_job(keyless)  # a config made without code_identity is not checked on them
 
 
 def test_the_source_hash_follows_every_file_and_only_the_source(tmp_path):
