@@ -70,7 +70,9 @@ from avalanche_gss.reproduce.which_buffer_composition import traced_streams, wri
 from avalanche_gss.reproduce.which_buffer_matched import (
     MATCHED_LEGEND,
     add_matched,
+    keeps_every_batch,
     matched_configs,
+    matched_results,
     matched_rows,
 )
 from avalanche_gss.reproduce.which_buffer_report import (
@@ -283,10 +285,14 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     matched = None
     if getattr(args, "compute_matched", False):
         again = matched_configs(configs, results)
-        log.info("%s: %d compute-matched runs", NAME, len({config_key(c) for c in again}))
+        skipping = [c for c in again if not keeps_every_batch(c)]
+        log.info("%s: %d compute-matched runs (%d more keep every batch: their as-measured "
+                 "runs)", NAME, len({config_key(c) for c in skipping}),
+                 len({config_key(c) for c in again}) - len({config_key(c) for c in skipping}))
+        ran = sweep(args, NAME, skipping, run_job) if skipping else []
         matched = add_matched(records, [{**r.keys, "buffer_size": r.settings.buffer_size,
                                          "seed": r.settings.seed} for r in runs],
-                              again, sweep(args, NAME, again, run_job))
+                              again, matched_results(again, results, ran))
     extra: dict[str, Any] = {}
     if matched is not None:
         matched_table, matched_best = ranking(matched_rows(records), chosen["policies"], columns)

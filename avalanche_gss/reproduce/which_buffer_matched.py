@@ -8,7 +8,9 @@ it then trains only on the batches ``floor(j * C)``, the others unseen by the mo
 the buffer (:func:`~avalanche_gss.reproduce.jobs.matched_split`). The as-measured runs
 count their passes into their results' extras (so the cache holds them); the
 compute-matched runs record ``C`` (an exact fraction) and their kept batch count in their
-job config, so their cache keys differ.
+job config, so their cache keys differ. A compute-matched run that keeps every batch (a
+policy of ``C <= 1``) is its as-measured run again: its result is taken from that run
+instead of training it twice.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 from avalanche_gss.budget import PassCount, relative_cost, trained_batches
 
-__all__ = ["MATCHED_LEGEND", "add_matched", "matched_configs", "matched_rows", "relative_cost_of"]
+__all__ = ["MATCHED_LEGEND", "add_matched", "keeps_every_batch", "matched_configs",
+           "matched_results", "matched_rows", "relative_cost_of"]
 
 MATCHED_LEGEND = (
     "C: a policy's relative cost, its forward plus twice its backward passes per sample "
@@ -64,6 +67,36 @@ def matched_configs(configs: Sequence[dict[str, Any]],
             job["tensorboard"] = f"{job['tensorboard']}-matched"
         out.append(job)
     return out
+
+
+def keeps_every_batch(config: dict[str, Any]) -> bool:
+    """Whether a compute-matched job trains on every batch.
+
+    True for ``C <= 1``, or too few batches for ``C`` to skip one: the job is then its
+    as-measured run again, with the same result.
+    """
+    return bool(config["matched"]["kept_batches"] == config["matched"]["batches"])
+
+
+def matched_results(configs: Sequence[dict[str, Any]], measured: Sequence[dict[str, Any]],
+                    ran: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each compute-matched job's result, training only the jobs that skip batches.
+
+    A job that keeps every batch (:func:`keeps_every_batch`) takes its as-measured run's
+    result (the same run, not trained twice); every other job the next of ``ran``.
+
+    :param configs: the compute-matched jobs (:func:`matched_configs`).
+    :param measured: the as-measured results, in the same order.
+    :param ran: the results of the jobs that skip batches, in order.
+    :raises ValueError: ``ran`` holds another number of results than the jobs that skip.
+    """
+    skipping = sum(not keeps_every_batch(c) for c in configs)
+    if len(ran) != skipping:
+        raise ValueError(f"{len(ran)} compute-matched results for {skipping} runs that skip "
+                         "batches")
+    rest = iter(ran)
+    return [m if keeps_every_batch(c) else next(rest)
+            for c, m in zip(configs, measured, strict=True)]
 
 
 def add_matched(records: list[dict[str, Any]], keys: Sequence[dict[str, Any]],

@@ -5,10 +5,18 @@ import json
 import math
 from fractions import Fraction
 
+import pytest
+
 from avalanche_gss.reproduce import policies
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.cli import parse_args
+from avalanche_gss.reproduce.jobs import run_job
 from avalanche_gss.reproduce.which_buffer import _job_configs, plan
+from avalanche_gss.reproduce.which_buffer_matched import (
+    keeps_every_batch,
+    matched_configs,
+    matched_results,
+)
 
 TINY = ["which-buffer", "--quick", "--seeds", "0", "--policies", "Reservoir", "GSS-Greedy",
         "--streams", "disjoint", "--buffer-sizes", "30", "--n-iter", "1"]
@@ -36,7 +44,7 @@ def test_reservoir_keeps_pace_and_gss_greedy_trains_on_fewer_batches(tmp_path, m
     reservoir, greedy = rows["Reservoir"], rows["GSS-Greedy"]
     assert reservoir["relative_cost"] == ["1"]  # counted passes == its closed form
     assert reservoir["batches"] == [50] and reservoir["kept_batches"] == [50]
-    assert reservoir["matched_avg"] == reservoir["avg"]  # the same run, again
+    assert reservoir["matched_avg"] == reservoir["avg"]  # its as-measured run's result
     c = Fraction(greedy["relative_cost"][0])
     assert c > 1 and greedy["kept_batches"][0] < greedy["batches"][0] == 50
     assert greedy["kept_batches"][0] == math.ceil(50 / c)  # batches floor(j * C) < 50
@@ -49,7 +57,27 @@ def test_reservoir_keeps_pace_and_gss_greedy_trains_on_fewer_batches(tmp_path, m
         lines = {r["policy"]: r for r in csv.DictReader(f)}
     assert lines["Reservoir"]["relative_cost"] == "1"
     assert lines["GSS-Greedy"]["relative_cost"] == str(c)
-    # The cache holds the counts: a measured run's result keeps its passes.
+    # The cache holds the counts: a measured run's result keeps its passes. Reservoir's
+    # compute-matched run keeps every batch, so it is not trained again: 2 + 1 runs.
     cached = [json.loads(p.read_text()) for p in (out / "cache" / "which-buffer").glob("*.json")]
-    assert len(cached) == 4
-    assert sorted("passes" in r["result"]["extras"] for r in cached) == [False, False, True, True]
+    assert len(cached) == 3
+    assert sorted("passes" in r["result"]["extras"] for r in cached) == [False, True, True]
+    # What the reuse rests on: that run, trained, gives its as-measured result exactly
+    measured = next(r for r in cached if r["config"].get("count_passes")
+                    and r["config"]["settings"]["method"] == "Reservoir")
+    (again,) = matched_configs([measured["config"]], [measured["result"]])
+    assert keeps_every_batch(again)
+    trained = run_job(again)
+    assert trained["avg"] == measured["result"]["avg"]
+    assert trained["task_accuracy"] == measured["result"]["task_accuracy"]
+
+
+def test_only_the_runs_that_skip_batches_are_trained_again():
+    keep = {"matched": {"C": "1", "kept_batches": 50, "batches": 50}}
+    skip = {"matched": {"C": "3/2", "kept_batches": 34, "batches": 50}}
+    measured = [{"avg": 1.0}, {"avg": 2.0}, {"avg": 3.0}]
+    assert [keeps_every_batch(c) for c in (keep, skip)] == [True, False]
+    assert matched_results([keep, skip, keep], measured, [{"avg": 9.0}]) == [
+        {"avg": 1.0}, {"avg": 9.0}, {"avg": 3.0}]
+    with pytest.raises(ValueError, match="2 compute-matched results for 1 runs that skip"):
+        matched_results([keep, skip, keep], measured, [{"avg": 9.0}, {"avg": 8.0}])
