@@ -10,7 +10,8 @@ count their passes into their results' extras (so the cache holds them); the
 compute-matched runs record ``C`` (an exact fraction) and their kept batch count in their
 job config, so their cache keys differ. A compute-matched run that keeps every batch (a
 policy of ``C <= 1``) is its as-measured run again: its result is taken from that run
-instead of training it twice.
+instead of training it twice (and with ``--tensorboard`` it writes no ``-matched`` logs:
+the as-measured run's are its own).
 """
 
 from __future__ import annotations
