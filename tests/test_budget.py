@@ -1,15 +1,14 @@
 """Compute accounting: the pass counter, Reservoir's closed form and the real-time stream rule."""
 
 import copy
-import importlib.util
 import json
 import math
 import random
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import benchmark_script
 from torch import nn
 
 from avalanche_gss import methods
@@ -244,11 +243,7 @@ def test_a_float_cost_is_read_as_the_nearest_simple_fraction():
 
 
 def test_compute_cost_script_reports_reservoir_at_one_and_mir_above(tmp_path, capsys):
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "compute_cost.py"
-    spec = importlib.util.spec_from_file_location("compute_cost", path)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("compute_cost")
     out = tmp_path / "cost.json"
     threads = torch.get_num_threads()
     try:  # in this process: the script's one-thread setting is undone after it

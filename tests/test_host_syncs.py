@@ -12,23 +12,13 @@ at each replay step, copies the drawn samples' weights and logits to the device 
 step, 6 per batch).
 """
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
+from helpers import benchmark_script
 
 
 def _host_syncs():
-    path = REPO / "benchmarks" / "host_syncs.py"
-    spec = importlib.util.spec_from_file_location("host_syncs", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("host_syncs", module)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("host_syncs", register=True)
 
 
 def test_the_counter_sees_reads_masks_and_blocking_copies():

@@ -10,14 +10,13 @@ memory that ``benchmarks/replay_route_memory.py`` measures (see the README).
 """
 
 import gc
-import importlib.util
 import platform
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from avalanche.models import SimpleMLP
+from helpers import benchmark_script
 
 from avalanche_gss import methods
 
@@ -26,17 +25,7 @@ pytestmark = pytest.mark.skipif(
     reason="CPython's allocator statistics")
 
 
-def _rss_module():
-    """The memory benchmarks' ``benchmarks/rss.py``, whose ``free_tuples`` reads the lists."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "rss.py"
-    spec = importlib.util.spec_from_file_location("rss", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_free_tuples = _rss_module().free_tuples
+_free_tuples = benchmark_script("rss").free_tuples  # the memory benchmarks' reader of the lists
 
 
 def test_the_statistics_see_a_generator_built_tuple_stay_in_the_free_list():

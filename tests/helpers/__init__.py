@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.util
 import os
 import re
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -102,6 +104,22 @@ class Tiny(nn.Module):
 
     def forward(self, x):
         return self.classifier(self.features(x))
+
+
+def benchmark_script(name: str, register: bool = False) -> ModuleType:
+    """``benchmarks/<name>.py`` loaded as module ``name`` (the scripts are not a package).
+
+    :param register: also put it in ``sys.modules`` under ``name`` unless one is there
+        (for a script whose objects must be found by module name, e.g. dataclasses).
+    """
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def importable_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
