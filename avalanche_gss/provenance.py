@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["provenance", "provenance_line"]
+__all__ = ["numerics_identity", "provenance", "provenance_line"]
 
 
 def _version(dist: str) -> str | None:
@@ -50,12 +50,21 @@ def _git_commit() -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def provenance(device: str, threads: int) -> dict[str, Any]:
-    """What produced a result: versions, commit (when known), machine, device, threads.
+def numerics_identity() -> dict[str, str]:
+    """Torch's version and the CPU capability its kernels use: what a run computes on.
 
     ``cpu_capability`` is the CPU instruction set torch's kernels dispatch to (``"AVX2"``,
     ``"AVX512"``...): another one sums in another order, so the same run can end on other
-    numbers there.
+    numbers there. Part of every run's provenance and of its cache key.
+    """
+    return {"torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def provenance(device: str, threads: int) -> dict[str, Any]:
+    """What produced a result: versions, commit (when known), machine, device, threads.
+
+    ``torch`` and ``cpu_capability`` are :func:`numerics_identity`'s.
 
     ``avalanche_gss`` is the installed distribution's version; ``source`` says whether the
     code ran from a git checkout (then ``git_commit`` names its commit) or from an
@@ -73,14 +82,13 @@ def provenance(device: str, threads: int) -> dict[str, Any]:
         "avalanche_gss": _version("avalanche-gss") or __version__,
         "source": "git checkout" if _checkout() is not None else "installed package",
         "git_commit": _git_commit(),
-        "torch": torch.__version__,
+        **numerics_identity(),
         "avalanche": _version("avalanche-lib"),
         "numpy": _version("numpy"),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "device": device,
         "accelerator": accelerator,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": threads,
     }
 

@@ -11,14 +11,13 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
 import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
 from avalanche_gss.cache import module_sha256, package_sha256
 from avalanche_gss.experiments import BUFFER_METHODS, RunSettings, make_settings
+from avalanche_gss.provenance import numerics_identity
 from avalanche_gss.reproduce.cli import PROG, prog_of  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.protocols import METHOD_OVERRIDES, Protocol
 
@@ -66,9 +65,8 @@ def code_identity() -> dict[str, str]:
     The package's version and the hash of its source
     (:func:`~avalanche_gss.cache.package_sha256`), torch's version, and the CPU
     instruction set torch's kernels dispatch to
-    (``torch.backends.cpu.get_cpu_capability()``: ``"AVX2"``, ``"AVX512"``...): another
-    torch, or kernels of another vector width, sum in another order, and a run's numbers
-    can change with them.
+    (:func:`~avalanche_gss.provenance.numerics_identity`): another torch, or kernels of
+    another vector width, sum in another order, and a run's numbers can change with them.
 
     Any edit of the package is a new key, and so is another torch or another kind of CPU;
     the same code on the same kind of machine gives the same key, so its cached results
@@ -76,12 +74,6 @@ def code_identity() -> dict[str, str]:
     """
     return {"code": avalanche_gss.__version__, "code_sha256": package_sha256(),
             **numerics_identity()}
-
-
-def numerics_identity() -> dict[str, str]:
-    """Torch's version and the CPU capability its kernels use (part of :func:`code_identity`)."""
-    return {"torch": torch.__version__,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def method_code(method: str) -> dict[str, Any]:

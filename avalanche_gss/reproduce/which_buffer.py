@@ -286,9 +286,9 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     if getattr(args, "compute_matched", False):
         again = matched_configs(configs, results)
         skipping = [c for c in again if not keeps_every_batch(c)]
+        to_train = len({config_key(c) for c in skipping})
         log.info("%s: %d compute-matched runs (%d more keep every batch: their as-measured "
-                 "runs)", NAME, len({config_key(c) for c in skipping}),
-                 len({config_key(c) for c in again}) - len({config_key(c) for c in skipping}))
+                 "runs)", NAME, to_train, len({config_key(c) for c in again}) - to_train)
         ran = sweep(args, NAME, skipping, run_job) if skipping else []
         matched = add_matched(records, [{**r.keys, "buffer_size": r.settings.buffer_size,
                                          "seed": r.settings.seed} for r in runs],
