@@ -27,6 +27,7 @@ _EXPORTS = {
     "OnlineTemplate": "avalanche_gss.training",
     "OnlineRehearsal": "avalanche_gss.training",
     "MIRRetrieval": "avalanche_gss.training",
+    "LogitAdjustedLoss": "avalanche_gss.training",
     "RandomRetrieval": "avalanche_gss.training",
     "Reservoir": "avalanche_gss.methods.reservoir",
     "Rand": "avalanche_gss.methods.rand",

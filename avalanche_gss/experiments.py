@@ -24,7 +24,7 @@ from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
 from avalanche_gss.setup import resolve_device, seeded_model_and_optimizer, seeded_rng
-from avalanche_gss.training import MIRRetrieval, quiet_evaluator
+from avalanche_gss.training import LogitAdjustedLoss, MIRRetrieval, quiet_evaluator
 from avalanche_gss.training.retrieval import RETRIEVALS
 
 __all__ = ["BUFFER_METHODS", "BASELINES", "METHODS", "RETRIEVALS", "default_retrieval",
@@ -93,6 +93,14 @@ class RunSettings:
         the settings then hold that name.
     :param mir_candidates: MIR's ``C``, buffer samples scored per replay step (the MIR
         authors' 50 on MNIST and CIFAR-10); at least ``replay_batch_size``.
+    :param logit_adjustment: train with Logit Adjusted Softmax's loss, of this ``tau``
+        (:class:`~avalanche_gss.training.LogitAdjustedLoss`; Huang et al., TMLR 2024):
+        the cross-entropy of the logits shifted by ``tau`` times the log of the recent
+        training labels' counts, in the incoming and the replay steps alike. ``0`` (the
+        default): the plain cross-entropy. Buffer methods with ``update="rehearsal"``
+        only.
+    :param prior_window: how many recent training labels that prior counts (with
+        ``logit_adjustment`` above 0).
     """
 
     method: str
@@ -111,6 +119,8 @@ class RunSettings:
     constraint_margin: float = 0.0
     retrieval: str | None = None
     mir_candidates: int = 50
+    logit_adjustment: float = 0.0
+    prior_window: int = 1000
 
     def __post_init__(self) -> None:
         self.options = dict(self.options)
@@ -150,6 +160,17 @@ class RunSettings:
                     else repr(self.method))
             raise ValueError(f"retrieval={self.retrieval!r} chooses the replay batches of the "
                              f"buffer methods' rehearsal, not of {what}")
+        if not 0 <= self.logit_adjustment < float("inf"):
+            raise ValueError(f"logit_adjustment must be a finite number >= 0, "
+                             f"got {self.logit_adjustment}")
+        if isinstance(self.prior_window, bool) or not isinstance(self.prior_window, int) \
+                or self.prior_window < 1:
+            raise ValueError(f"prior_window must be an integer >= 1, got {self.prior_window!r}")
+        if self.logit_adjustment and (self.method not in BUFFER_METHODS
+                                      or self.update != "rehearsal"):
+            raise ValueError(f"logit_adjustment={self.logit_adjustment} is the loss of the "
+                             f"buffer methods' rehearsal, not of {self.method!r} with "
+                             f"update={self.update!r}")
 
 
 @dataclass
@@ -223,7 +244,8 @@ def run_label(settings: RunSettings) -> str:
 
     The method, its variant and update where it has them, its retrieval when it is not
     the method's own (``"Reservoir-mir-M300-seed0"``; :func:`default_retrieval`), the
-    buffer size where it has a buffer, and the seed.
+    logit adjustment's ``tau`` where there is one (``"CBRS-other-classes-la1-M300-seed0"``),
+    the buffer size where it has a buffer, and the seed.
 
     :param settings: the run's settings.
     """
@@ -235,6 +257,8 @@ def run_label(settings: RunSettings) -> str:
         parts.append(settings.update)
     if settings.retrieval != default_retrieval(settings.method, settings.update):
         parts.append(str(settings.retrieval))
+    if settings.logit_adjustment:
+        parts.append(f"la{settings.logit_adjustment:g}")
     if settings.method in BUFFER_METHODS or settings.method in TASK_AWARE:
         parts.append(f"M{settings.buffer_size}")
     parts.append(f"seed{settings.seed}")
@@ -277,6 +301,8 @@ def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.opt
         strategy: SupervisedTemplate = method.constrained(margin=s.constraint_margin, **common)
         return strategy
     retrieval = MIRRetrieval(s.mir_candidates) if s.retrieval == "mir" else s.retrieval
+    if s.logit_adjustment:
+        common["criterion"] = LogitAdjustedLoss(s.logit_adjustment, s.prior_window)
     strategy = method.strategy(replay_batch_size=s.replay_batch_size, retrieval=retrieval,
                                **common)
     return strategy

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.checkpoint.model import (
     grow_model,
@@ -82,14 +83,27 @@ def _plugin_state(plugin: Any) -> dict[str, Any] | None:
     return None
 
 
+def _criterion_state(strategy: SupervisedTemplate) -> dict[str, Any]:
+    """The loss module's own state, empty for a loss without one.
+
+    An ``nn.Module`` criterion's ``state_dict`` (the window of labels of
+    :class:`~avalanche_gss.training.LogitAdjustedLoss`; nothing for ``CrossEntropyLoss``).
+    """
+    criterion = criterion_of(strategy) if hasattr(strategy, "_criterion") else None
+    if isinstance(criterion, torch.nn.Module):
+        return dict(criterion.state_dict())
+    return {}
+
+
 def strategy_state_dict(strategy: SupervisedTemplate) -> dict[str, Any]:
     """Everything a strategy needs to continue a run exactly, as plain tensors and values.
 
     :param strategy: an Avalanche strategy (e.g. :class:`~avalanche_gss.methods.gss_iqp.GSSIQP`);
         call it between ``train`` calls, not inside the training loop.
     :return: ``{"format", "model", "model_layout", "optimizer", "plugins", "clock",
-        "skipped_steps", "rng"}``; ``model_layout`` holds what a model that grows keeps
-        outside its ``state_dict`` and the names of the optimizer's parameters, in order.
+        "skipped_steps", "rng", "criterion"}``; ``model_layout`` holds what a model that
+        grows keeps outside its ``state_dict`` and the names of the optimizer's parameters,
+        in order; ``criterion`` the loss module's own state (empty for a stateless loss).
     """
     plugins = []
     for plugin in strategy.plugins:
@@ -108,6 +122,7 @@ def strategy_state_dict(strategy: SupervisedTemplate) -> dict[str, Any]:
         "clock": {name: int(getattr(clock, name)) for name in _CLOCK_COUNTERS},
         "skipped_steps": int(getattr(strategy, "skipped_steps", 0)),
         "rng": rng_state(),
+        "criterion": _criterion_state(strategy),
     }
 
 
@@ -121,7 +136,8 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
 
     :param strategy: a freshly built strategy with the same model, optimizer and plugins.
     :param state: what :func:`strategy_state_dict` returned (or :func:`load_state` read).
-    :raises ValueError: another format version, or the plugins that hold state differ.
+    :raises ValueError: another format version, or the plugins that hold state differ, or
+        the criterion's state does not fit this strategy's criterion.
     """
     if state.get("format") != FORMAT_VERSION:
         raise ValueError(
@@ -133,6 +149,10 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
     if names != saved:
         raise ValueError(f"the checkpoint holds the state of plugins {saved}, "
                          f"this strategy has {names}")
+    criterion_state = state.get("criterion", {})
+    if set(criterion_state) != set(_criterion_state(strategy)):
+        raise ValueError(f"the checkpoint holds criterion state {sorted(criterion_state)}, "
+                         f"this strategy's criterion has {sorted(_criterion_state(strategy))}")
     grow_model(strategy.model, state["model"])
     strategy.model.load_state_dict(state["model"])
     layout = state["model_layout"]
@@ -154,6 +174,8 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
         policy = getattr(plugin, "storage_policy", None)
         if isinstance(policy, OnlineBuffer):
             policy.to(device)
+    if criterion_state:
+        criterion_of(strategy).load_state_dict(criterion_state)
     for name, value in state["clock"].items():
         setattr(strategy.clock, name, int(value))
     if hasattr(strategy, "skipped_steps"):

@@ -40,6 +40,9 @@ POLICIES: dict[str, dict[str, Any]] = {
     "OCS": {"method": "OCS"},
     "GCR": {"method": "GCR"},
     "GCR (selection)": {"method": "GCR", "replay_loss": "uniform"},
+    "ER+LA": {"method": "Reservoir", "logit_adjustment": 1.0},
+    "CBRS+OC+LA": {"method": "CBRS", "retrieval": "other-classes", "logit_adjustment": 1.0},
+    "CB-GSS (step)+LA": {"method": "CB-GSS", "score_from": "step", "logit_adjustment": 1.0},
 }
 """Each policy's row label and the keywords that make it (``RunSettings`` fields and the
 buffer's options), in row order.
@@ -53,6 +56,11 @@ own (``score_from="step"``), at no cost beyond training.
 ``GCR`` is the paper's method (coreset selection and its weighted replay loss);
 ``GCR (selection)`` its buffer alone, replayed with the unweighted loss as every other
 policy is.
+The ``+LA`` rows train with Logit Adjusted Softmax's loss (``logit_adjustment=1.0``, its
+``tau``; ``LogitAdjustedLoss``, Huang et al., TMLR 2024) in place of the plain
+cross-entropy, in the incoming and the replay steps alike: ``ER+LA`` is Reservoir with it
+(the loss alone), ``CBRS+OC+LA`` and ``CB-GSS (step)+LA`` the class-balancing policies
+with it.
 """
 
 

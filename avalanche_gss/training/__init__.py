@@ -7,6 +7,9 @@
 * :class:`RandomRetrieval`, :class:`MIRRetrieval`
   (:mod:`~avalanche_gss.training.retrieval`): which buffer samples a replay step learns
   (uniform draws, or Maximally Interfered Retrieval), with any buffer.
+* :class:`LogitAdjustedLoss` (:mod:`~avalanche_gss.training.logit_adjustment`): the
+  cross-entropy of logits shifted by the recent label prior (Logit Adjusted Softmax), a
+  criterion for any strategy.
 * :class:`ConstrainedUpdatePlugin` (:mod:`~avalanche_gss.training.constrained`): appendix
   C's projected step.
 
@@ -15,6 +18,7 @@ Each method's ready strategy is in its own file of :mod:`avalanche_gss.methods`.
 
 from avalanche_gss.training.constrained import ConstrainedUpdatePlugin, gem_dual
 from avalanche_gss.training.finite import finite_loss
+from avalanche_gss.training.logit_adjustment import LogitAdjustedLoss
 from avalanche_gss.training.rehearsal import (
     BufferStrategy,
     OnlineRehearsal,
@@ -50,4 +54,5 @@ __all__ = [
     "ConstrainedUpdatePlugin",
     "gem_dual",
     "finite_loss",
+    "LogitAdjustedLoss",
 ]

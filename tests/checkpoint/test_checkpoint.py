@@ -40,7 +40,7 @@ from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPConstrained
 from avalanche_gss.methods.rand import Rand
 from avalanche_gss.methods.reservoir import Reservoir
 from avalanche_gss.models import MLP
-from avalanche_gss.training import quiet_evaluator
+from avalanche_gss.training import LogitAdjustedLoss, quiet_evaluator
 
 BUILDERS = {
     "Reservoir": lambda **kw: Reservoir(mem_size=30, **kw),
@@ -57,6 +57,11 @@ BUILDERS = {
     "CB-GSS-step": lambda **kw: CBGSS(mem_size=30, score_from="step", **kw),
     "GCR": lambda **kw: GCR(mem_size=30, recent_size=20, **kw),
     "GCR-uniform": lambda **kw: GCR(mem_size=30, recent_size=20, replay_loss="uniform", **kw),
+    # Logit Adjusted Softmax's loss keeps a window of labels: it resumes with the run.
+    "CBRS+OC+LA": lambda **kw: CBRS(mem_size=30, retrieval="other-classes",
+                                    criterion=LogitAdjustedLoss(window=50), **kw),
+    "CB-GSS-step+LA": lambda **kw: CBGSS(mem_size=30, score_from="step",
+                                         criterion=LogitAdjustedLoss(window=50), **kw),
 }
 
 
@@ -114,6 +119,10 @@ def assert_same_run(a, b, split):
             assert sa[key] == sb[key], key
     if hasattr(a, "rehearsal"):
         assert torch.equal(a.rehearsal.generator.get_state(), b.rehearsal.generator.get_state())
+    ca, cb = a._criterion.state_dict(), b._criterion.state_dict()
+    assert ca.keys() == cb.keys()
+    for key in ca:
+        assert torch.equal(ca[key], cb[key]), key
 
 
 def _killed_run(method, path, every, kill_at, momentum):

@@ -1,0 +1,150 @@
+"""``LogitAdjustedLoss``: Logit Adjusted Softmax's loss, against its equation, and in use."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from avalanche.benchmarks import nc_benchmark
+from avalanche.benchmarks.utils import _make_taskaware_tensor_classification_dataset
+from avalanche.training import Naive
+from avalanche.training.plugins import ReplayPlugin
+
+from avalanche_gss.experiments import RunSettings, build_strategy, run, run_label
+from avalanche_gss.models import MLP
+from avalanche_gss.training import LogitAdjustedLoss, quiet_evaluator
+
+
+def oracle(batches, tau, window):
+    """Each call's loss by the paper's equation, in float64, one sample at a time: the
+    cross-entropy of ``z_k + tau * log(c_k + 1e-3)``, ``c_k`` the count of label ``k``
+    among the last ``window`` labels seen, this batch's included."""
+    seen, losses = [], []
+    for z, y in batches:
+        seen.extend(int(v) for v in y)
+        recent = seen[-window:]
+        total = 0.0
+        for row, label in zip(z.tolist(), y.tolist(), strict=True):
+            adjusted = [v + tau * math.log(recent.count(k) + 1e-3) for k, v in enumerate(row)]
+            top = max(adjusted)
+            log_sum = top + math.log(sum(math.exp(a - top) for a in adjusted))
+            total += log_sum - adjusted[label]
+        losses.append(total / len(y))
+    return losses
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize(("tau", "window"), [(1.0, 7), (0.5, 40), (2.0, 3), (1.0, 1000)])
+def test_each_loss_is_the_papers_equation_on_the_recent_labels(seed, tau, window):
+    g = torch.Generator().manual_seed(seed)
+    # Batches of varying size whose labels drift, as a class-incremental stream's do
+    batches = []
+    for b in range(12):
+        n = int(torch.randint(1, 9, (1,), generator=g))
+        y = torch.randint(0, 3, (n,), generator=g) + min(b // 3, 3)
+        batches.append((torch.randn(n, 6, generator=g, dtype=torch.float64), y))
+    loss = LogitAdjustedLoss(tau, window)
+    got = [loss(z.float().requires_grad_(), y).item() for z, y in batches]
+    assert got == pytest.approx(oracle(batches, tau, window), rel=1e-5, abs=1e-5)
+
+
+def test_the_gradient_is_that_of_the_adjusted_softmax():
+    g = torch.Generator().manual_seed(5)
+    loss = LogitAdjustedLoss(1.0, 100)
+    loss(torch.randn(8, 4, generator=g, requires_grad=True), torch.tensor([0, 0, 0, 0, 0, 1, 1, 2]))
+    z = torch.randn(4, 4, generator=g, requires_grad=True)
+    y = torch.tensor([3, 0, 1, 0])
+    loss(z, y).backward()
+    counts = torch.tensor([7.0, 3.0, 1.0, 1.0])  # both batches' labels
+    p = torch.softmax(z.detach() + torch.log(counts + 1e-3), dim=1)
+    expected = (p - F.one_hot(y, 4)) / 4
+    assert torch.allclose(z.grad, expected, atol=1e-6)
+
+
+def test_without_gradients_it_is_the_plain_cross_entropy_and_counts_nothing():
+    loss = LogitAdjustedLoss(1.0, 10)
+    loss(torch.zeros(3, 5, requires_grad=True), torch.tensor([4, 4, 4]))
+    z, y = torch.randn(6, 5), torch.tensor([0, 1, 2, 3, 4, 4])
+    with torch.no_grad():
+        assert float(loss(z, y)) == pytest.approx(float(F.cross_entropy(z, y)))
+    assert float(loss(z, y)) == pytest.approx(float(F.cross_entropy(z, y)))  # no grad needed
+    assert loss.counts(5).tolist() == [0, 0, 0, 0, 3]
+
+
+def test_the_window_keeps_the_last_labels_and_its_state_resumes():
+    loss = LogitAdjustedLoss(1.0, 5)
+    loss.observe(torch.tensor([0, 0, 1]))
+    loss.observe(torch.tensor([2, 2, 2, 3]))  # 0 and 0 leave the window
+    assert loss.counts(4).tolist() == [0, 1, 3, 1]
+    loss.observe(torch.arange(8) % 2)  # longer than the window: its last 5 labels stay
+    assert loss.counts(4).tolist() == [2, 3, 0, 0]
+    copy = LogitAdjustedLoss(1.0, 5)
+    copy.load_state_dict(loss.state_dict())
+    copy.observe(torch.tensor([3]))
+    loss.observe(torch.tensor([3]))
+    assert copy.counts(4).tolist() == loss.counts(4).tolist() == [2, 2, 0, 1]
+    # A label beyond the logits (a head that has not grown yet) is not counted
+    assert loss.counts(2).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"tau": -1.0}, "tau must be a finite number >= 0, got -1.0"),
+    ({"tau": float("nan")}, "tau must be a finite number >= 0, got nan"),
+    ({"window": 0}, "window must be an integer >= 1, got 0"),
+    ({"window": True}, "window must be an integer >= 1, got True"),
+])
+def test_bad_arguments_are_refused_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        LogitAdjustedLoss(**kwargs)
+
+
+def test_a_stock_avalanche_strategy_trains_with_it(mnist):
+    # Avalanche's own Naive with its ReplayPlugin, on an Avalanche benchmark: the loss
+    # counts every training batch (incoming and replayed samples are one minibatch
+    # there) and evaluation is the plain cross-entropy
+    labels = torch.as_tensor(mnist.y_train)
+    keep = torch.cat([(labels == k).nonzero().flatten()[:50] for k in range(4)])
+    x, y = torch.as_tensor(mnist.x_train)[keep], torch.as_tensor(mnist.y_train)[keep]
+    data = _make_taskaware_tensor_classification_dataset(x, y)
+    bench = nc_benchmark(data, data, n_experiences=2, task_labels=False, shuffle=False)
+    loss = LogitAdjustedLoss(1.0, window=10_000)
+    model = MLP()
+    strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                     criterion=loss, train_mb_size=20, train_epochs=1,
+                     plugins=[ReplayPlugin(mem_size=40)], evaluator=quiet_evaluator())
+    for experience in bench.train_stream:
+        strategy.train(experience)
+    first, second = (len(e.dataset) for e in bench.train_stream)
+    # the second experience's minibatches carry 20 replayed samples each
+    replayed = 20 * math.ceil(second / 20)
+    assert int(loss.counts(10).sum()) == first + second + replayed
+    counted = int(loss.counts(10).sum())
+    strategy.eval(bench.test_stream)
+    assert int(loss.counts(10).sum()) == counted
+
+
+def test_a_run_with_logit_adjustment_trains_with_the_loss(tiny_split):
+    settings = RunSettings("CBRS", buffer_size=30, retrieval="other-classes", n_iter=2,
+                           logit_adjustment=1.0, prior_window=50)
+    assert run_label(settings) == "CBRS-other-classes-la1-M30-seed0"
+    model = MLP()
+    strategy = build_strategy(settings, model, torch.optim.SGD(model.parameters(), lr=0.05))
+    assert isinstance(strategy._criterion, LogitAdjustedLoss)
+    assert (strategy._criterion.tau, strategy._criterion.window) == (1.0, 50)
+    adjusted, plain = (run(RunSettings("CBRS", buffer_size=30, n_iter=2, logit_adjustment=t),
+                           tiny_split) for t in (1.0, 0.0))
+    assert adjusted.task_accuracy != plain.task_accuracy
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"logit_adjustment": -0.5}, "logit_adjustment must be a finite number >= 0, got -0.5"),
+    ({"prior_window": 0}, "prior_window must be an integer >= 1, got 0"),
+    ({"method": "Single", "logit_adjustment": 1.0},
+     "logit_adjustment=1.0 is the loss of the buffer methods' rehearsal, not of 'Single'"),
+    ({"method": "GSS-IQP", "update": "constrained", "logit_adjustment": 1.0},
+     "logit_adjustment=1.0 is the loss of the buffer methods' rehearsal, not of 'GSS-IQP'"),
+])
+def test_run_settings_refuse_a_bad_adjustment(keywords, message):
+    keywords = {"method": "Reservoir", **keywords}
+    with pytest.raises(ValueError, match=f"^{message}"):
+        RunSettings(**keywords)
