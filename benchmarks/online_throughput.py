@@ -34,6 +34,11 @@ Cases ``cbrs-mlp-disjoint``, ``cbrs-oc-mlp-disjoint`` and ``cb-gss-mlp-disjoint`
 its default replay of the classes the batch does not hold), and ``floor`` the bare
 reservoir loop.
 
+Cases ``cbrs-oc-la-mlp-disjoint`` and ``cb-gss-step-la-mlp-disjoint``: ``library`` is
+CBRS+OC and CB-GSS with ``score_from="step"``, each trained with
+:class:`~avalanche_gss.training.LogitAdjustedLoss` (``tau = 1``, a window of 1,000
+labels), ``floor`` the bare reservoir loop.
+
 Cases ``ocs-mlp-disjoint`` and ``gcr-mlp-disjoint``: ``library`` is
 :class:`~avalanche_gss.methods.ocs.OCS` (each batch's per-sample Gram with 10 buffer
 gradients, top 2 of the batch into a reservoir) and :class:`~avalanche_gss.methods.gcr.GCR`
@@ -96,6 +101,7 @@ from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.methods.ocs import OCS
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP, make_model
+from avalanche_gss.training import LogitAdjustedLoss
 
 LR = {"mlp": 0.05, "resnet": 0.01}  # Table 1's and Table 3's SGD learning rates
 DEFAULTS = {"mlp": {"samples_per_task": 1000, "buffer_size": 300},
@@ -265,6 +271,11 @@ def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int, device: str
 _resnet_library = partial(run_library, arch="resnet")
 _resnet_floor = partial(run_floor, arch="resnet")
 
+def _with_la(cls: Any) -> Callable[..., Any]:
+    """``cls`` trained with a fresh :class:`LogitAdjustedLoss` (its own window) per run."""
+    return lambda **kw: cls(criterion=LogitAdjustedLoss(), **kw)
+
+
 CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
     "reservoir-mlp-disjoint": {
         "library": run_library, "floor": run_floor, "avalanche": run_avalanche,
@@ -286,6 +297,10 @@ CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
     "cb-gss-step-mlp-disjoint": {
         "library": partial(run_library, cls=partial(CBGSS, score_from="step")),
         "floor": run_floor},
+    "cbrs-oc-la-mlp-disjoint": {"library": partial(run_library, cls=_with_la(
+        partial(CBRS, retrieval="other-classes"))), "floor": run_floor},
+    "cb-gss-step-la-mlp-disjoint": {"library": partial(run_library, cls=_with_la(
+        partial(CBGSS, score_from="step"))), "floor": run_floor},
     "ocs-mlp-disjoint": {"library": partial(run_library, cls=OCS), "floor": run_floor},
     "gcr-mlp-disjoint": {"library": partial(run_library, cls=GCR), "floor": run_floor},
     "reservoir-resnet-cifar": {"library": _resnet_library, "floor": _resnet_floor},
