@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import benchmark_script
 from helpers.cli import subprocess_env
 from helpers.warm import run as warm_python
+
+from avalanche_gss.models import MLP
+from avalanche_gss.training import LogitAdjustedLoss
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,6 +25,21 @@ def _throughput(tmp_path, *args):
                        "--json", out], tmp_path, subprocess_env(), timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())["records"]
+
+
+@pytest.mark.parametrize(("case", "retrieval"), [("cbrs-oc-la-mlp-disjoint", "other-classes"),
+                                               ("cb-gss-step-la-mlp-disjoint", "other-classes")])
+def test_online_throughput_times_the_logit_adjusted_policies_each_with_its_own_loss(
+        case, retrieval, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # its sibling module phases.py
+    script = benchmark_script("online_throughput")
+    build = script.CASES[case]["library"].keywords["cls"]
+    model = MLP()
+    a, b = (build(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                  mem_size=12, n_iter=1, seed=0) for _ in range(2))
+    assert isinstance(a._criterion, LogitAdjustedLoss) and a._criterion is not b._criterion
+    assert (a._criterion.tau, a._criterion.window) == (1.0, 1000)
+    assert a.rehearsal.retrieval.name == retrieval
 
 
 @pytest.mark.slow
