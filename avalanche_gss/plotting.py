@@ -203,7 +203,8 @@ def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title:
     :param path: the PNG to write.
     :param title: the figure's title.
     :param columns: panels per row (all in one row by default).
-    :param one_legend: the legend on the first panel only (panels with the same series).
+    :param one_legend: one legend for the figure, right of the panels (panels with the same
+        series), instead of one in each panel.
     :return: ``path``.
     """
     if not panels:
@@ -230,8 +231,11 @@ def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title:
         ax.set_ylabel(panel.ylabel)
         ax.set_title(panel.title, fontsize=10)
         ax.grid(True, alpha=0.3)
-        if not one_legend or ax is axes[0]:
+        if not one_legend:
             ax.legend(fontsize=8)
+    if one_legend:  # beside the panels, where it covers no point
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     if title:
         fig.suptitle(title)
     return _save(fig, path)

@@ -79,3 +79,15 @@ def test_panels_in_rows_write_a_png_and_a_bad_column_count_is_refused(tmp_path):
     assert (tmp_path / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path
     with pytest.raises(ValueError, match="columns must be >= 1, got 0"):
         plotting.plot_panels(panels, tmp_path / "no.png", columns=0)
+
+
+def test_one_legend_stands_beside_the_panels_not_on_one(tmp_path, monkeypatch):
+    # With many policies a legend inside the first panel covers its points
+    saved = []
+    monkeypatch.setattr(plotting, "_save", lambda fig, path: saved.append(fig) or str(path))
+    panels = [Panel(f"p{k}", "x", "y", [Series(n, [1.0, 2.0], [3.0, 4.0]) for n in "ab"])
+              for k in range(2)]
+    plotting.plot_panels(panels, tmp_path / "grid.png", one_legend=True)
+    fig = saved[0]
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    assert [[t.get_text() for t in legend.get_texts()] for legend in fig.legends] == [["a", "b"]]
