@@ -160,9 +160,11 @@ class RunSettings:
                     else repr(self.method))
             raise ValueError(f"retrieval={self.retrieval!r} chooses the replay batches of the "
                              f"buffer methods' rehearsal, not of {what}")
-        if not 0 <= self.logit_adjustment < float("inf"):
+        tau = self.logit_adjustment
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) \
+                or not 0 <= tau < float("inf"):
             raise ValueError(f"logit_adjustment must be a finite number >= 0, "
-                             f"got {self.logit_adjustment}")
+                             f"got {self.logit_adjustment!r}")
         if isinstance(self.prior_window, bool) or not isinstance(self.prior_window, int) \
                 or self.prior_window < 1:
             raise ValueError(f"prior_window must be an integer >= 1, got {self.prior_window!r}")

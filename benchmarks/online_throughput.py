@@ -271,6 +271,7 @@ def run_avalanche_gss(split: Any, seed: int, m: int, n_iter: int, device: str
 _resnet_library = partial(run_library, arch="resnet")
 _resnet_floor = partial(run_floor, arch="resnet")
 
+
 def _with_la(cls: Any) -> Callable[..., Any]:
     """``cls`` trained with a fresh :class:`LogitAdjustedLoss` (its own window) per run."""
     return lambda **kw: cls(criterion=LogitAdjustedLoss(), **kw)

@@ -149,10 +149,10 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
     if names != saved:
         raise ValueError(f"the checkpoint holds the state of plugins {saved}, "
                          f"this strategy has {names}")
-    criterion_state = state.get("criterion", {})
-    if set(criterion_state) != set(_criterion_state(strategy)):
+    criterion_state, own = state.get("criterion", {}), sorted(_criterion_state(strategy))
+    if sorted(criterion_state) != own:
         raise ValueError(f"the checkpoint holds criterion state {sorted(criterion_state)}, "
-                         f"this strategy's criterion has {sorted(_criterion_state(strategy))}")
+                         f"this strategy's criterion has {own}")
     grow_model(strategy.model, state["model"])
     strategy.model.load_state_dict(state["model"])
     layout = state["model_layout"]

@@ -138,6 +138,8 @@ def test_a_run_with_logit_adjustment_trains_with_the_loss(tiny_split):
 
 @pytest.mark.parametrize(("keywords", "message"), [
     ({"logit_adjustment": -0.5}, "logit_adjustment must be a finite number >= 0, got -0.5"),
+    ({"logit_adjustment": "1"}, "logit_adjustment must be a finite number >= 0, got '1'"),
+    ({"logit_adjustment": True}, "logit_adjustment must be a finite number >= 0, got True"),
     ({"prior_window": 0}, "prior_window must be an integer >= 1, got 0"),
     ({"method": "Single", "logit_adjustment": 1.0},
      "logit_adjustment=1.0 is the loss of the buffer methods' rehearsal, not of 'Single'"),
@@ -148,3 +150,30 @@ def test_run_settings_refuse_a_bad_adjustment(keywords, message):
     keywords = {"method": "Reservoir", **keywords}
     with pytest.raises(ValueError, match=f"^{message}"):
         RunSettings(**keywords)
+
+
+def test_a_checkpoint_resumes_only_into_the_same_adjustment(tmp_path, tiny_split):
+    # tau and window are in the saved configuration: another value is refused, in one line
+    from avalanche_gss.benchmarks import online_benchmark
+    from avalanche_gss.checkpoint import CheckpointError, load_state, save_state
+    from avalanche_gss.methods.cbrs import CBRS
+
+    def make(loss):
+        model = MLP()
+        return CBRS(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                    mem_size=20, n_iter=1, criterion=loss)
+
+    stream = online_benchmark(tiny_split, batch_size=10).train_stream
+    strategy = make(LogitAdjustedLoss(1.0, 80))
+    strategy.train(stream[:3])
+    path = tmp_path / "run.ckpt"
+    save_state(strategy, path, experiences=3)
+    for other in (LogitAdjustedLoss(0.5, 80), LogitAdjustedLoss(1.0, 60)):
+        with pytest.raises(CheckpointError, match="criterion") as err:
+            load_state(make(other), path)
+        assert "\n" not in str(err.value)
+    same = make(LogitAdjustedLoss(1.0, 80))
+    load_state(same, path)
+    assert same._criterion.counts(10).tolist() == strategy._criterion.counts(10).tolist()
+    # 3 incoming batches of 10 and the 2 replay batches of 10 after the first one
+    assert int(same._criterion.counts(10).sum()) == 50
