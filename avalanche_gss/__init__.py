@@ -2,6 +2,10 @@
 
 The top-level names are imported lazily, so that ``avalanche_gss.selection`` and
 ``avalanche_gss.gradients`` (pure tensor code) can be used without importing Avalanche.
+Every method's classes (its buffer, ready strategy and constrained strategy) are
+top-level names, read from the method files of :mod:`avalanche_gss.methods`
+(:func:`~avalanche_gss.methods.exported_classes`): a method file added there exports its
+classes here with no list to edit.
 """
 
 from __future__ import annotations
@@ -9,19 +13,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from avalanche_gss.methods import exported_classes as _exported_classes
+
 __version__ = "0.1.0"
 
-_EXPORTS = {
+_LIBRARY = {
     "OnlineBuffer": "avalanche_gss.buffers",
-    "ReservoirBuffer": "avalanche_gss.methods.reservoir",
-    "RandBuffer": "avalanche_gss.methods.rand",
-    "GSSGreedyBuffer": "avalanche_gss.methods.gss_greedy",
     "RecentMergeBuffer": "avalanche_gss.buffers",
-    "GSSIQPBuffer": "avalanche_gss.methods.gss_iqp",
-    "GSSClustBuffer": "avalanche_gss.methods.clust",
-    "FSSClustBuffer": "avalanche_gss.methods.clust",
-    "CBRSBuffer": "avalanche_gss.methods.cbrs",
-    "GDumbBuffer": "avalanche_gss.methods.gdumb",
     "ConstrainedUpdatePlugin": "avalanche_gss.training",
     "OnlineRehearsalPlugin": "avalanche_gss.training",
     "OnlineTemplate": "avalanche_gss.training",
@@ -29,23 +27,15 @@ _EXPORTS = {
     "MIRRetrieval": "avalanche_gss.training",
     "LogitAdjustedLoss": "avalanche_gss.training",
     "RandomRetrieval": "avalanche_gss.training",
-    "Reservoir": "avalanche_gss.methods.reservoir",
-    "Rand": "avalanche_gss.methods.rand",
-    "GSSGreedy": "avalanche_gss.methods.gss_greedy",
-    "GSSIQP": "avalanche_gss.methods.gss_iqp",
-    "GSSClust": "avalanche_gss.methods.clust",
-    "FSSClust": "avalanche_gss.methods.clust",
-    "CBRS": "avalanche_gss.methods.cbrs",
-    "GDumb": "avalanche_gss.methods.gdumb",
-    "CBGSSBuffer": "avalanche_gss.methods.cb_gss",
-    "CBGSS": "avalanche_gss.methods.cb_gss",
-    "GSSIQPConstrained": "avalanche_gss.methods.gss_iqp",
     "quiet_evaluator": "avalanche_gss.training",
     "REGISTRY": "avalanche_gss.methods",
     "train_resumable": "avalanche_gss.checkpoint",
     "MLP": "avalanche_gss.models",
     "ReducedResNet18": "avalanche_gss.models",
 }
+"""The top-level names that are not a method's class, with the module each comes from."""
+
+_EXPORTS = {**_exported_classes(), **_LIBRARY}
 
 __all__ = sorted(_EXPORTS)
 
@@ -54,3 +44,8 @@ def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'avalanche_gss' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    public = {n for n in globals() if not n.startswith("_") or n.startswith("__")}
+    return sorted((public | set(__all__)) - {"annotations", "importlib", "Any"})

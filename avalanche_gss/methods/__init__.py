@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from avalanche_gss.methods.spec import Method
 
 __all__ = ["BASELINES", "ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY", "Method", "NameView",
-           "get", "import_user", "imports_for", "load_plugins", "names", "register"]
+           "exported_classes", "get", "import_user", "imports_for", "load_plugins", "names",
+           "register"]
 
 MODULES: tuple[str, ...] = ("rand", "reservoir", "gss_greedy", "gss_iqp", "clust", "cbrs",
                             "gdumb", "cb_gss", "ocs", "gcr")
@@ -49,6 +50,15 @@ BASELINES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
 
 def _declared(module: str) -> tuple[str, ...]:
     """The names a method file's ``METHODS = (Method("NAME", ...), ...)`` gives, read as text."""
+    return tuple(name for name, _ in _declarations(module))
+
+
+def _declarations(module: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each ``Method("NAME", Buffer, Strategy[, constrained=...])`` of a method file, as text.
+
+    :return: per method, its name and the names of the classes it gives (buffer, ready
+        strategy, constrained strategy), read from ``METHODS`` without importing the file.
+    """
     path = os.path.join(os.path.dirname(__file__), f"{module}.py")
     with open(path, encoding="utf-8") as f:
         whole = f.read()
@@ -65,14 +75,30 @@ def _declared(module: str) -> tuple[str, ...]:
     for node in tree.body:
         if (isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List))
                 and any(isinstance(t, ast.Name) and t.id == "METHODS" for t in node.targets)):
-            names = [call.args[0].value for call in node.value.elts
-                     if isinstance(call, ast.Call) and call.args
-                     and isinstance(call.args[0], ast.Constant)
-                     and isinstance(call.args[0].value, str)]
-            if len(names) == len(node.value.elts):
-                return tuple(str(n) for n in names)
+            found = []
+            for call in node.value.elts:
+                if not (isinstance(call, ast.Call) and call.args
+                        and isinstance(call.args[0], ast.Constant)
+                        and isinstance(call.args[0].value, str)):
+                    break
+                classes = [a.id for a in (*call.args[1:], *(k.value for k in call.keywords))
+                           if isinstance(a, ast.Name)]
+                found.append((str(call.args[0].value), tuple(classes)))
+            if len(found) == len(node.value.elts):
+                return tuple(found)
     raise ImportError(f"{path}: no METHODS = (Method(\"NAME\", ...), ...) to read its "
                       "methods' names from")
+
+
+def exported_classes() -> dict[str, str]:
+    """Every class this package's methods give, by name, with the module that defines it.
+
+    The buffers, ready strategies and constrained strategies of each file of
+    :data:`MODULES`, read from their ``METHODS`` as text (nothing is imported): the
+    package's top-level names derive from it.
+    """
+    return {cls: f"avalanche_gss.methods.{module}" for module in MODULES
+            for _, classes in _declarations(module) for cls in classes}
 
 
 def _names() -> tuple[str, ...]:
@@ -103,6 +129,13 @@ def _builtin() -> dict[str, Method]:
             raise ImportError(f"avalanche_gss.methods.{module} defines "
                               f"{[m.name for m in defined]}, its text says "
                               f"{list(_declared(module))}")
+        classes = {cls for m in defined for cls in (m.buffer, m.strategy, m.constrained)
+                   if cls is not None}
+        named = {cls for _, names in _declarations(module) for cls in names}
+        if {cls.__name__ for cls in classes} != named:
+            raise ImportError(f"avalanche_gss.methods.{module}'s METHODS gives the classes "
+                              f"{sorted(c.__name__ for c in classes)}, its text names "
+                              f"{sorted(named)}: name each class as defined in the file")
         registry.update((m.name, m) for m in defined)
     return registry
 
