@@ -11,7 +11,7 @@ from avalanche_gss.buffers import GradientScored, OnlineBuffer, Rows
 from avalanche_gss.buffers.base import reject
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.ocs import ocs_scores, ocs_topk
-from avalanche_gss.selection.reservoir import reservoir_slots
+from avalanche_gss.selection.reservoir import refill_slots
 from avalanche_gss.training.rehearsal import BufferStrategy
 
 __all__ = ["OCSBuffer", "OCS", "METHODS"]
@@ -38,7 +38,8 @@ class OCSBuffer(GradientScored, OnlineBuffer):
     - the paper's per-task coresets grow with the tasks; here the buffer has ``M`` slots,
       and the selected samples (the top ``k`` of each batch) go into it by reservoir
       sampling over the stream of selected samples, so that every selected sample has
-      the same chance to be in the buffer;
+      the same chance to be in the buffer (after :meth:`resize` grew the buffer, the next
+      selected samples fill the free slots first);
     - the authors' code selects 10 of each stream batch of 100; here each batch of 10
       keeps ``k`` (2 by default, this library's choice). ``tau`` defaults to the authors'
       rotated-MNIST value, 1000 (the affinity then decides whenever the buffer holds
@@ -88,8 +89,8 @@ class OCSBuffer(GradientScored, OnlineBuffer):
         masked = scores.detach().cpu().double().masked_fill(~finite, float("nan"))
         chosen = ocs_topk(masked, self.k)  # (k',) ascending
         slots = torch.full((len(rows),), -1, dtype=torch.long)
-        slots[chosen] = reservoir_slots(self.n_selected, len(chosen), self.max_size,
-                                        generator=self.generator)
+        slots[chosen] = refill_slots(self.n_selected, len(chosen), self.size, self.max_size,
+                                     generator=self.generator)
         self.n_selected += len(chosen)
         return slots, scores
 
