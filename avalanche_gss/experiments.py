@@ -25,6 +25,7 @@ from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
 from avalanche_gss.setup import resolve_device, seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import LogitAdjustedLoss, MIRRetrieval, quiet_evaluator
+from avalanche_gss.training.logit_adjustment import check_tau, check_window
 from avalanche_gss.training.retrieval import RETRIEVALS
 
 __all__ = ["BUFFER_METHODS", "BASELINES", "METHODS", "RETRIEVALS", "default_retrieval",
@@ -98,9 +99,9 @@ class RunSettings:
         the cross-entropy of the logits shifted by ``tau`` times the log of the recent
         training labels' counts, in the incoming and the replay steps alike. ``0`` (the
         default): the plain cross-entropy. Buffer methods with ``update="rehearsal"``
-        only.
+        only. At most 100 (``MAX_TAU`` of :mod:`~avalanche_gss.training.logit_adjustment`).
     :param prior_window: how many recent training labels that prior counts (with
-        ``logit_adjustment`` above 0).
+        ``logit_adjustment`` above 0), at most ``MAX_WINDOW`` (10,000,000: 8 bytes each).
     """
 
     method: str
@@ -160,14 +161,8 @@ class RunSettings:
                     else repr(self.method))
             raise ValueError(f"retrieval={self.retrieval!r} chooses the replay batches of the "
                              f"buffer methods' rehearsal, not of {what}")
-        tau = self.logit_adjustment
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) \
-                or not 0 <= tau < float("inf"):
-            raise ValueError(f"logit_adjustment must be a finite number >= 0, "
-                             f"got {self.logit_adjustment!r}")
-        if isinstance(self.prior_window, bool) or not isinstance(self.prior_window, int) \
-                or self.prior_window < 1:
-            raise ValueError(f"prior_window must be an integer >= 1, got {self.prior_window!r}")
+        check_tau(self.logit_adjustment, "logit_adjustment")
+        check_window(self.prior_window, "prior_window")
         if self.logit_adjustment and (self.method not in BUFFER_METHODS
                                       or self.update != "rehearsal"):
             raise ValueError(f"logit_adjustment={self.logit_adjustment} is the loss of the "

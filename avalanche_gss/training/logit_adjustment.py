@@ -11,7 +11,51 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["LogitAdjustedLoss"]
+__all__ = ["MAX_TAU", "MAX_WINDOW", "LogitAdjustedLoss", "check_tau", "check_window"]
+
+MAX_TAU = 100.0
+"""The largest ``tau``: the paper's is 1, and ``100 * log(c + 1e-3)`` (at most about 1,800
+in size for a window of :data:`MAX_WINDOW` labels) stays finite and far from float32's and
+even float16's range; a larger ``tau`` leaves the logits nothing to learn against the prior."""
+
+MAX_WINDOW = 10**7
+"""The largest ``window``: its ring of int64 labels takes 8 bytes a label, 80 MB here, on
+the training device, and every training call counts the whole window."""
+
+
+def check_tau(value: object, name: str = "tau") -> float:
+    """``value`` as the adjustment's ``tau``, a number in ``[0, MAX_TAU]``.
+
+    :param value: the ``tau`` given.
+    :param name: how the caller names it, in the message.
+    :return: ``value`` as a float.
+    :raises ValueError: not a finite number >= 0 (``bool`` included), or above
+        :data:`MAX_TAU`; one line naming it.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value < float("inf"):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if value > MAX_TAU:
+        raise ValueError(f"{name} must be at most {MAX_TAU:g} (the paper's tau is 1; a larger "
+                         f"one drowns the logits in the prior), got {value!r}")
+    return float(value)
+
+
+def check_window(value: object, name: str = "window") -> int:
+    """``value`` as the prior's ``window``, an integer in ``[1, MAX_WINDOW]``.
+
+    :param value: the ``window`` given.
+    :param name: how the caller names it, in the message.
+    :return: ``value`` as an int.
+    :raises ValueError: not an integer >= 1 (``bool`` included), or above
+        :data:`MAX_WINDOW`, with the bytes its labels would take; one line naming it.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if value > MAX_WINDOW:
+        raise ValueError(f"{name} must be at most {MAX_WINDOW:,} labels, got {value:,}: its "
+                         f"int64 labels would take {8 * value:,} bytes")
+    return int(value)
 
 
 class LogitAdjustedLoss(nn.Module):
@@ -44,10 +88,16 @@ class LogitAdjustedLoss(nn.Module):
     State (the window of labels) is in :meth:`state_dict`; checkpoints of this library
     save it with the strategy (:func:`~avalanche_gss.checkpoint.save_state`).
 
+    **Refused calls.** Logits that are not ``(N, num_classes)``, labels that are not ``N``
+    integers in ``[0, num_classes)`` raise a ``ValueError`` naming the bad value, before
+    anything is counted: a refused call changes no state.
+
     :param tau: the adjustment's strength (the paper's ``tau``; ``1`` is its default and
-        the Bayes-optimal one; ``0`` is the plain cross-entropy).
-    :param window: how many recent training labels estimate the prior.
-    :raises ValueError: a negative or non-finite ``tau``, or ``window < 1``.
+        the Bayes-optimal one; ``0`` is the plain cross-entropy), at most :data:`MAX_TAU`.
+    :param window: how many recent training labels estimate the prior, at most
+        :data:`MAX_WINDOW` (8 bytes each, on the module's device).
+    :raises ValueError: a negative, non-finite or too large ``tau``, or a ``window`` below
+        1 or too large (:func:`check_tau`, :func:`check_window`).
     """
 
     eps = 1e-3
@@ -58,13 +108,9 @@ class LogitAdjustedLoss(nn.Module):
 
     def __init__(self, tau: float = 1.0, window: int = 1000) -> None:
         super().__init__()
-        if not (isinstance(tau, (int, float)) and 0 <= tau < float("inf")):
-            raise ValueError(f"tau must be a finite number >= 0, got {tau!r}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be an integer >= 1, got {window!r}")
-        self.tau = float(tau)
-        self.window = window
-        self.register_buffer("recent", torch.full((window,), -1, dtype=torch.long))
+        self.tau = check_tau(tau)
+        self.window = check_window(window)
+        self.register_buffer("recent", torch.full((self.window,), -1, dtype=torch.long))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
 
     def counts(self, num_classes: int) -> Tensor:
@@ -78,11 +124,20 @@ class LogitAdjustedLoss(nn.Module):
     def observe(self, y: Tensor) -> None:
         """Add the labels ``y`` to the window (the oldest leave it).
 
-        :param y: class labels, ``(N,)``.
+        :param y: class labels, ``(N,)`` integers >= 0.
+        :raises ValueError: ``y`` is not that, naming the bad value; nothing is counted then.
         """
-        y = y.detach().reshape(-1).to(self.recent.device, torch.long)[-self.window:]
-        start = int(self.filled)
-        positions = (start + torch.arange(len(y))) % self.window
+        _check_labels(y)
+        low = int(y.min()) if len(y) else 0
+        if low < 0:
+            raise ValueError(f"labels must be >= 0, got {low}")
+        self._push(y)
+
+    def _push(self, y: Tensor) -> None:
+        """Write the checked labels ``y`` into the window."""
+        y = y.detach().to(self.recent.device, torch.long)[-self.window:]
+        # the positions on the window's device: no read of the count there
+        positions = (self.filled + torch.arange(len(y), device=self.recent.device)) % self.window
         self.recent[positions] = y
         self.filled += len(y)
 
@@ -97,13 +152,43 @@ class LogitAdjustedLoss(nn.Module):
         """The mean cross-entropy of the adjusted logits (of ``logits`` without gradients).
 
         :param logits: the model's outputs, ``(N, num_classes)``.
-        :param y: class labels, ``(N,)``.
+        :param y: class labels, ``(N,)`` integers in ``[0, num_classes)``.
+        :raises ValueError: ``logits`` or ``y`` is not that, naming the bad value; nothing is
+            counted then.
         """
+        _check_call(logits, y)
         if torch.is_grad_enabled() and logits.requires_grad:
-            self.observe(y)
+            self._push(y)
             logits = logits + self.adjustment(logits.shape[1]).to(logits.device, logits.dtype)
         return F.cross_entropy(logits, y)
 
     def extra_repr(self) -> str:
         """``tau`` and ``window``, in the module's ``repr``."""
         return f"tau={self.tau}, window={self.window}"
+
+
+def _check_labels(y: Tensor) -> None:
+    """Refuse labels that are not a 1-D tensor of integers (no read of their values)."""
+    if not isinstance(y, Tensor):
+        raise ValueError(f"labels must be a tensor of class indices, got {type(y).__name__}")
+    if y.dtype == torch.bool or y.dtype.is_floating_point or y.dtype.is_complex:
+        raise ValueError(f"labels must be integer class indices, got dtype {y.dtype}")
+    if y.dim() != 1:
+        raise ValueError(f"labels must be one class index per sample, shape (N,), got shape "
+                         f"{tuple(y.shape)}")
+
+
+def _check_call(logits: Tensor, y: Tensor) -> None:
+    """Refuse a call whose labels the logits cannot score (one read of their least and most)."""
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (N, num_classes), got shape {tuple(logits.shape)}")
+    _check_labels(y)
+    n, classes = logits.shape
+    if len(y) != n:
+        raise ValueError(f"{len(y)} labels for {n} rows of logits: one label per row")
+    if n:
+        low, high = torch.stack([y.min(), y.max()]).tolist()
+        bad = low if low < 0 else high if high >= classes else None
+        if bad is not None:
+            raise ValueError(f"label {bad} is outside the logits' {classes} classes "
+                             f"(0 to {classes - 1})")

@@ -9,6 +9,7 @@ from avalanche.benchmarks import nc_benchmark
 from avalanche.benchmarks.utils import _make_taskaware_tensor_classification_dataset
 from avalanche.training import Naive
 from avalanche.training.plugins import ReplayPlugin
+from helpers.cli import cli
 
 from avalanche_gss.experiments import RunSettings, build_strategy, run, run_label
 from avalanche_gss.models import MLP
@@ -177,3 +178,117 @@ def test_a_checkpoint_resumes_only_into_the_same_adjustment(tmp_path, tiny_split
     assert same._criterion.counts(10).tolist() == strategy._criterion.counts(10).tolist()
     # 3 incoming batches of 10 and the 2 replay batches of 10 after the first one
     assert int(same._criterion.counts(10).sum()) == 50
+
+
+def _bad_calls():
+    z = torch.zeros(4, 5, requires_grad=True)
+    return {
+        "a label beyond the logits' classes": (z, torch.tensor([0, 1, 5, 2]),
+                                               "label 5 is outside the logits' 5 classes"),
+        "a label of -1": (z, torch.tensor([0, -1, 1, 2]), "label -1 is outside the logits'"),
+        "float labels": (z, torch.tensor([0.0, 1.0, 2.0, 3.0]),
+                         "labels must be integer class indices, got dtype torch.float32"),
+        "2-D labels": (z, torch.zeros(4, 5, dtype=torch.long),
+                       r"labels must be one class index per sample, shape \(N,\), "
+                       r"got shape \(4, 5\)"),
+        "class probabilities": (z, torch.full((4, 5), 0.2), "got dtype torch.float32"),
+        "fewer labels than logits": (z, torch.tensor([0, 1, 2]),
+                                     "3 labels for 4 rows of logits"),
+        "more labels than logits": (z, torch.tensor([0, 1, 2, 3, 4]),
+                                    "5 labels for 4 rows of logits"),
+        "3-D logits": (torch.zeros(4, 5, 2, requires_grad=True),
+                       torch.zeros(4, 2, dtype=torch.long),
+                       r"logits must be \(N, num_classes\), got shape \(4, 5, 2\)"),
+    }
+
+
+@pytest.mark.parametrize("bad", list(_bad_calls()))
+def test_a_refused_call_counts_nothing(bad):
+    # Given a loss whose window of 6 labels has wrapped around
+    loss, twin = LogitAdjustedLoss(1.0, 6), LogitAdjustedLoss(1.0, 6)
+    for y in (torch.tensor([0, 1, 2, 3]), torch.tensor([4, 4, 1])):
+        for each in (loss, twin):
+            each(torch.zeros(len(y), 5, requires_grad=True), y)
+    before = {k: v.clone() for k, v in loss.state_dict().items()}
+    # When a training call's labels cannot be scored against its logits
+    logits, y, message = _bad_calls()[bad]
+    with pytest.raises(ValueError, match=message) as err:
+        loss(logits, y)
+    assert "\n" not in str(err.value)
+    # Then its state is the one before the call, and it goes on as if the call never came
+    after = loss.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(v, after[k]) for k, v in before.items())
+    z, y = torch.randn(3, 5, requires_grad=True), torch.tensor([2, 2, 0])
+    assert torch.equal(loss(z, y), twin(z, y))
+    assert loss.counts(5).tolist() == twin.counts(5).tolist()
+
+
+@pytest.mark.parametrize(("y", "message"), [
+    (torch.tensor([0, -1]), "labels must be >= 0, got -1"),
+    (torch.tensor([0.0, 1.0]), "got dtype torch.float32"),
+    (torch.tensor([[0, 1]]), r"got shape \(1, 2\)"),
+])
+def test_observe_refuses_labels_it_cannot_count(y, message):
+    loss = LogitAdjustedLoss(1.0, 4)
+    loss.observe(torch.tensor([1, 2, 3]))
+    before = {k: v.clone() for k, v in loss.state_dict().items()}
+    with pytest.raises(ValueError, match=message):
+        loss.observe(y)
+    assert all(torch.equal(v, loss.state_dict()[k]) for k, v in before.items())
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"tau": 1e39}, r"tau must be at most 100 \(.*\), got 1e\+39$"),
+    ({"tau": 100.5}, r"tau must be at most 100 \(.*\), got 100.5$"),
+    ({"window": 10**12},
+     "window must be at most 10,000,000 labels, got 1,000,000,000,000: its int64 labels "
+     "would take 8,000,000,000,000 bytes"),
+    ({"window": 10**9}, "would take 8,000,000,000 bytes"),
+])
+def test_a_tau_or_window_beyond_the_bounds_is_refused_before_any_allocation(kwargs, message):
+    with pytest.raises(ValueError, match=message) as err:
+        LogitAdjustedLoss(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_the_largest_tau_keeps_the_loss_and_its_gradient_finite():
+    # tau = 100 on a window with absent and frequent classes, in float32 and bfloat16
+    for dtype in (torch.float32, torch.bfloat16):
+        loss = LogitAdjustedLoss(100, 50)
+        loss(torch.zeros(50, 4, requires_grad=True), torch.zeros(50, dtype=torch.long))
+        z = (torch.randn(6, 4) * 20).to(dtype).requires_grad_()
+        value = loss(z, torch.tensor([0, 1, 2, 3, 3, 1]))
+        value.backward()
+        assert torch.isfinite(value) and bool(torch.isfinite(z.grad).all())
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"logit_adjustment": 1e39}, r"logit_adjustment must be at most 100 \(.*\), got 1e\+39$"),
+    ({"logit_adjustment": 1.0, "prior_window": 10**12},
+     "prior_window must be at most 10,000,000 labels, got 1,000,000,000,000: its int64 "
+     "labels would take 8,000,000,000,000 bytes$"),
+    ({"logit_adjustment": 1.0, "prior_window": 10**9},
+     "prior_window must be at most 10,000,000 labels, got 1,000,000,000: its int64 "
+     "labels would take 8,000,000,000 bytes$"),
+])
+def test_run_settings_refuse_an_adjustment_beyond_the_bounds(keywords, message):
+    with pytest.raises(ValueError, match=f"^{message}") as err:
+        RunSettings("Reservoir", **keywords)
+    assert "\n" not in str(err.value)
+    RunSettings("Reservoir", logit_adjustment=100, prior_window=10**7)  # the bounds themselves
+
+
+@pytest.mark.slow
+def test_which_buffer_refuses_an_adjustment_beyond_the_bounds_before_any_run(tmp_path):
+    res = cli("which-buffer", "--quick", "--streams", "disjoint", "--seeds", "0",
+              "--policies", "Reservoir:logit_adjustment=1e39",
+              "Reservoir:logit_adjustment=1.0,prior_window=1000000000000",
+              "--out", "o", cwd=tmp_path, warm=True)
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "Reservoir:logit_adjustment=1e39 (logit_adjustment must be at most 100" in lines[0]
+    assert "prior_window must be at most 10,000,000 labels" in lines[0]
+    assert "8,000,000,000,000 bytes" in lines[0]
+    assert not (tmp_path / "o").exists()
