@@ -21,7 +21,8 @@ from matplotlib.figure import Figure
 
 from avalanche_gss.solid_angle import SurrogateStudy
 
-__all__ = ["Series", "Panel", "plot_surrogate_vs_solid_angle", "plot_curves", "plot_panels"]
+__all__ = ["Interval", "Panel", "Series", "plot_curves", "plot_intervals", "plot_panels",
+           "plot_surrogate_vs_solid_angle"]
 
 STYLES = ("line", "markers", "end", "reference")
 """How a :class:`Series` is drawn: a line (with a band of ``err``), markers joined by a
@@ -236,6 +237,59 @@ def plot_panels(panels: Sequence[Panel], path: str | os.PathLike[str], *, title:
     if one_legend:  # beside the panels, where it covers no point
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One row of :func:`plot_intervals`: an estimate and its confidence interval.
+
+    :param label: the row's name.
+    :param mean: the estimate.
+    :param low: the interval's lower end.
+    :param high: its upper end.
+    :param highlight: drawn filled (e.g. a member of a recommended group), else open.
+    """
+
+    label: str
+    mean: float
+    low: float
+    high: float
+    highlight: bool = False
+
+
+def plot_intervals(panels: Mapping[str, Sequence[Interval]], path: str | os.PathLike[str], *,
+                   title: str = "", xlabel: str = "difference") -> str:
+    """Estimates with their intervals, one row each, a panel per mapping entry.
+
+    A vertical line marks 0: an interval across it is a tie.
+
+    :param panels: per panel title, its rows, top to bottom.
+    :param path: the PNG to write.
+    :param title: the figure's title.
+    :param xlabel: the x axis label.
+    :return: ``path``.
+    """
+    if not panels:
+        raise ValueError("need at least one panel")
+    height = max(len(rows) for rows in panels.values())
+    fig = Figure(figsize=(5.5 * len(panels), 1.6 + 0.28 * height), layout="constrained")
+    grid = fig.subplots(1, len(panels), squeeze=False)
+    for ax, (name, rows) in zip(grid[0], panels.items(), strict=True):
+        for k, r in enumerate(rows):
+            y = len(rows) - 1 - k
+            ax.plot([r.low, r.high], [y, y], color="C0" if r.highlight else "grey",
+                    linewidth=1.5)
+            ax.plot([r.mean], [y], marker="o", color="C0" if r.highlight else "grey",
+                    markerfacecolor="C0" if r.highlight else "white")
+        ax.axvline(0.0, color="black", linewidth=0.8, linestyle=":")
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([r.label for r in reversed(rows)], fontsize=8)
+        ax.set_xlabel(xlabel)
+        ax.set_title(name, fontsize=10)
+        ax.grid(True, axis="x", alpha=0.3)
     if title:
         fig.suptitle(title)
     return _save(fig, path)

@@ -225,13 +225,13 @@ class Comparison:
         return asdict(self)
 
 
-def _difference(values: Mapping[str, Mapping[Hashable, float]], a: str, b: str
+def _difference(values: Mapping[str, Mapping[Any, float]], a: str, b: str
                 ) -> list[float]:
     shared = [key for key in values[a] if key in values[b]]
     return [values[a][key] - values[b][key] for key in shared]
 
 
-def _compare(values: Mapping[str, Mapping[Hashable, float]], a: str, b: str,
+def _compare(values: Mapping[str, Mapping[Any, float]], a: str, b: str,
              p_holm: float = math.nan) -> Comparison:
     diffs = _difference(values, a, b)
     mean, low, high = mean_interval(diffs)
@@ -240,7 +240,7 @@ def _compare(values: Mapping[str, Mapping[Hashable, float]], a: str, b: str,
                       sum(d < 0 for d in diffs), statistic, p, p_holm)
 
 
-def compare(values: Mapping[str, Mapping[Hashable, float]],
+def compare(values: Mapping[str, Mapping[Any, float]],
             pairs: Sequence[tuple[str, str]] | None = None) -> list[Comparison]:
     """Paired comparisons, with Holm's correction over all of them.
 
@@ -298,8 +298,8 @@ RULE = ("best: the policy of the highest mean accuracy over every (column, seed)
         "accuracy)")
 
 
-def recommend(values: Mapping[str, Mapping[Hashable, float]],
-              columns: Mapping[Hashable, Hashable], cost: Mapping[str, float], data: str,
+def recommend(values: Mapping[str, Mapping[Any, float]],
+              columns: Mapping[Any, Hashable], cost: Mapping[str, float], data: str,
               cost_name: str = "C") -> Recommendation:
     """Apply the recommendation rule (:data:`RULE`) to paired results.
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import statistics
 from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from avalanche_gss.experiments import RunResult, default_retrieval
-from avalanche_gss.plotting import Panel, Series, plot_panels
+from avalanche_gss.plotting import Interval, Panel, Series, plot_intervals, plot_panels
 from avalanche_gss.reporting import (
     DIVERGED_SHARE,
     data_lines,
@@ -24,6 +24,7 @@ from avalanche_gss.reporting import (
 )
 from avalanche_gss.reproduce.policies import POLICIES, STREAMS
 from avalanche_gss.reproduce.protocols import PROTOCOLS, label_of
+from avalanche_gss.reproduce.which_buffer_statistics import statistics_lines
 from avalanche_gss.rows import Row
 
 NAME = "which-buffer"
@@ -190,7 +191,8 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
               "accuracy (a tie counts for each); mean accuracy: over the columns; mean train "
               "s per run: training seconds of one run, averaged over the columns; time vs "
               "fastest: each run's training time over the fastest policy's in the same "
-              "column, averaged over the columns.", "",
+              "column, averaged over the columns. A mean rank states no uncertainty: which "
+              "differences the runs support is under Recommendation.", "",
               "| rank | policy | mean rank | columns won | mean accuracy | mean train s "
               "per run | time vs fastest |",
               "|---|---|---|---|---|---|---|"]
@@ -200,6 +202,7 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
                      f"{t['mean_train_seconds']:.2f} | {t['time_vs_fastest']:.2f}× |")
     if "ranking_compute_matched" in report:
         lines += matched_lines(report, columns)
+    lines += statistics_lines(report)
     lines += ["", "Policies (RunSettings keywords):", ""]
     for p in policies:
         keywords = ", ".join(f"{k}={v}" for k, v in POLICIES[p].items())
@@ -212,7 +215,9 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
         lines += ["", f"‡: a run skipped more than {DIVERGED_SHARE:.0%} of its training "
                   "iterations and diverged: its accuracy says nothing about the policy."]
     lines += ["", f"Buffer composition along the stream: `{STEM}_composition.md`.",
-              "", provenance_line(report["provenance"]), "", f"Plot: `{png}`", "",
+              "", provenance_line(report["provenance"]), "", f"Plot: `{png}`"
+              + ("; each policy against the best, with intervals: "
+                 f"`{STEM}_intervals.png`" if report.get("recommendation") else ""), "",
               f"Command: `{report['command']}`", ""]
     return "\n".join(lines)
 
@@ -294,45 +299,110 @@ def matched_lines(report: dict[str, Any], columns: Sequence[tuple[str, int]]) ->
 
 def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
            title: str) -> str:
-    """Accuracy against training seconds, one panel per stream family, a series per policy.
+    """Accuracy against cost, one panel per stream family, a series per policy.
 
+    With compute-matched runs (``--compute-matched``) the cost is the relative compute
+    C, a pass count that does not move with the machine's load: a row of panels of the
+    accuracy as measured and one of the compute-matched accuracy, both against C.
+    Without, the cost is the training seconds of a run (wall time on this machine).
     A family of several streams (imbalanced sequences) gives, per seed, the mean over its
-    streams; points are the means over seeds, error bars their std. Rows with
-    compute-matched runs (``matched_avg``, ``--compute-matched``) add a second row of
-    panels: those runs' accuracy against their own training seconds.
+    streams; points are the means over seeds, error bars their 95 % t intervals.
     """
-    matched = any("matched_avg" in r for r in rows)
-    panels = _panels(rows, chosen, "avg", "train_seconds", ", as measured" if matched else "")
-    if not matched:
-        return plot_panels(panels, path, title=title)
-    panels += _panels(rows, chosen, "matched_avg", "matched_train_seconds", ", compute-matched")
+    if not any("matched_avg" in r for r in rows):
+        return plot_panels(_panels(rows, chosen, "avg", "train_seconds", ""), path,
+                           title=title)
+    panels = _panels(rows, chosen, "avg", "relative_cost", ", as measured")
+    panels += _panels(rows, chosen, "matched_avg", "relative_cost", ", compute-matched")
     return plot_panels(panels, path, title=title, columns=len(panels) // 2, one_legend=True)
 
 
-def figure_title(label: str, n_seeds: int) -> str:
-    """The figure's title for data named ``label`` (:func:`~.protocols.data_label`)."""
-    return f"Accuracy vs train time per run, {label}, {n_seeds} seed(s)"
+def time_figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
+                title: str) -> str:
+    """Accuracy as measured against the training seconds of a run (wall time).
 
-
-def redraw(report_path: str | os.PathLike[str], path: str | os.PathLike[str] | None = None
-           ) -> str:
-    """Draw the figure of a ``which_buffer.json`` again, as the command draws it now.
-
-    For a report written by an earlier version (its runs stay what they were; only the
-    figure is redrawn), or a figure restyled without running anything again.
-
-    :param report_path: the report.
-    :param path: the PNG to write; ``which_buffer.png`` beside the report by default.
-    :return: the PNG's path.
+    A second figure beside :func:`figure` when that one plots against C: seconds move with
+    the machine's load (read them from runs done idle, in one sweep).
     """
-    report = json.loads(Path(report_path).read_text())
+    return plot_panels(_panels(rows, chosen, "avg", "train_seconds", ", as measured"), path,
+                       title=title, columns=None, one_legend=True)
+
+
+def intervals_figure(report: dict[str, Any], path: str) -> str | None:
+    """Each policy minus the best, with its 95 % interval; the recommended group filled.
+
+    One panel as measured and, with compute-matched runs, one compute-matched. ``None``
+    (nothing drawn) when the report makes no recommendation.
+    """
+    panels: dict[str, list[Interval]] = {}
+    for way, suffix in (("as measured", ""), ("compute-matched", "_compute_matched")):
+        rec = report.get("recommendation" + suffix)
+        if rec is None:
+            continue
+        rows = [Interval(rec["best"], 0.0, 0.0, 0.0, True)]
+        rows += [Interval(c["a"], c["mean_difference"], c["low"], c["high"],
+                          c["a"] in rec["group"])
+                 for c in sorted(rec["against_best"], key=lambda c: -c["mean_difference"])]
+        panels[f"{way}: minus {rec['best']}"] = rows
+    if not panels:
+        return None
+    seeds = len(report["protocol"]["seeds"])
+    return plot_intervals(panels, path, xlabel="accuracy minus the best's (points)",
+                          title=f"Each policy against the best: paired mean difference, 95 % "
+                                f"interval, {seeds} seeds (filled: the recommended group)")
+
+
+def figure_title(label: str, n_seeds: int, cost: str = "train time per run") -> str:
+    """The figure's title for data named ``label`` (:func:`~.protocols.data_label`)."""
+    return f"Accuracy vs {cost}, {label}, {n_seeds} seed(s)"
+
+
+def draw(report: dict[str, Any], out: str | os.PathLike[str]) -> dict[str, str]:
+    """Every figure of a report, in folder ``out``; their paths by kind.
+
+    ``png``: :func:`figure`; with compute-matched runs ``time_png``
+    (:func:`time_figure`); with a recommendation ``intervals_png``
+    (:func:`intervals_figure`).
+
+    :param report: the JSON report (completed by
+        :func:`~avalanche_gss.reproduce.which_buffer_statistics.add_statistics`).
+    :param out: the folder.
+    """
     protocol = report["protocol"]
     chosen = {"policies": protocol["policies"], "buffer_sizes": protocol["buffer_sizes"],
               "streams": [s["name"] for s in protocol["streams"]]}
-    out = Path(report_path).with_name(f"{STEM}.png") if path is None else Path(path)
-    label = label_of(report["dataset"], report["data_verified_as"])
-    return figure(report["rows"], chosen, str(out),
-                  figure_title(label, len(protocol["seeds"])))
+    label = label_of(report["dataset"], report.get("data_verified_as"))
+    n_seeds = len(protocol["seeds"])
+    rows = report["rows"]
+    matched = bool(rows) and all("matched_avg" in r for r in rows)
+    paths = {"png": figure(rows, chosen, os.path.join(out, f"{STEM}.png"),
+                           figure_title(label, n_seeds, "relative compute C" if matched
+                                        else "train time per run"))}
+    if matched:
+        paths["time_png"] = time_figure(rows, chosen, os.path.join(out, f"{STEM}_time.png"),
+                                        figure_title(label, n_seeds, "train time per run "
+                                                     "(wall time, this machine)"))
+    intervals = intervals_figure(report, os.path.join(out, f"{STEM}_intervals.png"))
+    if intervals is not None:
+        paths["intervals_png"] = intervals
+    return paths
+
+
+def redraw(report_path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None
+           ) -> dict[str, str]:
+    """Draw the figures of a ``which_buffer.json`` again, as the command draws them now.
+
+    For a report written by an earlier version (its runs stay what they were; the
+    statistics are recomputed, then the figures drawn), or figures restyled without
+    running anything again.
+
+    :param report_path: the report.
+    :param out: the folder of the PNGs; the report's own by default.
+    :return: the figures' paths (:func:`draw`).
+    """
+    from avalanche_gss.reproduce.which_buffer_statistics import restate
+
+    report = restate(report_path)
+    return draw(report, Path(report_path).parent if out is None else out)
 
 
 def _panels(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], acc_key: str,
@@ -353,11 +423,11 @@ def _panels(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], acc_key: str
                     continue
                 n_seeds = len(members[0]["seeds"])
                 acc = [statistics.fmean(r[acc_key][i] for r in members) for i in range(n_seeds)]
-                sec = [statistics.fmean(r[seconds_key][i] for r in members)
+                sec = [statistics.fmean(float(Fraction(r[seconds_key][i])) for r in members)
                        for i in range(n_seeds)]
                 xs.append(statistics.fmean(sec))
                 ys.append(statistics.fmean(acc))
-                errs.append(_std(acc) or 0.0)
+                errs.append(_half_interval(acc))
                 notes.append(f"M={m}")
             if xs:
                 series.append(Series(p, xs, ys, errs, "markers",
@@ -366,7 +436,18 @@ def _panels(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], acc_key: str
         logx = bool(xs_all) and max(xs_all) > 5 * min(xs_all)
         name = streams[0] if len(streams) == 1 else (
             f"{family} (mean over {len(streams)} streams)")
-        panels.append(Panel(name + suffix, "train seconds per run",
-                            "final average accuracy (%)", series, logx=logx,
-                            data_ticks=False))
+        xlabel = ("relative compute C (passes over Reservoir's)" if seconds_key ==
+                  "relative_cost" else "train seconds per run (wall time)")
+        panels.append(Panel(name + suffix, xlabel, "final average accuracy (%), 95 % interval",
+                            series, logx=logx, data_ticks=False))
     return panels
+
+
+def _half_interval(values: Sequence[float]) -> float:
+    """Half the width of the 95 % t interval of the mean of ``values`` (0 for one value)."""
+    if len(values) < 2:
+        return 0.0
+    from scipy.stats import t as student_t
+
+    return float(student_t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / (
+        len(values) ** 0.5)

@@ -1,0 +1,80 @@
+"""which-buffer's recommendation, ablations and pairwise table, computed from a report."""
+
+import numpy as np
+
+from avalanche_gss.reproduce.which_buffer_statistics import (
+    NO_RECOMMENDATION,
+    add_statistics,
+    paired_values,
+    recommendation_sentence,
+    statistics_lines,
+)
+
+POLICIES = {"Reservoir": -3.0, "CBRS": -1.0, "CBRS+OC": 0.0, "CBRS+OC+LA": 0.4, "Rand": -6.0}
+COSTS = {"Reservoir": 1.0, "CBRS": 1.0, "CBRS+OC": 1.0, "CBRS+OC+LA": 1.0, "Rand": 1.2}
+
+
+def _report(seeds, matched=True):
+    rng = np.random.default_rng(0)
+    rows = []
+    for stream in ("disjoint", "permuted", "blurry"):
+        for m in (100, 300):
+            base = rng.normal(80, 4)
+            for policy, effect in POLICIES.items():
+                avg = [float(base + effect + rng.normal(0, 0.5)) for _ in seeds]
+                row = {"policy": policy, "stream": stream, "buffer_size": m,
+                       "seeds": list(seeds), "avg": avg, "train_seconds": [1.0] * len(seeds)}
+                if matched:
+                    row |= {"matched_avg": [a - (2.0 if policy == "Rand" else 0.0) for a in avg],
+                            "relative_cost_mean": COSTS[policy]}
+                rows.append(row)
+    return {"dataset": "mnist-5k", "data_verified_as": "mnist-5k", "rows": rows,
+            "protocol": {"seeds": list(seeds), "policies": list(POLICIES)}}
+
+
+def test_pairs_are_stream_size_and_seed():
+    values = paired_values(_report([0, 1])["rows"])
+    assert len(values["CBRS"]) == 3 * 2 * 2
+    assert ("blurry", 300, 1) in values["CBRS"]
+
+
+def test_one_seed_makes_no_recommendation_and_says_why():
+    report = add_statistics(_report([0]))
+    assert report["recommendation"] is None and report["recommendation_compute_matched"] is None
+    assert report["recommendation_note"] == NO_RECOMMENDATION
+    assert "one seed is not a ranking" in NO_RECOMMENDATION
+    assert "comparisons" not in report
+    text = "\n".join(statistics_lines(report))
+    assert "No recommendation: one seed is not a ranking" in text
+
+
+def test_several_seeds_give_both_recommendations_ablations_and_every_pair():
+    report = add_statistics(_report([0, 1, 2]))
+    for suffix in ("", "_compute_matched"):
+        rec = report["recommendation" + suffix]
+        assert {"group", "pick", "rule"} <= set(rec)
+        assert rec["best"] == rec["group"][0] and rec["pick"] in rec["group"]
+        assert "Rand" not in rec["group"] and "Reservoir" not in rec["group"]
+        assert rec["data"] == "MNIST (5,000-digit subset)"
+        assert len(report["comparisons" + suffix]) == 10  # 5 policies: every pair once
+    questions = {a["question"]: a for a in report["ablations"]}
+    quotas = questions["the class quotas"]
+    assert (quotas["a"], quotas["b"]) == ("CBRS", "Reservoir")
+    assert quotas["low"] > 0  # +2 points, noise 0.5: it separates
+    assert "the gradient score" not in questions  # CB-GSS was not run
+    text = "\n".join(statistics_lines(report))
+    assert recommendation_sentence(report["recommendation"], "as measured") in text
+    assert "| the class quotas | CBRS − Reservoir |" in text
+    assert "Friedman test over the 6 columns" in text
+
+
+def test_statistics_are_recomputed_not_kept():
+    report = add_statistics(_report([0, 1]))
+    report["recommendation"]["pick"] = "stale"
+    assert add_statistics(report)["recommendation"]["pick"] != "stale"
+
+
+def test_without_pass_counts_the_pick_is_by_train_seconds_and_the_rule_says_so():
+    report = add_statistics(_report([0, 1], matched=False))
+    assert "recommendation_compute_matched" not in report
+    assert "mean train seconds per run" in report["recommendation"]["rule"]
