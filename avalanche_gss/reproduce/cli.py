@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from avalanche_gss import methods  # the registry's names only: no torch, no Avalanche
+from avalanche_gss.cache import module_sha256
 from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.policies import (
     DEFAULT_STREAMS,
@@ -235,7 +236,7 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                              "unseen (Ghunaim et al., CVPR 2023); adds C, that accuracy and "
                              "a ranking by it")
     parser.add_argument("--seeds", nargs="+", type=_seed, default=None, metavar="SEED",
-                        help="seeds (default: the experiment's, 0 1 2)")
+                        help="seeds (default: the experiment's: 0 1 2; which-buffer: 0 1 2 3)")
     parser.add_argument("--buffer-sizes", nargs="+", type=_buffer_size, default=None,
                         metavar="M",
                         help="buffer sizes M (default: the experiment's)")
@@ -308,7 +309,9 @@ def _refuse_repeats(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 def _import_user_modules(argv: Sequence[str], prog: str) -> None:
     """Import the ``--import`` modules and read the entry points of the method registry.
 
-    Only the standard library is imported when there are neither.
+    Only the standard library is imported when there are neither. Each module of one's
+    own that they load must have a source file to hash (the runs' cache key holds it):
+    one that has none is refused in one line.
     """
     pre = _Parser(prog=prog, add_help=False)
     pre.add_argument("--import", action="append", default=[], dest="imports")
@@ -316,12 +319,29 @@ def _import_user_modules(argv: Sequence[str], prog: str) -> None:
         methods.names()  # the entry points
     except ImportError as err:
         pre.error(" ".join(str(err).split()))
+    _check_hashable(pre, "")
     for spec in pre.parse_known_args(argv)[0].imports:
         try:
             methods.import_user(spec)
-        except Exception as err:  # a user module can fail in any way: one line naming it
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # a user module can fail in any way: one line naming it
             text = " ".join(str(err).split())
             pre.error(f"argument --import {spec}: {type(err).__name__}: {text}")
+        _check_hashable(pre, f"argument --import {spec}: ")
+
+
+def _check_hashable(parser: argparse.ArgumentParser, where: str) -> None:
+    """Refuse, in one line, a module of one's own code without a source file to hash.
+
+    Those hashed before pass at once (:func:`~avalanche_gss.cache.module_sha256` keeps
+    each hash): only the modules the last import loaded can fail.
+    """
+    for name in methods.user_modules():
+        try:
+            module_sha256(name)
+        except ValueError as err:
+            parser.error(where + " ".join(str(err).split()))
 
 
 def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.Namespace:

@@ -9,7 +9,9 @@ module computes, as measured and (with ``--compute-matched``) compute-matched:
   data the report ran on; ``None`` with one seed (:data:`NO_RECOMMENDATION` says why);
 - ``comparisons``: every pair of policies, Holm-corrected over all pairs;
 - ``ablations``: the questions of :data:`ABLATIONS`, each a paired mean difference with
-  its interval, Holm-corrected over the ablations.
+  its interval, Holm-corrected over the ablations;
+- ``stability``: the recommendation made again on each half of the seeds, and whether
+  each half's pick lies in the other half's group (:func:`stability`).
 
 :func:`add_statistics` adds them to a report; :func:`statistics_lines` writes them as
 Markdown; :func:`restate` recomputes them for a ``which_buffer.json`` already written.
@@ -27,8 +29,8 @@ from typing import Any
 from avalanche_gss.reproduce.comparisons import ALPHA, MIN_SEEDS, compare, recommend
 from avalanche_gss.reproduce.protocols import label_of
 
-__all__ = ["ABLATIONS", "NO_RECOMMENDATION", "add_statistics", "paired_values", "restate",
-           "statistics_lines"]
+__all__ = ["ABLATIONS", "NO_RECOMMENDATION", "add_statistics", "paired_values",
+           "recommendation_sentence", "restate", "stability", "statistics_lines"]
 
 ABLATIONS: tuple[tuple[str, str, str], ...] = (
     ("the gradient score, with the loss", "CB-GSS (step)+LA", "CBRS+OC+LA"),
@@ -100,6 +102,39 @@ def _evaluate(report: dict[str, Any], key: str) -> dict[str, Any]:
     }
 
 
+def _half(report: dict[str, Any], seeds: Sequence[int]) -> dict[str, Any]:
+    """The report with only the runs of ``seeds``."""
+    keep = set(seeds)
+    rows = []
+    for r in report["rows"]:
+        at = [i for i, s in enumerate(r["seeds"]) if s in keep]
+        row = {**r, "seeds": [r["seeds"][i] for i in at]}
+        for key in ("avg", "matched_avg", "train_seconds"):
+            if key in r:
+                row[key] = [r[key][i] for i in at]
+        rows.append(row)
+    return {**report, "rows": rows, "protocol": {**report["protocol"], "seeds": list(seeds)}}
+
+
+def stability(report: dict[str, Any], key: str = "avg") -> dict[str, Any] | None:
+    """The recommendation made on each half of the seeds, and whether the halves agree.
+
+    They agree when each half's pick lies in the other half's group. ``None`` with fewer
+    than ``2 x MIN_SEEDS`` seeds.
+
+    :param report: a which-buffer report.
+    :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
+    """
+    seeds = list(report["protocol"]["seeds"])
+    if len(seeds) < 2 * MIN_SEEDS:
+        return None
+    halves = [seeds[: len(seeds) // 2], seeds[len(seeds) // 2:]]
+    recs = [_evaluate(_half(report, h), key)["recommendation"] for h in halves]
+    holds = recs[0]["pick"] in recs[1]["group"] and recs[1]["pick"] in recs[0]["group"]
+    return {"halves": halves, "picks": [r["pick"] for r in recs],
+            "groups": [r["group"] for r in recs], "holds": holds}
+
+
 def add_statistics(report: dict[str, Any]) -> dict[str, Any]:
     """Add the recommendation, the pairwise comparisons and the ablations to a report.
 
@@ -116,7 +151,7 @@ def add_statistics(report: dict[str, Any]) -> dict[str, Any]:
     if report["rows"] and all("matched_avg" in r for r in report["rows"]):
         ways.append(("_compute_matched", "matched_avg"))
     for suffix, key in ways:
-        for name in ("recommendation", "comparisons", "ablations"):
+        for name in ("recommendation", "comparisons", "ablations", "stability"):
             report.pop(name + suffix, None)
         if len(seeds) < MIN_SEEDS or len(policies) < 2:
             report["recommendation" + suffix] = None
@@ -127,6 +162,7 @@ def add_statistics(report: dict[str, Any]) -> dict[str, Any]:
         report.pop("recommendation_note", None)
         for name, value in _evaluate(report, key).items():
             report[name + suffix] = value
+        report["stability" + suffix] = stability(report, key)
     return report
 
 
@@ -174,6 +210,16 @@ def statistics_lines(report: dict[str, Any]) -> list[str]:
     for way, suffix in ways:
         rec = report["recommendation" + suffix]
         lines.append(f"- **{recommendation_sentence(rec, way)}**")
+    for way, suffix in ways:
+        half = report.get("stability" + suffix)
+        if half is not None:
+            a, b = (" ".join(map(str, h)) for h in half["halves"])
+            lines.append(f"- Stability ({way}): seeds {a} pick {half['picks'][0]} (group: "
+                         f"{', '.join(half['groups'][0])}); seeds {b} pick {half['picks'][1]} "
+                         f"(group: {', '.join(half['groups'][1])}): "
+                         + ("each pick lies in the other half's group." if half["holds"] else
+                            "the halves disagree: a pick lies outside the other half's group, "
+                            "so this recommendation is not stable."))
     lines += ["", f"Rule: {report['recommendation']['rule']}.", ""]
     for way, suffix in ways:
         rec = report["recommendation" + suffix]

@@ -78,3 +78,27 @@ def test_without_pass_counts_the_pick_is_by_train_seconds_and_the_rule_says_so()
     report = add_statistics(_report([0, 1], matched=False))
     assert "recommendation_compute_matched" not in report
     assert "mean train seconds per run" in report["recommendation"]["rule"]
+
+
+def test_four_seeds_check_the_recommendation_on_two_halves():
+    report = add_statistics(_report([0, 1, 2, 3]))
+    for suffix in ("", "_compute_matched"):
+        half = report["stability" + suffix]
+        assert half["halves"] == [[0, 1], [2, 3]]
+        assert half["holds"] == (half["picks"][0] in half["groups"][1]
+                                 and half["picks"][1] in half["groups"][0])
+        assert "Rand" not in half["groups"][0]
+    assert report["stability"]["holds"]  # effects of 1-6 points against noise of 0.5
+    assert "- Stability (as measured): seeds 0 1 pick" in "\n".join(statistics_lines(report))
+    assert add_statistics(_report([0, 1, 2]))["stability"] is None
+
+
+def test_halves_that_disagree_are_reported_unstable():
+    report = _report([0, 1, 2, 3], matched=False)
+    for r in report["rows"]:  # Rand best on seeds 0-1 by 10 points, worst on 2-3
+        if r["policy"] == "Rand":
+            r["avg"] = [a + 16.0 for a in r["avg"][:2]] + r["avg"][2:]
+    half = add_statistics(report)["stability"]
+    assert half["picks"][0] == "Rand" and "Rand" not in half["groups"][1]
+    assert not half["holds"]
+    assert "not stable" in "\n".join(statistics_lines(report))
