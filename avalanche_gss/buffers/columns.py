@@ -270,9 +270,36 @@ class SlotStore:
                 for name in _DEVICE_COLUMNS}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore sizes and columns from a buffer's state; the provenance is forgotten."""
-        self.max_size = int(state["max_size"])
-        self.size = int(state["size"])
+        """Restore sizes and columns from a buffer's state; the provenance is forgotten.
+
+        The sizes are checked against the saved columns before anything is allocated or
+        changed: every column has ``max_size`` slots, ``size`` is at most ``max_size``, and a
+        state without columns holds no sample, in ``max_size`` slots that fit in memory.
+
+        :param state: a :meth:`state_dict` of a buffer (its own sizes and columns).
+        :raises ValueError: a size that is not an integer, or that disagrees with the
+            columns (one line; the store is unchanged).
+        :raises MemoryError: no columns, and ``max_size`` slots do not fit in the memory
+            available (the store is unchanged).
+        """
+        m = check_size(state["max_size"], "saved max_size")
+        size = state["size"]
+        if type(size) is not int or not 0 <= size <= m:
+            raise ValueError(f"{self.owner}: the saved size is not an integer from 0 to the "
+                             f"saved max_size {m}")
+        for name in _DEVICE_COLUMNS:
+            column = state[name]
+            if column is not None and (not isinstance(column, Tensor) or column.dim() < 1
+                                       or len(column) != m):
+                raise ValueError(f"{self.owner}: the saved column {name} does not have the "
+                                 f"saved max_size of {m} slots")
+        if state["x"] is None:
+            if size:
+                raise ValueError(f"{self.owner}: the saved state has size {size} and no "
+                                 "samples")
+            check_memory(self.owner, m, None)  # the provenance columns below
+        self.max_size = m
+        self.size = size
         # copies: a state taken from a live buffer must not share its storage
         self.x, self.y, self.t, self.scores = (None if state[k] is None else state[k].clone()
                                                for k in _DEVICE_COLUMNS)

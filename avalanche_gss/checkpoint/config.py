@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -11,12 +12,14 @@ from torch import nn
 
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.checkpoint._text import short
 from avalanche_gss.checkpoint.state import _plugin_state
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["UNRECORDED_OPTIONS", "strategy_config", "first_difference"]
+__all__ = ["UNRECORDED_OPTIONS", "MODEL_RECORD", "model_record", "strategy_config",
+           "first_difference"]
 
 UNRECORDED_OPTIONS: Mapping[str, str] = {
     "device": "where the run computes; the state is moved to the strategy's device, and "
@@ -105,6 +108,43 @@ def _options(owner: Any, names: Mapping[int, str], skip: tuple[str, ...] = ()) -
     return recorded
 
 
+MODEL_RECORD = ("model_class", "model_options", "model_modules")
+"""The configuration's keys that say what the model is, beside its tensor shapes
+(``"model"``). Files saved before they were recorded lack them; such a file is compared on
+its shapes alone."""
+
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")  # an object's address: differs per process
+
+
+def model_record(model: nn.Module, names: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """What the model is beyond its tensor shapes: its class, options and submodules.
+
+    ``model_class`` is its class's module and qualified name; ``model_options`` every
+    option of its constructor that it keeps as an attribute of the same name (described
+    as the strategy's options are: the reduced ResNet-18's ``in_channels`` and
+    ``image_size``); ``model_modules`` every submodule, by name (``"(model)"`` for the
+    model itself), as its class and its ``extra_repr()``: a ``Dropout``'s ``p``, a
+    ``BatchNorm``'s ``eps`` and ``momentum``, an activation's options, which change what
+    the model learns and no tensor shape shows. Object addresses in an ``extra_repr`` are
+    left out (they differ in every process).
+
+    :param model: the model.
+    :param names: the model's parameters by ``id``, to name a parameter option (default:
+        the model's own ``named_parameters``).
+    :return: plain values only.
+    """
+    if names is None:
+        names = {id(p): name for name, p in model.named_parameters()}
+    options = _options(model, names)
+    options.pop("class")
+    modules = {name or "(model)": _ADDRESS.sub("0x...", f"{type(module).__qualname__}("
+                                                       f"{module.extra_repr()})")
+               for name, module in model.named_modules()}
+    kind = type(model)
+    return {"model_class": f"{kind.__module__}.{kind.__qualname__}", "model_options": options,
+            "model_modules": modules}
+
+
 def strategy_config(strategy: SupervisedTemplate, *, stream_length: int | None = None,
                     identity: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a checkpoint must have been made with to be loaded into ``strategy``.
@@ -114,11 +154,12 @@ def strategy_config(strategy: SupervisedTemplate, *, stream_length: int | None =
     periodic evaluation; the buffer's class and every option of its constructor (size,
     seed, ``n``, ``victim``, ...), those of the plugin that holds it (replay batch size
     and seed, the retrieval and its options such as MIR's ``candidates``, ``joint``, the
-    constrained update's ``margin``); the model's tensor shapes; the optimizer's class
-    and hyper-parameters. Options are read from the objects' attributes of the same name
-    as the constructor's parameters; a function (``loss_fn``) is recorded by its dotted
-    name, parameters (``params``) by their names in the model. Not recorded:
-    :data:`UNRECORDED_OPTIONS`.
+    constrained update's ``margin``); the model's class, the options it keeps, its
+    submodules with their ``extra_repr()`` (:func:`model_record`: a ``Dropout``'s
+    ``p``) and its tensor shapes; the optimizer's class and hyper-parameters. Options
+    are read from the objects' attributes of the same name as the constructor's
+    parameters; a function (``loss_fn``) is recorded by its dotted name, parameters
+    (``params``) by their names in the model. Not recorded: :data:`UNRECORDED_OPTIONS`.
 
     :param strategy: a strategy (fresh, or the one being saved).
     :param stream_length: the number of experiences of the stream it learns, if known.
@@ -144,7 +185,10 @@ def strategy_config(strategy: SupervisedTemplate, *, stream_length: int | None =
             config["buffer"] = _options(policy, names)
             config["buffer_plugin"] = _options(plugin, names, skip=("storage_policy",))
             break
+    record = model_record(strategy.model, names)
+    config["model_class"] = record.pop("model_class")  # first: another class is said as such
     config["model"] = {name: list(t.shape) for name, t in strategy.model.state_dict().items()}
+    config.update(record)
     optimizer = strategy.optimizer
     config["optimizer"] = {
         "class": type(optimizer).__qualname__,
@@ -159,13 +203,18 @@ def strategy_config(strategy: SupervisedTemplate, *, stream_length: int | None =
 
 
 def first_difference(saved: Any, fresh: Any, where: str = "") -> str | None:
-    """Where two configurations first differ, as ``"key: saved X, here Y"``; or ``None``."""
+    """Where two configurations first differ, as ``"key: saved X, here Y"``; or ``None``.
+
+    Values (and keys) are described in a few hundred characters at most, on one line: a
+    file's configuration may hold anything.
+    """
     if isinstance(saved, dict) and isinstance(fresh, dict):
         for key in [*saved, *(k for k in fresh if k not in saved)]:
-            inner = f"{where}.{key}" if where else str(key)
+            label = key[:80] if isinstance(key, str) else short(key, 80)
+            inner = f"{where}.{label}" if where else label
             if key not in fresh or key not in saved:
-                return f"{inner}: {saved.get(key, '(absent)')!r} in the file, " \
-                       f"{fresh.get(key, '(absent)')!r} here"
+                return f"{inner}: {short(saved.get(key, '(absent)'))} in the file, " \
+                       f"{short(fresh.get(key, '(absent)'))} here"
             found = first_difference(saved[key], fresh[key], inner)
             if found:
                 return found
@@ -178,5 +227,5 @@ def first_difference(saved: Any, fresh: Any, where: str = "") -> str | None:
                 return found
         return None
     if saved != fresh and not (saved != saved and fresh != fresh):  # NaN equals NaN here
-        return f"{where}: {saved!r} in the file, {fresh!r} here"
+        return f"{where}: {short(saved)} in the file, {short(fresh)} here"
     return None

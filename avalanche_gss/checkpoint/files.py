@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries, resolve_target
-from avalanche_gss.checkpoint.config import first_difference, strategy_config
+from avalanche_gss.checkpoint._text import short, short_error
+from avalanche_gss.checkpoint.config import MODEL_RECORD, first_difference, strategy_config
 from avalanche_gss.checkpoint.model import grow_model
 from avalanche_gss.checkpoint.state import (
     FORMAT_VERSION,
+    buffer_states,
+    check_tensors,
     load_strategy_state_dict,
     strategy_state_dict,
 )
@@ -74,7 +77,12 @@ def read_state(source: str | os.PathLike[str] | bytes, *, name: str | None = Non
     """Read a :func:`save_state` file: check its checksum, then load it ``weights_only``.
 
     The file is a header line, the SHA-256 of the rest, and ``torch.save``'s output: any
-    changed byte (a flip, a truncation) is refused before the payload is unpickled.
+    changed byte (a flip, a truncation) is refused before the payload is unpickled. A
+    checksum proves no origin (anyone can recompute it), so what the payload holds is
+    checked too: every tensor must hold the bytes its shape takes (a tensor whose zero
+    strides repeat four bytes a billion times is refused before it is copied), and the
+    position must be a count of experiences. Errors quote the file's content in a few
+    hundred characters at most.
 
     :param source: the file, or its bytes.
     :param name: how to name it in errors (default: its path).
@@ -107,8 +115,19 @@ def read_state(source: str | os.PathLike[str] | bytes, *, name: str | None = Non
     if not isinstance(state, dict) or "experiences" not in state or "config" not in state:
         raise CheckpointError(f"{label} is not a checkpoint written by save_state")
     if state.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"{label}: checkpoint format {state.get('format')!r}; this "
-                              f"version reads {FORMAT_VERSION}")
+        raise CheckpointError(f"{label}: checkpoint format {short(state.get('format'))}; "
+                              f"this version reads {FORMAT_VERSION}")
+    done = state["experiences"]
+    if not isinstance(done, int) or isinstance(done, bool) or done < 0:
+        raise CheckpointError(f"{label}: its count of experiences learnt is {short(done)}, "
+                              "not an integer >= 0")
+    if not isinstance(state["config"], dict):
+        raise CheckpointError(f"{label}: its configuration is {short(state['config'])}, "
+                              "not a dict")
+    try:
+        check_tensors(state)
+    except ValueError as err:
+        raise CheckpointError(f"{label}: {err}") from None
     return state
 
 
@@ -119,7 +138,13 @@ def load_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
 
     A model whose Avalanche heads grew during the saved run (``IncrementalClassifier``,
     ``MultiHeadClassifier``, e.g. in ``MTSimpleMLP``) is grown to the saved shapes before
-    the configuration is compared; a refused file leaves the model as it was.
+    the configuration is compared. The model must be what the file's was: the same class,
+    options, submodules (a ``Dropout``'s ``p``) and shapes; a file saved before the model's
+    class and submodules were recorded is compared on its shapes alone. Every size in the
+    file is checked before anything is allocated: its tensors hold the bytes their shapes
+    take (:func:`read_state`) and each buffer's saved number of slots is this strategy's.
+    A refused file, whenever it is refused, leaves the strategy as it was: its model,
+    optimizer, plugins, buffers, criterion, clock and the global generators.
 
     :param strategy: a freshly built strategy, configured as the one that was saved.
     :param path: the checkpoint file.
@@ -127,21 +152,46 @@ def load_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
     :param identity: compared with the file's (see :func:`strategy_config`).
     :return: the number of experiences the saved strategy had learnt.
     :raises FileNotFoundError: no such file.
-    :raises CheckpointError: damaged or altered, of another format, or made by another
-        configuration (the message names the file and the first difference).
+    :raises CheckpointError: damaged or altered, of another format, made by another
+        configuration or another model (the message names the file and the first
+        difference), or holding a state that does not fit this strategy (the message
+        names the file and the reason); always one line of bounded length.
     """
     state = read_state(path)
     saved = state["config"]
     # Heads that grew during the run (Avalanche's IncrementalClassifier and
     # MultiHeadClassifier) are part of the state: grow them before comparing shapes.
-    shrink = grow_model(strategy.model, state["model"])
+    try:
+        shrink = grow_model(strategy.model, state["model"])
+    except Exception as err:  # grow_model left the model as it was
+        raise CheckpointError(f"{path}: its model state does not fit this model "
+                              f"({short_error(err)})") from err
     fresh = strategy_config(strategy, stream_length=stream_length, identity=identity)
     if "stream_length" not in saved or stream_length is None:
         saved.pop("stream_length", None)
         fresh.pop("stream_length", None)
-    difference = first_difference(saved, fresh)
+    for key in MODEL_RECORD:  # a file saved before the model's record: its shapes alone
+        if key not in saved:
+            fresh.pop(key, None)
+    try:
+        difference = first_difference(saved, fresh)
+    except Exception as err:  # a configuration that cannot even be compared
+        difference = f"unreadable configuration ({short_error(err)})"
     if difference is not None:
         shrink()  # a refused file leaves the strategy as it was
         raise CheckpointError(f"{path} was made by another configuration: {difference}")
-    load_strategy_state_dict(strategy, state)
+    for policy, policy_state in buffer_states(strategy, state):
+        # the saved number of slots, checked against the configuration before any is made
+        slots = policy_state.get("max_size") if isinstance(policy_state, dict) else None
+        if type(slots) is not int or slots != policy.max_size:
+            shrink()
+            raise CheckpointError(f"{path}: its {type(policy).__name__} state has max_size "
+                                  f"{short(slots)}, its configuration {policy.max_size}")
+    try:
+        load_strategy_state_dict(strategy, state)  # undoes what it did if it raises
+    except Exception as err:
+        shrink()
+        raise CheckpointError(f"{path} does not fit this strategy ({short_error(err)}); "
+                              "the strategy is unchanged") from err
     return int(state["experiences"])
+

@@ -45,25 +45,30 @@ def grow_model(model: nn.Module, saved: Mapping[str, Tensor]) -> Callable[[], No
     :param model: the fresh model (changed in place).
     :param saved: the saved model ``state_dict`` (or its tensors' shapes' source).
     :return: a function that undoes the growth (the model's previous modules and buffers
-        back in place), for a checkpoint that is then refused.
+        back in place), for a checkpoint that is then refused. A growth that raises is
+        undone before the error propagates.
     """
     undo: list[Callable[[], object]] = []
-    with torch.random.fork_rng(devices=[]):  # new Linear layers draw their initial weights
-        for name, module in list(model.named_modules()):
-            if isinstance(module, MultiHeadClassifier):
-                _add_heads(module, _prefix(name), saved, undo)
-        for name, module in list(model.named_modules()):
-            if isinstance(module, IncrementalClassifier):
-                _widen_classifier(module, _prefix(name), saved, undo)
-            elif isinstance(module, MultiHeadClassifier):
-                for key in list(module._buffers):
-                    if key.startswith("active_units_T"):
-                        _widen_buffer(module, key, saved.get(_prefix(name) + key), undo)
 
     def revert() -> None:
         for step in reversed(undo):
             step()
 
+    try:
+        with torch.random.fork_rng(devices=[]):  # new Linear layers draw initial weights
+            for name, module in list(model.named_modules()):
+                if isinstance(module, MultiHeadClassifier):
+                    _add_heads(module, _prefix(name), saved, undo)
+            for name, module in list(model.named_modules()):
+                if isinstance(module, IncrementalClassifier):
+                    _widen_classifier(module, _prefix(name), saved, undo)
+                elif isinstance(module, MultiHeadClassifier):
+                    for key in list(module._buffers):
+                        if key.startswith("active_units_T"):
+                            _widen_buffer(module, key, saved.get(_prefix(name) + key), undo)
+    except BaseException:  # a saved state it cannot follow: the model as it was
+        revert()
+        raise
     return revert
 
 

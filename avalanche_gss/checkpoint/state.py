@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -10,6 +12,7 @@ import torch
 
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.checkpoint._text import short
 from avalanche_gss.checkpoint.model import (
     grow_model,
     model_layout,
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
 __all__ = ["FORMAT_VERSION", "rng_state", "set_rng_state", "strategy_state_dict",
-           "load_strategy_state_dict"]
+           "load_strategy_state_dict", "check_tensors", "buffer_states"]
 
 FORMAT_VERSION = 3
 """Version of the checkpoint layout; :func:`load_state` refuses any other (1: no
@@ -126,34 +129,220 @@ def strategy_state_dict(strategy: SupervisedTemplate) -> dict[str, Any]:
     }
 
 
+def check_tensors(state: Any) -> None:
+    """Refuse a tensor that holds fewer bytes than its elements take, anywhere in ``state``.
+
+    A saved tensor is dense: its ``numel * element_size`` bytes are in its storage, whose
+    bytes were read from the file. A tensor whose strides repeat its elements (a zero
+    stride: a billion elements over four bytes) would allocate its full size when it is
+    copied; it is refused before anything is. So is a tensor without storage (sparse,
+    meta): a state never holds one. Each object is visited once (a file's pickle may share
+    one list many times over).
+
+    :param state: a state, as :func:`strategy_state_dict` returns it or a file holds it.
+    :raises ValueError: one line naming the tensor's place in the state and its sizes.
+    """
+    pending: list[tuple[str, Any]] = [("", state)]
+    seen: set[int] = set()
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, torch.Tensor):
+            name = where or "the state"
+            if value.layout != torch.strided or value.is_meta:
+                raise ValueError(f"{name}: a {short(value.layout)} tensor without data "
+                                 "(a saved state holds dense tensors only)")
+            need = value.numel() * value.element_size()
+            held = value.untyped_storage().nbytes()
+            if need > held:
+                raise ValueError(
+                    f"{name}: a tensor of shape {short(list(value.shape), 120)} takes "
+                    f"{need:,} bytes but holds {held:,} (its elements repeat, strides "
+                    f"{short(list(value.stride()), 120)}); refused before it is copied")
+            continue
+        if id(value) in seen or not isinstance(value, (Mapping, list, tuple)):
+            continue
+        seen.add(id(value))
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        for key, item in items:
+            label = (f"[{key}]" if not isinstance(value, Mapping)
+                     else f".{key[:60]}" if isinstance(key, str) else f".{short(key, 60)}")
+            pending.append(((where + label).removeprefix(".")[:200], item))
+
+
+def _policy_state(plugin: Any, entry: Any) -> tuple[OnlineBuffer, Any] | None:
+    """A stateful plugin's buffer and that buffer's state in the plugin's saved ``entry``.
+
+    ``None``: the plugin holds no buffer of this library.
+    """
+    policy = getattr(plugin, "storage_policy", None)
+    if not isinstance(policy, OnlineBuffer) or not isinstance(entry, Mapping):
+        return None
+    own = entry.get("plugin", entry)
+    if isinstance(own, Mapping) and "storage_policy" in own:
+        return policy, own["storage_policy"]
+    return None
+
+
+def buffer_states(strategy: SupervisedTemplate, state: Mapping[str, Any]
+                  ) -> list[tuple[OnlineBuffer, Any]]:
+    """The strategy's buffers, each with its saved state in ``state`` (in plugin order).
+
+    :param strategy: the strategy being loaded.
+    :param state: what :func:`strategy_state_dict` returned (or a file holds).
+    """
+    stateful = [p for p in strategy.plugins if _plugin_state(p) is not None]
+    entries = state.get("plugins")
+    if not isinstance(entries, list):
+        return []
+    found = (_policy_state(p, e) for p, e in zip(stateful, entries, strict=False))
+    return [pair for pair in found if pair is not None]
+
+
+def _check_state(strategy: SupervisedTemplate, state: Mapping[str, Any]) -> None:
+    """What :func:`load_strategy_state_dict` checks before it changes anything."""
+    if not isinstance(state, Mapping) or state.get("format") != FORMAT_VERSION:
+        found = state.get("format") if isinstance(state, Mapping) else state
+        raise ValueError(f"checkpoint format {short(found)}; this version reads "
+                         f"{FORMAT_VERSION}")
+    check_tensors(state)
+    stateful = [p for p in strategy.plugins if _plugin_state(p) is not None]
+    names = [type(p).__qualname__ for p in stateful]
+    entries = state.get("plugins")
+    saved = ([e.get("name") if isinstance(e, Mapping) else e for e in entries]
+             if isinstance(entries, list) else entries)
+    if names != saved:
+        raise ValueError(f"the checkpoint holds the state of plugins {short(saved)}, "
+                         f"this strategy has {short(names)}")
+    criterion_state = state.get("criterion", {})
+    keys = sorted(map(str, criterion_state)) if isinstance(criterion_state, Mapping) else None
+    own = sorted(_criterion_state(strategy))
+    if keys != own:
+        raise ValueError(f"the checkpoint holds criterion state {short(keys)}, "
+                         f"this strategy's criterion has {short(own)}")
+
+
+def _attributes(obj: Any) -> Callable[[], None]:
+    """Undo for a load that assigns ``obj``'s attributes and sets its generators' states."""
+    attrs = dict(vars(obj))
+    generators = {name: value.get_state() for name, value in attrs.items()
+                  if isinstance(value, torch.Generator)}
+
+    def restore() -> None:
+        for name in [name for name in vars(obj) if name not in attrs]:
+            delattr(obj, name)
+        vars(obj).update(attrs)
+        for name, generator_state in generators.items():
+            attrs[name].set_state(generator_state)
+
+    return restore
+
+
+def _optimizer_undo(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    """Undo for a load that replaces, or edits in place, the optimizer's groups and state.
+
+    Its ``load_state_dict`` replaces them, Avalanche's ``make_optimizer`` edits them.
+    """
+    groups = optimizer.param_groups
+    contents = [(group, {**group, "params": list(group["params"])}) for group in groups]
+    state = optimizer.state
+    per_param = {param: dict(value) for param, value in state.items()}
+
+    def restore() -> None:
+        for group, saved in contents:
+            group.clear()
+            group.update(saved)
+        groups[:] = [group for group, _ in contents]
+        state.clear()
+        for param, value in per_param.items():
+            state[param] = value
+        optimizer.__dict__.update(param_groups=groups, state=state)
+
+    return restore
+
+
+def _undo_load(strategy: SupervisedTemplate, stateful: list[Any]) -> Callable[[], None]:
+    """Everything :func:`_assign` may change, taken before it runs; the function restores it.
+
+    The model's tensors (copies) and its task modules' counters; the optimizer's groups and
+    state; each stateful plugin's attributes and generators, its retrieval's and its
+    buffer's (the buffer's own snapshot, which covers its columns, clustering and logits);
+    the criterion's state; the clock, the strategy's counters and the global generators.
+    """
+    model = strategy.model
+    tensors = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    layout = model_layout(model)
+    steps: list[Callable[[], None]] = [_optimizer_undo(strategy.optimizer)]
+    for plugin in stateful:
+        steps.append(_attributes(plugin))
+        retrieval = getattr(plugin, "retrieval", None)
+        if retrieval is not None and hasattr(retrieval, "__dict__"):
+            steps.append(_attributes(retrieval))
+        policy = getattr(plugin, "storage_policy", None)
+        if isinstance(policy, OnlineBuffer):
+            steps.append(functools.partial(policy._rollback, policy._snapshot()))
+    criterion = criterion_of(strategy) if hasattr(strategy, "_criterion") else None
+    if isinstance(criterion, torch.nn.Module):
+        own = {name: value.detach().clone() for name, value in criterion.state_dict().items()}
+        steps.append(lambda: criterion.load_state_dict(own))
+    clock = {name: getattr(strategy.clock, name) for name in _CLOCK_COUNTERS}
+    counters = {name: getattr(strategy, name) for name in ("skipped_steps", "optimized_param_id")
+                if name in vars(strategy)}
+    generators = rng_state()
+
+    def restore() -> None:
+        for step in reversed(steps):
+            step()
+        model.load_state_dict(tensors)
+        restore_model_layout(model, layout)
+        for name, value in clock.items():
+            setattr(strategy.clock, name, value)
+        vars(strategy).update(counters)
+        set_rng_state(generators)
+
+    return restore
+
+
 def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]) -> None:
     """Restore :func:`strategy_state_dict`'s output into a strategy built the same way.
 
     The stored buffer tensors are moved to ``strategy.device``. A model whose Avalanche
     heads grew during the run (``IncrementalClassifier``, ``MultiHeadClassifier``) is
     grown to the saved shapes first, and the optimizer given the grown parameters
-    (:mod:`~avalanche_gss.checkpoint.model`).
+    (:mod:`~avalanche_gss.checkpoint.model`). Before anything is changed, every tensor is
+    checked to hold the bytes its elements take (:func:`check_tensors`), and the plugins
+    and the criterion to be this strategy's; a load that fails after that (a state that
+    does not fit the model, the optimizer, a buffer or a generator) is undone: a refused
+    state leaves the model, optimizer, plugins, buffers, criterion, clock and global
+    generators as they were.
 
     :param strategy: a freshly built strategy with the same model, optimizer and plugins.
     :param state: what :func:`strategy_state_dict` returned (or :func:`load_state` read).
     :raises ValueError: another format version, or the plugins that hold state differ, or
-        the criterion's state does not fit this strategy's criterion.
+        the criterion's state does not fit this strategy's criterion, or a tensor holds
+        fewer bytes than its shape takes (all in one line, before anything changes).
+    :raises Exception: whatever a part of the strategy raises on a state that does not
+        fit it (``RuntimeError`` from the model's ``load_state_dict``, ...), after the
+        strategy was put back as it was.
     """
-    if state.get("format") != FORMAT_VERSION:
-        raise ValueError(
-            f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}"
-        )
+    _check_state(strategy, state)
     stateful = [p for p in strategy.plugins if _plugin_state(p) is not None]
-    names = [type(p).__qualname__ for p in stateful]
-    saved = [entry["name"] for entry in state["plugins"]]
-    if names != saved:
-        raise ValueError(f"the checkpoint holds the state of plugins {saved}, "
-                         f"this strategy has {names}")
-    criterion_state, own = state.get("criterion", {}), sorted(_criterion_state(strategy))
-    if sorted(criterion_state) != own:
-        raise ValueError(f"the checkpoint holds criterion state {sorted(criterion_state)}, "
-                         f"this strategy's criterion has {own}")
-    grow_model(strategy.model, state["model"])
+    shrink = grow_model(strategy.model, state["model"])
+    try:
+        restore = _undo_load(strategy, stateful)
+    except BaseException:
+        shrink()
+        raise
+    try:
+        _assign(strategy, stateful, state)
+    except BaseException:
+        restore()
+        shrink()
+        raise
+
+
+def _assign(strategy: SupervisedTemplate, stateful: list[Any], state: dict[str, Any]) -> None:
+    """Load a checked ``state`` into the (grown) ``strategy``."""
+    criterion_state = state.get("criterion", {})
     strategy.model.load_state_dict(state["model"])
     layout = state["model_layout"]
     restore_model_layout(strategy.model, layout["task_modules"])
@@ -176,8 +365,9 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
             policy.to(device)
     if criterion_state:
         criterion_of(strategy).load_state_dict(criterion_state)
-    for name, value in state["clock"].items():
-        setattr(strategy.clock, name, int(value))
+    clock = state["clock"]
+    for name in _CLOCK_COUNTERS:  # these names only: a file sets no other attribute
+        setattr(strategy.clock, name, int(clock[name]))
     if hasattr(strategy, "skipped_steps"):
         strategy.skipped_steps = int(state["skipped_steps"])
     set_rng_state(state["rng"])

@@ -1,13 +1,21 @@
-"""Checkpoints that cannot lie: a file from another configuration, or a damaged one, is
-refused with one line naming the file; every single-byte flip is caught. Writing one
-follows symbolic links and names the file when the disk is full or access is denied."""
+"""Checkpoints that cannot lie: a file from another configuration or another model, or a
+damaged one, is refused with one line naming the file; every single-byte flip is caught.
+A file whose checksum was recomputed after its content was crafted (anyone can) allocates
+nothing its sizes fake, yields a short message, and leaves the strategy as it was when it
+is refused late. Writing one follows symbolic links and names the file when the disk is
+full or access is denied."""
 
+import copy
 import errno
+import hashlib
+import io
 import os
+import random
 import tempfile
 
 import pytest
 import torch
+from avalanche.models import SimpleMLP
 from helpers import Tiny
 
 from avalanche_gss.benchmarks import TensorExperience
@@ -16,13 +24,17 @@ from avalanche_gss.checkpoint import (
     load_state,
     read_state,
     save_state,
+    strategy_config,
+    strategy_state_dict,
     train_resumable,
 )
+from avalanche_gss.checkpoint.config import first_difference
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.clust import FSSClust, GSSClust
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.methods.reservoir import Reservoir
+from avalanche_gss.models import ReducedResNet18
 from avalanche_gss.training.retrieval import MIRRetrieval
 
 BUILD = {
@@ -36,9 +48,9 @@ BUILD = {
 
 
 def make(method="Reservoir", *, mem_size=6, seed=0, lr=0.05, optimizer="sgd", hidden=5,
-         **options):
+         model=None, **options):
     torch.manual_seed(0)
-    model = Tiny(hidden)
+    model = Tiny(hidden) if model is None else model()
     opt = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer == "sgd"
            else torch.optim.Adam(model.parameters(), lr=lr))
     return BUILD[method](model=model, optimizer=opt, mem_size=mem_size, n_iter=1, seed=seed,
@@ -200,3 +212,197 @@ def test_a_full_disk_or_denied_access_while_saving_names_the_file(tmp_path, monk
     # And the previous checkpoint is whole, with no temporary file beside it
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+# ------------------------------------------------------------------ another model
+class Twin(Tiny):
+    """Another class with Tiny's layers and shapes (it learns something else)."""
+
+    def forward(self, x):
+        return self.classifier(torch.tanh(self.body(x)))
+
+
+def _mlp(drop_rate):
+    return lambda: SimpleMLP(num_classes=3, input_size=4, hidden_size=5, drop_rate=drop_rate)
+
+
+@pytest.mark.parametrize("source, target, difference", [
+    (_mlp(0.0), _mlp(0.9), "model_modules.features.2: 'Dropout(p=0.0, inplace=False)' in "
+                           "the file, 'Dropout(p=0.9, inplace=False)' here"),
+    (Tiny, Twin, "model_class: 'helpers.Tiny' in the file, "),
+], ids=["dropout-rate", "class"])
+def test_a_checkpoint_of_another_model_with_the_same_shapes_is_refused(tmp_path, source,
+                                                                      target, difference):
+    # Given a checkpoint of a model, and another model with the same tensor shapes
+    path = saved(tmp_path, model=source)
+    strategy = make(model=target)
+    assert [p.shape for p in strategy.model.parameters()] == \
+        [p.shape for p in make(model=source).model.parameters()]
+    before = copy.deepcopy(strategy_state_dict(strategy))
+    # When the other model loads it, Then it is refused in one line naming what differs
+    with pytest.raises(CheckpointError) as info:
+        load_state(strategy, path)
+    message = str(info.value)
+    assert str(path) in message and difference in message and "\n" not in message
+    assert _same(before, strategy_state_dict(strategy))  # nothing was loaded
+    # And the same model loads it
+    assert load_state(make(model=source), path) == 3
+
+
+def _config_of(model):
+    return strategy_config(make(model=lambda: model))
+
+
+def _with_address():
+    """Tiny, its first layer's extra_repr showing an object's address (one per process)."""
+    model = Tiny()
+    model.body.extra_repr = lambda: f"hook={object()!r}"
+    return model
+
+
+def test_the_configuration_records_the_options_a_model_keeps():
+    # ReducedResNet18 keeps in_channels and image_size: inputs of another size, same shapes
+    small, large = (_config_of(ReducedResNet18(nf=2, image_size=size)) for size in (8, 32))
+    assert first_difference(small, large) == "model_options.image_size: 8 in the file, 32 here"
+    assert small["model_class"] == "avalanche_gss.models.ReducedResNet18"
+    # And an object's address in a module's extra_repr is not part of the record
+    assert first_difference(_config_of(_with_address()), _config_of(_with_address())) is None
+
+
+def rewrite(path, change):
+    """Change a checkpoint's content and recompute its checksum, as anyone can."""
+    header, _, payload = path.read_bytes().split(b"\n", 2)
+    state = torch.load(io.BytesIO(payload), weights_only=True)
+    change(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    path.write_bytes(header + b"\n" + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+
+
+def test_a_checkpoint_saved_before_the_model_was_recorded_still_loads(tmp_path):
+    path = saved(tmp_path, model=_mlp(0.5))
+    rewrite(path, lambda state: [state["config"].pop(key, None)
+                                 for key in ("model_class", "model_options", "model_modules")])
+    assert load_state(make(model=_mlp(0.5)), path) == 3  # compared on its shapes alone
+    with pytest.raises(CheckpointError, match="model.features.0.weight: \\[5, 4\\] in the file"):
+        load_state(make(model=lambda: SimpleMLP(3, 4, hidden_size=6)), path)
+
+
+# ------------------------------------------------------------------ crafted content
+def _buffer_state(state):
+    return state["plugins"][0]["plugin"]["storage_policy"]
+
+
+def _everything(strategy):
+    """A copy of all a load may change: model, optimizer, plugins, buffer, clock, RNGs."""
+    return copy.deepcopy({**strategy_state_dict(strategy), "python": random.getstate()})
+
+
+def test_a_faked_buffer_size_is_refused_before_anything_is_allocated(tmp_path):
+    # Given a checkpoint whose buffer state claims 2**47 slots (a petabyte of columns)
+    path = saved(tmp_path)
+    rewrite(path, lambda state: _buffer_state(state).update(max_size=2**47))
+    strategy = make()
+    before = _everything(strategy)
+    # When it is loaded, Then it is refused against the configuration, nothing allocated
+    with pytest.raises(CheckpointError) as info:
+        load_state(strategy, path)
+    message = str(info.value)
+    assert str(path) in message and "max_size 140737488355328" in message
+    assert "its configuration 6" in message and "\n" not in message
+    assert _same(before, _everything(strategy))
+    # And a buffer given such a state directly checks it against its saved columns
+    trained = make()
+    trained.train(stream()[:2])
+    state = _buffer_state(strategy_state_dict(trained))
+    buffer = next(p.storage_policy for p in strategy.plugins if hasattr(p, "storage_policy"))
+    with pytest.raises(ValueError, match="saved column x does not have the saved max_size"):
+        buffer.load_state_dict({**state, "max_size": 2**47})
+
+
+@pytest.mark.parametrize("where", ["buffer", "model"])
+def test_a_tensor_whose_elements_repeat_is_refused_before_it_is_copied(tmp_path, where):
+    # Given a checkpoint holding a tensor of 2**40 float elements over 4 bytes (zero strides)
+    path = saved(tmp_path)
+    huge = torch.zeros(1).expand(6, 2**40)
+
+    def change(state):
+        if where == "buffer":
+            _buffer_state(state)["x"] = huge
+        else:  # the right shape, repeated: what grows or copies it would allocate it all
+            state["model"]["body.weight"] = torch.zeros(1).expand(5, 4)
+
+    rewrite(path, change)
+    strategy = make()
+    before = _everything(strategy)
+    # When it is read or loaded, Then it is refused in one line naming the tensor
+    with pytest.raises(CheckpointError) as info:
+        load_state(strategy, path)
+    name = "plugins[0].plugin.storage_policy.x" if where == "buffer" else "model.body.weight"
+    message = str(info.value)
+    assert message.startswith(f"{path}: {name}: a tensor of shape") and "holds 4" in message
+    assert _same(before, _everything(strategy))
+
+
+@pytest.mark.parametrize("where", ["config", "format", "plugin name"])
+def test_an_error_quoting_the_file_is_short(tmp_path, where):
+    # Given a checkpoint holding a 4 MB string where an error quotes the file
+    path = saved(tmp_path)
+    text = "x" * 4_000_000
+
+    def change(state):
+        if where == "config":
+            state["config"]["strategy"] = text
+        elif where == "format":
+            state["format"] = text
+        else:
+            state["plugins"][0]["name"] = text
+
+    rewrite(path, change)
+    # When it is loaded, Then the error is one line of a few hundred characters
+    with pytest.raises(CheckpointError) as info:
+        load_state(make(), path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and "\n" not in message
+    assert len(message) < len(str(path)) + 600
+
+
+def _python_rng(state):
+    state["rng"]["python"] = (3, (0,), None)
+
+
+def _optimizer_groups(state):
+    state["optimizer"]["param_groups"][0]["params"] = [0]
+
+
+def _buffer_generator(state):
+    _buffer_state(state)["generator"] = torch.zeros(3, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("change", [_python_rng, _optimizer_groups, _buffer_generator],
+                         ids=["python-rng", "optimizer-groups", "buffer-generator"])
+def test_a_load_that_fails_late_leaves_the_strategy_as_it_was(tmp_path, change):
+    # Given a checkpoint whose configuration fits, with a part that fails when it is loaded
+    # after the model's weights (the last one: the Python generator's state)
+    path = saved(tmp_path, optimizer="adam")
+    rewrite(path, change)
+    # And a strategy that has learnt something of its own
+    strategy = make(optimizer="adam")
+    strategy.train(stream()[3:5])
+    before = _everything(strategy)
+    # When it loads the file, Then it is refused in one line naming the file
+    with pytest.raises(Exception) as info:
+        load_state(strategy, path)
+    # And the model, optimizer, buffer, plugin, clock and generators are as they were
+    assert _same(before, _everything(strategy))
+    assert [p for g in strategy.optimizer.param_groups for p in g["params"]] == \
+        list(strategy.model.parameters())
+    assert isinstance(info.value, CheckpointError) and str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+    # And it goes on learning as if the load had not been tried
+    twin = make(optimizer="adam")
+    twin.train(stream()[3:5])
+    strategy.train(stream()[5:])
+    twin.train(stream()[5:])
+    assert _same(_everything(twin), _everything(strategy))
