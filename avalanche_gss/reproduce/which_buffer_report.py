@@ -192,7 +192,9 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
               "s per run: training seconds of one run, averaged over the columns; time vs "
               "fastest: each run's training time over the fastest policy's in the same "
               "column, averaged over the columns. A mean rank states no uncertainty: which "
-              "differences the runs support is under Recommendation.", "",
+              "differences the runs support is under Recommendation."
+              + (" **One seed: this order is one draw of the streams and weights, not a "
+                 "ranking; it makes no recommendation.**" if len(seeds) < 2 else ""), "",
               "| rank | policy | mean rank | columns won | mean accuracy | mean train s "
               "per run | time vs fastest |",
               "|---|---|---|---|---|---|---|"]

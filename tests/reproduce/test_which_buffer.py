@@ -314,6 +314,10 @@ def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch
     assert "Deviations from the paper's protocol: fewer." in md
     assert "Data check: checked." in md
     assert "CB-GSS" not in md  # no text about rows that are not there
+    # One seed: the order is one draw, and no recommendation is made (the report's
+    # statistics were not added: the section says so rather than recommend)
+    assert "One seed: this order is one draw of the streams and weights, not a ranking" in md
+    assert "## Recommendation" in md and "No recommendation" in md
 
 
 def test_gcr_is_compared_with_and_without_its_weighted_replay():
