@@ -10,20 +10,26 @@ from typing import Any
 
 import numpy as np
 
+import avalanche_gss
+
 REPO = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(avalanche_gss.__file__).resolve().parents[1]
+"""The folder holding the ``avalanche_gss`` that this process imported."""
 
 
 def subprocess_env() -> dict[str, str]:
     """The environment for this checkout's code in another interpreter, started anywhere.
 
-    ``PYTHONPATH`` is this checkout, wherever the package is installed. Under mutmut's
+    ``PYTHONPATH`` is the folder of the package this process imported (this checkout, or
+    another copy of the package that ``PYTHONPATH`` put first: the child runs the same
+    code as the test), wherever the package is installed. Under mutmut's
     statistics pass (``MUTANT_UNDER_TEST=stats``) the child runs with no mutant active
     instead: mutmut records which tests reach which function in its own process only, and
     its trampolines look for its configuration in the working directory, which a child
     started in another folder does not have. With a mutant active (its name), the child
     runs that mutant too, so that a test in a subprocess can kill it.
     """
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     if env.get("MUTANT_UNDER_TEST") == "stats":
         env["MUTANT_UNDER_TEST"] = ""
     return env

@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import avalanche_gss
+
 PRELOAD = (
     "avalanche_gss.reproduce.dispatch",
     "avalanche_gss.reproduce.tables",
@@ -38,6 +40,34 @@ PRELOAD = (
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(list(PRELOAD))  # this test process's own fork server
+
+PACKAGE_ROOT = Path(avalanche_gss.__file__).resolve().parents[1]
+"""The folder of the ``avalanche_gss`` that this process imported: the fork server's too."""
+
+
+def _start_server() -> None:
+    """Start the fork server, once, on the package this process imported.
+
+    Python 3.11's fork server starts as ``python -c`` and drops the ``sys.path`` it is
+    given: the current folder would come first, and a test process that imported another
+    copy of the package (``PYTHONPATH``) would fork commands running this folder's. It
+    starts with that copy's folder on ``PYTHONPATH`` and no current folder instead
+    (``PYTHONSAFEPATH``); the commands forked from it get their own environment.
+    """
+    from multiprocessing import forkserver
+
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(PACKAGE_ROOT), *([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else [])])
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
@@ -71,6 +101,7 @@ class WarmProcess:
     def __init__(self, args: Sequence[Any], cwd: Any, env: Mapping[str, str], out: Path,
                  err: Path) -> None:
         self.args = [str(a) for a in args]
+        _start_server()
         self.process = _CONTEXT.Process(
             target=_child, args=(self.args, str(cwd), dict(env), str(out), str(err)))
         self.process.start()
