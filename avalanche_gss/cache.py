@@ -83,18 +83,23 @@ def module_sha256(name: str) -> str:
     Computed once per process and module, so it names the code that this process runs.
 
     :param name: a module in ``sys.modules``.
-    :raises ValueError: the module is not imported, or has no source file to read.
+    :raises ValueError: the module is not imported, or has no source file to read (a
+        ``.pyc`` without its ``.py``, a module in a zip file, a compiled extension), in
+        one line naming the module and its file.
     """
     module = sys.modules.get(name)
-    path = None
-    if module is not None:
-        try:
-            path = inspect.getsourcefile(module)
-        except TypeError:  # a built-in module
-            path = None
+    if module is None:
+        raise ValueError(f"module {name!r} has no source file to hash (it is not imported)")
+    try:
+        path = inspect.getsourcefile(module)
+    except TypeError:  # a built-in module
+        path = None
     if path is None or not os.path.isfile(path):
-        raise ValueError(f"module {name!r} has no source file to hash (it is "
-                         f"{'not imported' if module is None else 'not Python source'})")
+        where = getattr(module, "__file__", None) or "built in"
+        raise ValueError(f"module {name!r} ({where}) has no Python source file to hash (a "
+                         ".pyc without its .py, a module in a zip file or a compiled "
+                         "extension): a run's cache key holds the hash of the code it runs; "
+                         "put the module's .py source in a folder")
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 

@@ -22,6 +22,8 @@ file's ``METHODS`` is read as text (a few milliseconds), so that the command lin
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY", "Method", "NameView",
            "exported_classes", "get", "import_user", "imports_for", "load_plugins", "names",
-           "register"]
+           "register", "user_imports", "user_modules"]
 
 MODULES: tuple[str, ...] = ("rand", "reservoir", "gss_greedy", "gss_iqp", "clust", "cbrs",
                             "gdumb", "cb_gss", "ocs", "gcr")
@@ -119,6 +121,8 @@ or a module whose import calls :func:`register` itself."""
 _USER: dict[str, Method] = {}  # registered methods, in order
 _ORIGIN: dict[str, str] = {}  # registered name -> the import_user spec that registered it
 _PLUGINS: list[bool] = []  # non-empty once the entry points have been read
+_IMPORTED: dict[str, None] = {}  # the import_user specs that succeeded, in order
+_LOADED: dict[str, None] = {}  # the modules of one's own that imports, entry points loaded
 
 
 def _builtin() -> dict[str, Method]:
@@ -237,7 +241,8 @@ def load_plugins() -> None:
         dist = getattr(entry.dist, "name", "?")
         where = f"entry point {entry.name} = {entry.value} (group {ENTRY_POINTS}, {dist})"
         try:
-            _register_object(entry.load(), where)
+            with _loading():
+                _register_object(entry.load(), where)
         except Exception as err:
             _PLUGINS.clear()  # asked again, it fails again rather than go without
             raise ImportError(f"{where}: {type(err).__name__}: {' '.join(str(err).split())}"
@@ -259,28 +264,135 @@ def import_user(spec: str) -> ModuleType:
 
     The methods it registers remember ``spec``, so that a worker process importing the
     same spec (:func:`imports_for`) knows them too. A module imported before is not
-    executed again.
+    executed again. While the module is imported, the folder of a ``.py`` file, or the
+    current folder for a module name, is importable: a file's own modules beside it and
+    a module of the current folder import as they would under ``python FILE`` and
+    ``python -m`` (``sys.path`` is left as it was). What it imports is remembered
+    (:func:`user_imports`, :func:`user_modules`).
 
     :param spec: a module name importable from the current folder or ``sys.path``
         (``my_policies``, ``mypkg.policies``), or the path of a ``.py`` file (imported as
         a module named after the file, ``newest.py`` as ``newest``).
-    :raises ImportError: the module cannot be found or fails to import; the message names
-        ``spec``.
+    :raises ImportError: the module cannot be found or fails to import, or ends the
+        process while imported (``sys.exit``); the message names ``spec``.
+        ``KeyboardInterrupt`` passes; any other error of the module's own code is raised
+        as it is.
     """
     before = set(_USER)
-    if spec.endswith(".py"):
-        module = _import_path(spec)
-    else:
-        try:
-            module = importlib.import_module(spec)
-        except ImportError as err:
-            raise ImportError(f"cannot import {spec!r}: {err} (give a module name importable "
-                              "from the current folder or PYTHONPATH, or a path to a .py file)"
-                              ) from err
+    path = os.path.abspath(spec) if spec.endswith(".py") else None
+    try:
+        with _loading(), _importable(os.path.dirname(path) if path else os.getcwd(),
+                                     first=path is not None):
+            if path is not None:
+                module = _import_path(spec)
+            else:
+                try:
+                    module = importlib.import_module(spec)
+                except ImportError as err:
+                    raise ImportError(
+                        f"cannot import {spec!r}: {err} (give a module name importable from "
+                        "the current folder or PYTHONPATH, or a path to a .py file)") from err
+    except SystemExit as err:  # sys.exit() in the module: a failed import, not the end
+        raise ImportError(f"cannot import {spec!r}: it called sys.exit({err.code!r}) while "
+                          "imported") from err
     for name in _USER:
         if name not in before:
-            _ORIGIN[name] = os.path.abspath(spec) if spec.endswith(".py") else spec
+            _ORIGIN[name] = path or spec
+    _IMPORTED[path or spec] = None
     return module
+
+
+def user_imports() -> tuple[str, ...]:
+    """What this process imported with :func:`import_user`, in order.
+
+    The specs that a worker process imports again to run the same code (a ``.py`` file as
+    its absolute path).
+    """
+    return tuple(_IMPORTED)
+
+
+def user_modules() -> tuple[str, ...]:
+    """The modules of one's own code that this process runs, sorted by name.
+
+    Those that :func:`import_user` and the entry points (:func:`load_plugins`) loaded,
+    still imported, from a file outside the standard library, the installed packages
+    (site-packages, the virtual environment) and this package: a run's cache key holds
+    the hash of each (a module of one's own, a second module it imports, a change of a
+    built-in method can all change a run). A module's place is where the import system
+    found it (its spec's origin): built-in, frozen and namespace modules, and objects
+    that other code put in ``sys.modules``, have none and are left out. Empty in a
+    process that imported no code of one's own.
+    """
+    return tuple(sorted(name for name in _LOADED if _of_ones_own(sys.modules.get(name))))
+
+
+def _of_ones_own(module: ModuleType | None) -> bool:
+    """Whether ``module`` was found in a file outside the places of :func:`_installed`."""
+    spec = getattr(module, "__spec__", None)
+    where = spec.origin if spec is not None and spec.has_location else None
+    return isinstance(where, str) and os.path.isabs(where) and not _installed(where)
+
+
+def _installed(path: str) -> bool:
+    """Whether a module's file lies where no code of one's own is.
+
+    The standard library, an installed package's folder (site-packages, the virtual
+    environment's scripts) or this package.
+    """
+    return _installed_folder(os.path.dirname(path))
+
+
+@functools.cache
+def _installed_folder(folder: str) -> bool:
+    real = os.path.realpath(folder)
+    return any(real == root or real.startswith(root + os.sep) for root in _installed_roots())
+
+
+@functools.cache
+def _installed_roots() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    roots = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")
+             if k in paths]
+    roots += getattr(site, "getsitepackages", list)()
+    if site.ENABLE_USER_SITE:
+        roots.append(site.getusersitepackages())
+    roots.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # avalanche_gss
+    return tuple(os.path.realpath(r) for r in roots if r)
+
+
+@contextlib.contextmanager
+def _loading() -> Iterator[None]:
+    """Remember the modules of one's own imported inside (:func:`user_modules`)."""
+    before = set(sys.modules)
+    try:
+        yield
+    finally:
+        _LOADED.update((name, None) for name, module in list(sys.modules.items())
+                       if name not in before and _of_ones_own(module))
+
+
+@contextlib.contextmanager
+def _importable(folder: str, first: bool) -> Iterator[None]:
+    """``folder`` on ``sys.path`` inside (first, or last when it is not there yet)."""
+    entries = {os.path.realpath(p or os.curdir) for p in sys.path}
+    if not first and os.path.realpath(folder) in entries:
+        yield
+        return
+    entry = folder
+    if first:
+        sys.path.insert(0, entry)
+    else:
+        sys.path.append(entry)
+    try:
+        yield
+    finally:
+        try:
+            sys.path.remove(entry)
+        except ValueError:  # the module took it off itself
+            pass
 
 
 def _import_path(spec: str) -> ModuleType:

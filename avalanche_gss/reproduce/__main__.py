@@ -9,6 +9,7 @@ and a bad value answer at once; the experiments live in ``tables``, ``figures``,
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -40,7 +41,15 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
 
 def script() -> int:
-    """The ``avalanche-gss`` command: :func:`main` on ``sys.argv[1:]``, named as typed."""
+    """The ``avalanche-gss`` command: :func:`main` on ``sys.argv[1:]``, named as typed.
+
+    The current folder is importable first, as ``python -m`` makes it (the command's own
+    ``sys.path``, which its worker processes start with): ``--import mymodule`` finds
+    ``mymodule.py`` there under both forms of the command.
+    """
+    here = os.getcwd()
+    if os.path.realpath(sys.path[0] if sys.path else "") != os.path.realpath(here):
+        sys.path.insert(0, here)
     return main(prog=SCRIPT)
 
 

@@ -59,7 +59,7 @@ def data_identity(data: ArrayDataset) -> dict[str, str]:
     return {"data_sha256": _FINGERPRINTS[id(data)], "data_source": data.source}
 
 
-def code_identity() -> dict[str, str]:
+def code_identity() -> dict[str, Any]:
     """What identifies the code of every run in its cache key, and what it computes on.
 
     The package's version and the hash of its source
@@ -67,32 +67,65 @@ def code_identity() -> dict[str, str]:
     instruction set torch's kernels dispatch to
     (:func:`~avalanche_gss.provenance.numerics_identity`): another torch, or kernels of
     another vector width, sum in another order, and a run's numbers can change with them.
+    In a process that runs code of one's own (``--import``, an entry point's module
+    outside the installed packages), also :func:`user_code`: ``user_code``, the hash of
+    each of its modules, and ``imports``, what a worker process imports again
+    (:func:`~avalanche_gss.methods.user_imports`), for every run, this package's methods'
+    too (a module of one's own can change them).
 
-    Any edit of the package is a new key, and so is another torch or another kind of CPU;
-    the same code on the same kind of machine gives the same key, so its cached results
-    stay valid.
+    Any edit of the package, or of a module of one's own, is a new key, and so is another
+    torch or another kind of CPU; the same code on the same kind of machine gives the
+    same key, so its cached results stay valid. A process that imported no code of one's
+    own keys its runs as it did before there was any.
     """
     return {"code": avalanche_gss.__version__, "code_sha256": package_sha256(),
-            **numerics_identity()}
+            **numerics_identity(), **user_code()}
+
+
+def user_code() -> dict[str, Any]:
+    """The code of one's own this process runs, as a run's cache key holds it.
+
+    ``user_code``: the SHA-256 of the source of each module of
+    :func:`~avalanche_gss.methods.user_modules` (what ``--import`` and the entry points
+    loaded from outside the standard library, the installed packages and this package:
+    the module given, the modules it imports in turn); ``imports``: the ``--import``
+    modules (:func:`~avalanche_gss.methods.user_imports`), which a worker process imports
+    before its run. Each only where there is any: empty in a process that imported none.
+
+    :raises ValueError: a module has no source file to hash (a ``.pyc`` alone, a zip
+        import), in one line naming the module and its file.
+    """
+    identity: dict[str, Any] = {}
+    modules = methods.user_modules()
+    if modules:
+        identity["user_code"] = {name: module_sha256(name) for name in modules}
+    imports = methods.user_imports()
+    if imports:
+        identity["imports"] = list(imports)
+    return identity
 
 
 def method_code(method: str) -> dict[str, Any]:
     """What a run's cache key and its worker process need of a method from user code.
 
-    Empty for this package's methods and the baselines. For a registered method:
-    ``user_code``, the hash of the source file of each module that defines its classes
-    (:meth:`~avalanche_gss.methods.spec.Method.code_modules`), so that an edit of the
-    policy is a new run; and ``imports``, what a worker process imports to know the
-    method (:func:`~avalanche_gss.methods.imports_for`), where there is any.
+    Empty for this package's methods and the baselines (:func:`code_identity` holds what
+    the process imported). For a registered method: ``user_code``, :func:`user_code`'s
+    with the hash of the source file of each module that defines its classes
+    (:meth:`~avalanche_gss.methods.spec.Method.code_modules`, an installed plugin's
+    too), so that an edit of the policy, or of a module it imports, is a new run; and
+    ``imports``, what a worker process imports to know the method
+    (:func:`~avalanche_gss.methods.imports_for`, and every other ``--import`` module),
+    where there is any.
     """
     if method not in methods.names() or method in methods.NAMES:
         return {}
     spec = methods.get(method)
-    identity: dict[str, Any] = {
-        "user_code": {name: module_sha256(name) for name in spec.code_modules()}}
-    imports = methods.imports_for(method)
+    identity = user_code()
+    identity["user_code"] = {**identity.get("user_code", {}),
+                             **{name: module_sha256(name) for name in spec.code_modules()}}
+    imports = list(dict.fromkeys([*identity.get("imports", ()), *methods.imports_for(method)]))
     if imports:
-        identity["imports"] = list(imports)
+        identity["imports"] = imports
     return identity
 
 

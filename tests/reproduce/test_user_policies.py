@@ -8,14 +8,17 @@ which-buffer's run of such a policy, beside the README's ``stride.py``, is in
 import hashlib
 import json
 import logging
+import py_compile
 import re
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.cli import cli as reproduce
-from helpers.cli import toy_npz
+from helpers.cli import subprocess_env, toy_npz
 from helpers.policy import POLICY, write_policy
 
 from avalanche_gss import experiments, methods
@@ -31,7 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def registry():
     """Leave the registry, the policies and ``sys.modules`` as they were found."""
-    tables = (methods.REGISTRY, methods._USER, methods._ORIGIN, policies.POLICIES)
+    tables = (methods.REGISTRY, methods._USER, methods._ORIGIN, policies.POLICIES,
+              *(getattr(methods, n) for n in ("_IMPORTED", "_LOADED") if hasattr(methods, n)))
     saved = [dict(table) for table in tables]
     plugins, modules = list(methods._PLUGINS), set(sys.modules)
     yield
@@ -40,7 +44,7 @@ def registry():
         table.update(before)
     methods._PLUGINS[:] = plugins
     for name in set(sys.modules) - modules:
-        if name.startswith(("newest_", "ep_")):
+        if name.startswith(("newest_", "ep_", "mine_")):
             del sys.modules[name]
     module_sha256.cache_clear()
 
@@ -67,6 +71,71 @@ def test_a_policy_of_ones_own_module_is_known_by_name_everywhere(tmp_path, regis
     assert method_code("Newest") == {"user_code": {"newest_named": digest},
                                      "imports": [str(path)]}
     assert method_code("Reservoir") == {} and method_code("Single") == {}
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_runs_key_holds_every_module_of_ones_own_its_code_imports(tmp_path, registry,
+                                                                    monkeypatch):
+    # Given a policy whose buffer takes its rule from a second module of one's own
+    helper = tmp_path / "newest_rule.py"
+    helper.write_text("NEWEST = True\n")
+    path = write_policy(tmp_path, "newest_two_files")
+    path.write_text(path.read_text().replace("NEWEST = True", "from newest_rule import NEWEST"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    methods.import_user(str(path))
+    # Then a run's key holds the hash of both: an edit of the second is a new run
+    config = {**code_identity(), **method_code("Newest")}
+    assert config["user_code"] == {"newest_two_files": _sha(path), "newest_rule": _sha(helper)}
+    assert config["imports"] == [str(path)]
+    # And so does a run of this package's own methods in that process: the module could
+    # have changed them
+    builtin = {**code_identity(), **method_code("Reservoir")}
+    assert builtin["user_code"] == config["user_code"]
+    assert builtin["imports"] == [str(path)]
+    # A process that imports the edited second module (module_sha256 is kept per process)
+    # keys another run
+    module_sha256.cache_clear()
+    helper.write_text("NEWEST = False\n")
+    assert code_identity()["user_code"]["newest_rule"] == _sha(helper)
+    assert config_key({**code_identity(), **method_code("Newest")}) != config_key(config)
+
+
+def test_a_module_that_changes_a_builtin_method_keys_its_runs(tmp_path, registry):
+    # Given an --import module that registers nothing: it could patch a built-in method
+    patch = tmp_path / "newest_patch.py"
+    patch.write_text("from avalanche_gss.methods import reservoir  # (it could patch it)\n")
+    plain = code_identity()
+    assert not {"user_code", "imports"} & set(plain)  # no code of one's own: the same key
+    methods.import_user(str(patch))
+    # Then every run of that process is keyed by it, and its worker imports it too
+    patched = code_identity()
+    assert patched["user_code"] == {"newest_patch": _sha(patch)}
+    assert patched["imports"] == [str(patch)]
+    assert methods.user_modules() == ("newest_patch",)  # not this package's, nor torch
+
+
+def test_a_module_of_ones_own_without_source_is_refused_in_one_line(tmp_path):
+    # A .pyc without its .py, and a module in a zip file, have no source to hash
+    (tmp_path / "mine_src.py").write_text("X = 1\n")
+    py_compile.compile(str(tmp_path / "mine_src.py"), cfile=str(tmp_path / "mine_pyc.pyc"))
+    (tmp_path / "mine_src.py").unlink()
+    (tmp_path / "uses_pyc.py").write_text("import mine_pyc\n")
+    with zipfile.ZipFile(tmp_path / "lib.zip", "w") as z:
+        z.writestr("mine_zipped.py", "Y = 2\n")
+    (tmp_path / "uses_zip.py").write_text(
+        "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), "
+        "'lib.zip'))\nimport mine_zipped\n")
+    for spec, module, file in (("uses_pyc.py", "mine_pyc", "mine_pyc.pyc"),
+                               ("uses_zip.py", "mine_zipped", "lib.zip")):
+        res = reproduce("table1", "--import", spec, "--help", cwd=tmp_path)
+        assert res.returncode == 2, res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1, res.stderr
+        assert f"argument --import {spec}: module {module!r}" in lines[0]
+        assert file in lines[0] and "no Python source file to hash" in lines[0]
 
 
 def test_registering_refuses_taken_names_and_what_is_not_a_method(tmp_path, registry):
@@ -235,6 +304,49 @@ def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(
     changed = _row(tmp_path / "out")
     assert changed["extras"][0]["buffer_task_counts"] == [80, 20, 0, 0, 0]  # the first 100
     assert changed["avg"] != row["avg"]
+
+
+def test_a_module_that_exits_while_imported_ends_in_one_line(tmp_path, registry):
+    # sys.exit() in the module: a failed import, exit status 2, not a silent success
+    (tmp_path / "newest_quits.py").write_text("import sys\nsys.exit(0)\n")
+    res = reproduce("table1", "--import", "newest_quits.py", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "argument --import newest_quits.py" in lines[0] and "sys.exit(0)" in lines[0]
+    with pytest.raises(ImportError, match="it called sys.exit"):
+        methods.import_user(str(tmp_path / "newest_quits.py"))
+    # Ctrl-C while it is imported stays Ctrl-C
+    (tmp_path / "newest_stopped.py").write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        methods.import_user(str(tmp_path / "newest_stopped.py"))
+
+
+@pytest.mark.slow
+def test_the_console_script_imports_from_the_current_folder_and_beside_a_file(tmp_path):
+    # Given, in the folder it runs in, a module of one's own (imported by name), and in a
+    # folder below, a policy file that imports a module beside it
+    script = Path(sys.executable).with_name("avalanche-gss")
+    if not script.exists():
+        pytest.skip("the avalanche-gss command is not installed in this environment")
+    write_policy(tmp_path, "newest_here", name="Here")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "newest_beside.py").write_text("NEWEST = True\n")
+    path = write_policy(tmp_path / "sub", "newest_file", name="Beside")
+    path.write_text(path.read_text().replace("NEWEST = True", "from newest_beside import NEWEST"))
+    data = toy_npz(tmp_path / "toy.npz")
+    # When the installed command runs both by name, in two worker processes
+    res = subprocess.run(
+        [str(script), "table1", "--quick", "--data", str(data), "--import", "newest_here",
+         "--import", "sub/newest_file.py", "--methods", "Here", "Beside", "--seeds", "0",
+         "--buffer-sizes", "100", "--workers", "2", "--out", "out"],
+        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    # Then both are found, in the command and in its workers, as under python -m
+    assert res.returncode == 0, res.stderr
+    rows = {r["method"]: r for r in json.loads((tmp_path / "out" / "table1.json").read_text()
+                                               )["rows"]}
+    for name in ("Here", "Beside"):
+        assert rows[name]["extras"][0]["buffer_task_counts"] == [0, 0, 0, 20, 80]
 
 
 def test_a_module_that_cannot_be_imported_ends_in_one_line(tmp_path):
