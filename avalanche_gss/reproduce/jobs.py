@@ -21,6 +21,7 @@ from avalanche_gss.experiments import run as run_one
 from avalanche_gss.metrics import buffer_metrics, class_task_map
 from avalanche_gss.reproduce.common import load_checked, prepare_job, settings_from_dict
 from avalanche_gss.reproduce.composition import task_end_trace, trace_records
+from avalanche_gss.reproduce.event_logs import RESULT_KEY, ScalarRecorder
 from avalanche_gss.reproduce.protocols import PROTOCOLS
 
 
@@ -76,12 +77,12 @@ class CountPasses(SupervisedPlugin):
             self.counter = None
 
 
-def run_job(config: dict[str, Any]) -> dict[str, Any]:
+def run_job(config: dict[str, Any], *, logged: bool = False) -> dict[str, Any]:
     """One run of a table's sweep.
 
     :param config: ``experiment``, ``data``, ``root``, ``download``, ``variant`` (the
         stream's row keys), ``settings`` (a :class:`RunSettings` as a dict) and, optionally,
-        ``tensorboard`` (the run's log folder), ``protocol`` (whose stream to build, when
+        ``protocol`` (whose stream to build, when
         it is not the experiment's own), ``blur`` (each task keeps that share of its
         samples, :func:`~avalanche_gss.benchmarks.blurry_tasks`) and ``trace`` (record
         the buffer's composition at every task end, into ``extras["trace"]``), ``imports``
@@ -92,6 +93,11 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
         :func:`~avalanche_gss.budget.rehearsal_passes`, and the stream's batch count) and
         ``matched`` (train on the batches a learner of relative cost ``matched["C"]``, an
         exact fraction string, trains on: :func:`matched_split`).
+    :param logged: a buffer method's run also records what ``--tensorboard`` logs (the
+        buffer metrics, :func:`~avalanche_gss.metrics.buffer_metrics`, every 100 batches,
+        and the accuracy), into the result's ``tensorboard`` entry
+        (:class:`~avalanche_gss.reproduce.event_logs.ScalarRecorder`); the run itself, and
+        the rest of its result, are those of the run without it.
     :return: the :class:`~avalanche_gss.experiments.RunResult` as a dict.
     """
     if not logging.getLogger().handlers:  # a worker process: log its runs as the CLI does
@@ -114,12 +120,12 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
         plugins.append(trace)
     metrics: list[Any] = []
     loggers: list[Any] = []
-    if config.get("tensorboard") and settings.method in BUFFER_METHODS:
-        from avalanche.logging import TensorboardLogger
-
+    recorder = None
+    if logged and settings.method in BUFFER_METHODS:
         task_of_class = class_task_map(split.task_classes) if split.is_class_disjoint else None
         metrics = buffer_metrics(every=100, task_of_class=task_of_class)
-        loggers = [TensorboardLogger(config["tensorboard"])]
+        recorder = ScalarRecorder()
+        loggers = [recorder]
     result = run_one(settings, split, plugins=plugins, metrics=metrics, loggers=loggers)
     if counter is not None:
         batches = stream_batches(split, settings.batch_size)
@@ -133,4 +139,18 @@ def run_job(config: dict[str, Any]) -> dict[str, Any]:
     if trace is not None:
         result.extras["trace"] = trace_records(trace)
         result.extras["train_sizes"] = list(split.train_sizes)
-    return result.to_dict()
+    if recorder is None:
+        return result.to_dict()
+    return {**result.to_dict(), RESULT_KEY: recorder.scalars}
+
+
+def run_logged_job(config: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_job` with ``logged``: the job of a sweep under ``--tensorboard``.
+
+    The same config, so the same cache key, as the run without logs: where the logs go
+    is no part of a run.
+
+    :param config: the job's config (:func:`run_job`).
+    :return: the run's result, with its ``tensorboard`` scalars for a buffer method.
+    """
+    return run_job(config, logged=True)

@@ -37,7 +37,8 @@ from avalanche_gss.reproduce.common import (
     settings_by_method,
     settings_for,
 )
-from avalanche_gss.reproduce.jobs import run_job
+from avalanche_gss.reproduce.event_logs import write_event_logs
+from avalanche_gss.reproduce.jobs import run_job, run_logged_job
 from avalanche_gss.reproduce.outputs import show_outputs
 from avalanche_gss.reproduce.protocols import PROTOCOLS, Protocol
 from avalanche_gss.reproduce.runs import (
@@ -111,11 +112,24 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], chosen: dict[str, An
                 if _bufferless(s.method) else s)
         config = job_config(args, args.experiment, data_name, identity, **r.job,
                             settings=settings_dict(base), **method_code(base.method))
-        if args.tensorboard:  # a logged run is its own job: its side effect differs
-            tag = "-".join([run_label(base), *(f"{k}{v}" for k, v in r.job["variant"].items())])
-            config["tensorboard"] = os.path.join(args.tensorboard, args.experiment, tag)
         configs.append(config)
     return configs
+
+
+def _log_folders(args: argparse.Namespace, runs: list[Run]) -> list[str | None]:
+    """Each run's ``--tensorboard`` folder (``DIR/EXPERIMENT/LABEL``); ``None`` for a baseline.
+
+    Not part of a run's cache key: where its logs go changes no result.
+    """
+    folders: list[str | None] = []
+    for r in runs:
+        s = r.settings
+        if s.method not in BUFFER_METHODS:
+            folders.append(None)
+            continue
+        tag = "-".join([run_label(s), *(f"{k}{v}" for k, v in r.job["variant"].items())])
+        folders.append(os.path.join(args.tensorboard, args.experiment, tag))
+    return folders
 
 
 def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
@@ -138,7 +152,10 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     log.info("%s: %d runs on %s (%s), %d torch thread(s) per run", args.experiment,
              len({config_key(c) for c in configs}), data.name, data.source, args.threads)
     start = time.perf_counter()
-    results = sweep(args, args.experiment, configs, run_job)
+    results = sweep(args, args.experiment, configs,
+                    run_logged_job if args.tensorboard else run_job)
+    if args.tensorboard:
+        write_event_logs(_log_folders(args, runs), results, args.tensorboard)
     rows = group_rows([(r.keys, run_result(r.settings, result))
                        for r, result in zip(runs, results, strict=True)])
     sample_split = protocol.stream(data, chosen["seeds"][0], runs[0].job["variant"])

@@ -53,7 +53,8 @@ from avalanche_gss.reproduce.common import (
     settings_for,
     settings_from_dict,
 )
-from avalanche_gss.reproduce.jobs import build_split, run_job
+from avalanche_gss.reproduce.event_logs import write_event_logs
+from avalanche_gss.reproduce.jobs import build_split, run_job, run_logged_job
 from avalanche_gss.reproduce.outputs import show_outputs
 from avalanche_gss.reproduce.policies import (
     COMPOSITION_STREAMS,
@@ -208,6 +209,15 @@ def plan(args: argparse.Namespace) -> tuple[list[Run], dict[str, Any]]:
     return runs, chosen
 
 
+def _log_name(run: Run) -> str:
+    """A run's ``--tensorboard`` folder under ``DIR/which-buffer``: policy, stream, M, seed.
+
+    Not part of the run's cache key: where its logs go changes no result.
+    """
+    s = run.settings
+    return f"{run.keys['policy']}-{run.keys['stream']}-M{s.buffer_size}-seed{s.seed}"
+
+
 def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
                  identity: dict[str, str]) -> list[dict[str, Any]]:
     configs = []
@@ -215,10 +225,6 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
         s = r.settings
         config = job_config(args, NAME, data_name, identity, **r.job,
                             settings=dataclasses.asdict(s), **method_code(s.method))
-        if args.tensorboard:
-            config["tensorboard"] = os.path.join(
-                args.tensorboard, NAME,
-                f"{r.keys['policy']}-{r.keys['stream']}-M{s.buffer_size}-seed{s.seed}")
         if getattr(args, "compute_matched", False):
             config["count_passes"] = True
         configs.append(config)
@@ -275,7 +281,13 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
              len(chosen["policies"]), len(chosen["streams"]), len(chosen["buffer_sizes"]),
              len(chosen["seeds"]), data.name, data.source, args.threads)
     start = time.perf_counter()
-    results = sweep(args, NAME, configs, run_job)
+    job = run_logged_job if args.tensorboard else run_job
+    results = sweep(args, NAME, configs, job)
+    folders = [os.path.join(args.tensorboard, NAME, _log_name(r))
+               if args.tensorboard and r.settings.method in BUFFER_METHODS else None
+               for r in runs]
+    if args.tensorboard:
+        write_event_logs(folders, results, args.tensorboard)
     pairs = [(r.keys, run_result(r.settings, result, drop=("trace", "train_sizes", "passes")))
              for r, result in zip(runs, results, strict=True)]
     rows = group_rows(pairs, PolicyRow)
@@ -289,7 +301,11 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
         to_train = len({config_key(c) for c in skipping})
         log.info("%s: %d compute-matched runs (%d more keep every batch: their as-measured "
                  "runs)", NAME, to_train, len({config_key(c) for c in again}) - to_train)
-        ran = sweep(args, NAME, skipping, run_job) if skipping else []
+        ran = sweep(args, NAME, skipping, job) if skipping else []
+        if args.tensorboard:  # one that keeps every batch: its as-measured run's logs
+            write_event_logs([None if f is None else f"{f}-matched" for f, c
+                              in zip(folders, again, strict=True) if not keeps_every_batch(c)],
+                             ran, args.tensorboard)
         matched = add_matched(records, [{**r.keys, "buffer_size": r.settings.buffer_size,
                                          "seed": r.settings.seed} for r in runs],
                               again, matched_results(again, results, ran))

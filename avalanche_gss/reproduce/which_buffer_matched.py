@@ -64,8 +64,6 @@ def matched_configs(configs: Sequence[dict[str, Any]],
         c, kept, batches = relative_cost_of(result)
         job = {k: v for k, v in config.items() if k not in ("count_passes", "trace")}
         job["matched"] = {"C": str(c), "kept_batches": kept, "batches": batches}
-        if job.get("tensorboard"):
-            job["tensorboard"] = f"{job['tensorboard']}-matched"
         out.append(job)
     return out
 
