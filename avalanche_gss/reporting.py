@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss._atomic import atomic_write
+from avalanche_gss._atomic import atomic_write, remove_stale_temporaries, resolve_target
 from avalanche_gss.provenance import provenance, provenance_line
 from avalanche_gss.rows import DIVERGED_SHARE, Row, diverged, group_rows, rows_from_runs
 
@@ -250,9 +250,19 @@ def table_markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_k
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``path`` atomically (a killed writer leaves the old file and no partial one)."""
-    atomic_write(path, lambda f: f.write(text.encode()), prefix=f".{os.path.basename(path)}.",
-                 suffix=".tmp")
+    """Write ``path`` atomically (a killed writer leaves the old file and no partial one).
+
+    The write goes through a hidden ``.<name>.*.tmp`` file beside the file (beside the
+    file a link leads to); such files that a killed write left, and that are an hour old
+    (so that no other process is still writing them), are removed first.
+
+    :param path: the file to (re)write.
+    :param text: its content.
+    """
+    target = resolve_target(path)
+    prefix = f".{target.name}."
+    remove_stale_temporaries(target.parent, prefix, ".tmp")
+    atomic_write(path, lambda f: f.write(text.encode()), prefix=prefix, suffix=".tmp")
 
 
 def output_paths(out: str, stem: str, *extensions: str) -> dict[str, str]:

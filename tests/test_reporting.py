@@ -3,6 +3,8 @@
 import csv
 import json
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from avalanche_gss.reporting import (
     provenance_line,
     rows_from_runs,
     write_outputs,
+    write_text,
 )
 
 
@@ -169,3 +172,33 @@ def test_provenance_line_says_when_the_commit_is_unknown():
     assert "(commit 0123abc)" in provenance_line({**info, "git_commit": "0123abc"})
     assert provenance_line({**info, "cpu_capability": "AVX2"}).endswith(
         "device cuda (NVIDIA H100), CPU AVX2, 4 torch thread(s) per run.")
+
+
+
+def test_leftover_temporaries_of_the_outputs_are_removed_when_old(tmp_path):
+    # What writes killed (SIGKILL) an hour ago left beside table1.json and table1.md, and
+    # one a writer in another process may be writing now: only the old ones go.
+    hour_ago = time.time() - 3600
+    old = [tmp_path / ".table1.json.k1l2m3.tmp", tmp_path / ".table1.md.x9y8z7.tmp"]
+    fresh = tmp_path / ".table1.json.n4o5p6.tmp"
+    other = tmp_path / ".which_buffer.json.a1b2c3.tmp"  # another output's, written later
+    for path in (*old, fresh, other):
+        path.write_text("partial")
+    for path in (*old, other):
+        os.utime(path, (hour_ago, hour_ago))
+    data = {**report(rows_from_runs([({}, run())])), "experiment": "table1"}
+    write_outputs(data, str(tmp_path), columns=[("M=300", 300)], row_key="buffer_size",
+                  paper={})
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "table1.json", "table1.csv", "table1.md", fresh.name, other.name}
+
+
+def test_a_linked_output_is_cleaned_where_it_is_written(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "out.md").symlink_to(tmp_path / "real" / "report.md")
+    left = tmp_path / "real" / ".report.md.k1l2m3.tmp"  # beside the file the link leads to
+    left.write_text("partial")
+    os.utime(left, (time.time() - 3600, time.time() - 3600))
+    write_text(str(tmp_path / "out.md"), "# new\n")
+    assert (tmp_path / "real" / "report.md").read_text() == "# new\n"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["report.md"]
