@@ -9,6 +9,15 @@ process, in ``workers`` spawned processes (``concurrent.futures``), or on a SLUR
 through submitit's ``AutoExecutor``; in every case the job's own process writes its result,
 so a finished job survives the death of the process that launched it.
 
+``Ctrl-C`` (``SIGINT``) stops a sweep: no job starts after it, the jobs running in worker
+processes are ended, and :class:`SweepInterrupted` (a ``KeyboardInterrupt``) says how many
+jobs have a stored result. Worker processes ignore ``SIGINT`` themselves (a terminal sends
+it to them too): the process that runs the sweep stops them.
+
+A job's config may name it with a ``label`` entry (a string): log lines and
+:class:`SweepError` then name the job by it, and two different jobs of one sweep may not
+share one.
+
 Changing what ``fn`` computes for an unchanged config is invisible to the cache: put a
 version into the configs, or use a fresh ``cache_dir``.
 """
@@ -16,16 +25,18 @@ version into the configs, or use a fresh ``cache_dir``.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -33,8 +44,8 @@ from tqdm import tqdm
 
 from avalanche_gss.cache import ResultCache, canonical_json, config_key
 
-__all__ = ["ResultCache", "SweepError", "UncachedResultWarning", "available_cpus",
-           "config_key", "run_sweep", "worker_threads"]
+__all__ = ["ResultCache", "SweepError", "SweepInterrupted", "UncachedResultWarning",
+           "available_cpus", "config_key", "job_name", "run_sweep", "worker_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +61,45 @@ class SweepError(RuntimeError):
 
     def __init__(self, failures: list[tuple[dict[str, Any], BaseException]]) -> None:
         self.failures = failures
-        lines = [f"  job {config_key(cfg)[:12]}: {type(err).__name__}: {err}"
+        lines = [f"  job {config_key(cfg)[:12]}{_named(cfg)}: {type(err).__name__}: {err}"
                  for cfg, err in failures[:10]]
         more = f"\n  ... and {len(failures) - 10} more" if len(failures) > 10 else ""
         super().__init__(f"{len(failures)} job(s) failed (their configs are in .failures):\n"
                          + "\n".join(lines) + more)
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """The sweep was interrupted (``Ctrl-C``); no job started after it.
+
+    The jobs that finished before it have their results stored: running the sweep again
+    runs the others.
+
+    :param cached: how many of the sweep's jobs have a stored result.
+    :param total: how many jobs the sweep has (identical configs counted once).
+    :param cache_dir: where the results are stored.
+    """
+
+    def __init__(self, cached: int, total: int, cache_dir: str) -> None:
+        self.cached = cached
+        self.total = total
+        self.cache_dir = cache_dir
+        super().__init__(f"sweep interrupted: {cached} of {total} jobs have a stored result "
+                         f"in {cache_dir}; run it again to continue")
+
+
+def job_name(config: Mapping[str, Any]) -> str | None:
+    """A job's ``label`` entry, where it has a non-empty string one; else ``None``.
+
+    :param config: the job's config.
+    """
+    label = config.get("label")
+    return label if isinstance(label, str) and label else None
+
+
+def _named(config: Mapping[str, Any]) -> str:
+    """`` (label)`` after a job's key in messages, where it has a label."""
+    label = job_name(config)
+    return "" if label is None else f" ({label})"
 
 
 class UncachedResultWarning(RuntimeWarning):
@@ -80,23 +125,67 @@ def worker_threads(workers: int) -> int:
     return max(1, available_cpus() // max(1, workers))
 
 
-def _watch_parent(parent: int) -> None:
-    """End this worker as soon as the process that started it is gone (even by SIGKILL)."""
-    while True:
+_STOP: Any = None
+"""In a worker process: the sweep's stop event (set when the sweep is interrupted)."""
+
+
+def _watch_parent(parent: int, stop: Any = None) -> None:
+    """End this worker when its parent is gone (even by SIGKILL), or ``stop`` is set.
+
+    :param parent: the process that started this worker.
+    :param stop: the sweep's ``Event``, set when it is interrupted (``None``: none).
+    """
+    while stop is None or not stop.is_set():
         if os.getppid() != parent:
             os._exit(1)
-        time.sleep(0.5)
+        if stop is None:
+            time.sleep(0.5)
+        else:
+            stop.wait(0.5)
+    os._exit(1)
 
 
-def _init_worker(threads: int, parent: int | None = None) -> None:
-    """Limit a fresh worker's threads; make it exit when its parent dies."""
+def _init_worker(threads: int, parent: int | None = None, stop: Any = None) -> None:
+    """Ready a fresh worker: its threads; SIGINT ignored; exit with its parent or ``stop``.
+
+    :param threads: its torch threads.
+    :param parent: the process that started it (``None``: not watched).
+    :param stop: the sweep's ``Event``: once set, the worker exits and starts no job.
+    """
+    global _STOP
+    # Ctrl-C reaches the whole process group: the sweep's process handles it and stops
+    # the workers. A worker started with SIGINT blocked (_deaf_children) discards the
+    # pending signal here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _STOP = stop
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
     if parent is not None:
-        threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
+        threading.Thread(target=_watch_parent, args=(parent, stop), daemon=True,
                          name="watch-parent").start()
+
+
+@contextlib.contextmanager
+def _deaf_children() -> Iterator[None]:
+    """Block SIGINT in this thread while it starts worker processes, which inherit the mask.
+
+    A worker then ignores it from its first instruction (:func:`_init_worker` discards it),
+    not only once it has imported its modules; a SIGINT meant for this process waits
+    until the block ends. The resource tracker of ``multiprocessing`` must run already
+    (it unblocks SIGINT when it starts): creating the pool's queues starts it.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _execute(
@@ -108,6 +197,8 @@ def _execute(
         whose result cannot be written to the cache still succeeds, and the process that
         collects it warns.
     """
+    if _STOP is not None and _STOP.is_set():
+        raise RuntimeError("the sweep was interrupted before this job started")
     if threads is not None and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
     start = time.perf_counter()
@@ -144,10 +235,13 @@ def run_sweep(
     once. A failing job does not stop the others: after all ran, :class:`SweepError`
     lists the failures (rerunning retries only them). A result that cannot be stored (a
     full disk, a read-only cache folder) is still returned, with an
-    :class:`UncachedResultWarning` naming the file.
+    :class:`UncachedResultWarning` naming the file. ``Ctrl-C`` stops the sweep: no job
+    starts after it, the jobs running in worker processes end, and
+    :class:`SweepInterrupted` says how many jobs have a stored result.
 
     :param jobs: the configs (JSON-serialisable dicts, e.g. ``{"method": "GSS-Greedy",
-        "buffer_size": 300, "seed": 0}``).
+        "buffer_size": 300, "seed": 0}``). A ``label`` entry (a string) names its job in
+        log lines and in :class:`SweepError`; different jobs may not share one.
     :param fn: ``fn(config) -> dict``; a module-level function (it is pickled by
         reference into worker processes and cluster jobs), returning JSON-serialisable data.
         It receives the config as JSON data (tuples arrive as lists).
@@ -173,6 +267,9 @@ def run_sweep(
         setting: ``run_sweep`` never changes it.
     :return: ``fn``'s result for each job, in the order of ``jobs``.
     :raises SweepError: if some jobs failed.
+    :raises SweepInterrupted: on ``KeyboardInterrupt`` (``Ctrl-C``), after stopping the
+        jobs.
+    :raises ValueError: two different jobs have the same ``label`` (before any job runs).
     :raises OSError: ``cache_dir`` cannot be created (before any job runs).
     """
     if launcher not in ("local", "submitit"):
@@ -202,6 +299,7 @@ def run_sweep(
     configs = [json.loads(canonical_json(job)) for job in jobs]
     keys = [config_key(cfg) for cfg in configs]
     unique = dict(zip(keys, configs, strict=True))
+    _check_labels(unique)
     results: dict[str, dict[str, Any]] = {}
     for key, cfg in unique.items():
         stored = cache.get(cfg)
@@ -233,11 +331,30 @@ def run_sweep(
             _run_pool(jobs_to_run, fn, cache, workers, threads)
         else:
             _run_here(jobs_to_run, fn, cache)
+    except KeyboardInterrupt as err:
+        bar.leave = False  # cleared, not drawn again: the caller says what was kept
+        if isinstance(err, SweepInterrupted):  # pragma: no cover - a job's own sweep
+            raise
+        cached = sum(cache.path(cfg).exists() for cfg in unique.values())
+        raise SweepInterrupted(cached, len(unique), os.fspath(cache.dir)) from None
     finally:
         bar.close()
     if failures:
         raise SweepError(failures)
     return [results[key] for key in keys]
+
+
+def _check_labels(unique: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse two different jobs (by cache key) that carry the same ``label``."""
+    seen: dict[str, str] = {}
+    for key, cfg in unique.items():
+        label = job_name(cfg)
+        if label is None:
+            continue
+        if label in seen:
+            raise ValueError(f"two different jobs share the label {label!r} (keys "
+                             f"{seen[label][:12]} and {key[:12]}): a label must name one job")
+        seen[label] = key
 
 
 def _main_spec() -> Any:
@@ -291,13 +408,14 @@ class _Jobs:
             process), not only its repr.
         """
         cfg = self.todo[key]
+        name = job_name(cfg) or cfg
         try:
             self.results[key], uncached = result()
         except Exception as err:  # reported together in SweepError
             if traceback:
-                logger.exception("job %s failed", cfg)
+                logger.exception("job %s failed", name)
             else:
-                logger.error("job %s failed: %r", cfg, err)
+                logger.error("job %s failed: %r", name, err)
             self.failures.append((cfg, err))
         else:
             if uncached is not None:
@@ -313,23 +431,32 @@ def _run_here(jobs: _Jobs, fn: JobFn, cache: ResultCache) -> None:
 
 def _run_pool(jobs: _Jobs, fn: JobFn, cache: ResultCache, workers: int,
               threads: int | None = None) -> None:
-    """Run the jobs in ``workers`` spawned processes."""
+    """Run the jobs in ``workers`` spawned processes.
+
+    Stopped early (``Ctrl-C``, an error), it cancels the jobs not started, sets the stop
+    event that makes every worker exit at once (ending the jobs they run) and none start
+    another, and waits for the workers to be gone.
+    """
     threads = threads or worker_threads(workers)
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()  # also starts the resource tracker, before _deaf_children
     pool = cf.ProcessPoolExecutor(
         max_workers=min(workers, max(1, len(jobs.todo))),
-        mp_context=multiprocessing.get_context("spawn"),
+        mp_context=context,
         initializer=_init_worker,
-        initargs=(threads, os.getpid()),
+        initargs=(threads, os.getpid(), stop),
     )
     try:
-        futures = {
-            pool.submit(_execute, fn, cfg, str(cache.dir), threads): key
-            for key, cfg in jobs.todo.items()
-        }
+        with _deaf_children():  # the pool starts its workers as jobs are submitted
+            futures = {
+                pool.submit(_execute, fn, cfg, str(cache.dir), threads): key
+                for key, cfg in jobs.todo.items()
+            }
         for future in cf.as_completed(futures):
             jobs.collect(futures[future], future.result)
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
 

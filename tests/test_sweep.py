@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from helpers import importable_module
@@ -45,6 +46,24 @@ if __name__ == "__main__":  # spawned workers import this file again
     jobs = json.loads(sys.argv[1])
     run_sweep(jobs, sweep_jobs.record, cache_dir=sys.argv[2], workers=int(sys.argv[3]),
               progress=False)
+"""
+
+
+INTERRUPTED_DRIVER = """
+import json
+import sys
+
+import sweep_jobs
+from avalanche_gss.sweep import run_sweep
+
+if __name__ == "__main__":
+    try:
+        run_sweep(json.loads(sys.argv[1]), sweep_jobs.record, cache_dir=sys.argv[2],
+                  workers=int(sys.argv[3]), progress=False)
+    except KeyboardInterrupt as err:  # SweepInterrupted: what the sweep kept
+        print(json.dumps({"cached": getattr(err, "cached", None),
+                          "total": getattr(err, "total", None)}))
+        sys.exit(130)
 """
 
 
@@ -157,6 +176,47 @@ def test_failures_are_collected_and_only_they_rerun(tmp_path, jobs_module):
     assert starts(tmp_path) == Counter({0: 1, 1: 1, 2: 2, 3: 1})
     with pytest.raises(SweepError, match="not a dict"):
         run_sweep(jobs[:1], jobs_module.not_a_dict, cache_dir=tmp_path / "other", progress=False)
+
+
+def _alive(pid):
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()  # Z: exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_stops_the_sweep_and_no_job_starts_after_it(tmp_path, jobs_module, workers):
+    # Given a sweep of 8 jobs (0.5 s each) in its own process group, as a terminal runs it
+    jobs = make_jobs(tmp_path, 8, sleep=0.5)
+    cache = tmp_path / "cache"
+    (tmp_path / "driver.py").write_text(INTERRUPTED_DRIVER)
+    cmd = [sys.executable, str(tmp_path / "driver.py"), json.dumps(jobs), str(cache),
+           str(workers)]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    while not cache.exists() or not stored(cache):
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.02)
+    # When Ctrl-C reaches the group (the sweep's process and its workers) once a result
+    # is stored
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    # Then the sweep says how many results are stored, and nothing else is said
+    assert proc.returncode == 130, err
+    assert err == ""
+    finished = stored(cache)
+    assert json.loads(out) == {"cached": len(finished), "total": 8}
+    # and every job that started either finished or was running at the signal (one per
+    # worker): none started after it, the queued ones did not run
+    started = starts(tmp_path)
+    assert set(finished) <= set(started) and len(started) <= len(finished) + workers
+    assert len(finished) < 8
+    # and its workers are gone with it (nothing more can start or be stored)
+    lines = (tmp_path / "starts.log").read_text().splitlines()
+    pids = {json.loads(line)["pid"] for line in lines}
+    assert not [pid for pid in pids if _alive(pid)]
 
 
 @pytest.mark.parametrize("launcher", ["here", "pool", "submitit"])

@@ -32,12 +32,16 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     :param prog: the command as the user ran it: usage, error lines and the command each
         output records name it so (:data:`MODULE`, :data:`SCRIPT` or :data:`CHECKOUT`).
     """
-    args = parse_args(argv, prog=prog)
-    args.prog = prog
-    # torch, Avalanche: only after parsing
-    from avalanche_gss.reproduce.dispatch import run_experiment
+    try:
+        args = parse_args(argv, prog=prog)
+        args.prog = prog
+        # torch, Avalanche: only after parsing
+        from avalanche_gss.reproduce.dispatch import run_experiment
 
-    return run_experiment(args, argv)
+        return run_experiment(args, argv)
+    except KeyboardInterrupt:  # Ctrl-C outside a sweep (a sweep's says what it kept)
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 def script() -> int:

@@ -26,10 +26,15 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
         raise SystemExit(f"{prog}: error: argument --device: {err}") from None
     from avalanche_gss.reproduce.composition import composition
     from avalanche_gss.reproduce.figures import FIGURES
-    from avalanche_gss.reproduce.outputs import failed, one_line_cache_warnings, unwritten
+    from avalanche_gss.reproduce.outputs import (
+        failed,
+        interrupted,
+        one_line_cache_warnings,
+        unwritten,
+    )
     from avalanche_gss.reproduce.tables import table
     from avalanche_gss.reproduce.which_buffer import which_buffer
-    from avalanche_gss.sweep import SweepError
+    from avalanche_gss.sweep import SweepError, SweepInterrupted
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     one_line_cache_warnings(prog)
@@ -45,5 +50,7 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
         return table(args, argv)
     except SweepError as err:
         return failed(err, prog)
+    except SweepInterrupted as err:  # Ctrl-C during a sweep: no run started after it
+        return interrupted(err, prog)
     except OSError as err:  # an output (or a cache folder) that cannot be written
         return unwritten(err, args.out, prog)

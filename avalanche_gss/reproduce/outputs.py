@@ -20,7 +20,13 @@ from avalanche_gss.experiments import run_label
 from avalanche_gss.reporting import DIVERGED_SHARE
 from avalanche_gss.reproduce.cli import PROG
 from avalanche_gss.reproduce.common import settings_from_dict
-from avalanche_gss.sweep import SweepError, UncachedResultWarning, config_key
+from avalanche_gss.sweep import (
+    SweepError,
+    SweepInterrupted,
+    UncachedResultWarning,
+    config_key,
+    job_name,
+)
 
 log = logging.getLogger("reproduce")
 
@@ -82,7 +88,27 @@ def one_line_cache_warnings(prog: str) -> None:
     warnings.formatwarning = formatwarning
 
 
+INTERRUPTED = 130
+"""The exit status of a command stopped by ``Ctrl-C`` (128 + SIGINT, as a shell reports it)."""
+
+
+def interrupted(err: SweepInterrupted, prog: str) -> int:
+    """Say, in one line, that the sweep was interrupted and what is kept; the exit status.
+
+    :param err: the interrupted sweep (how many of its runs are cached, and where).
+    :param prog: the program, as the user ran it.
+    :return: :data:`INTERRUPTED`.
+    """
+    print(f"{prog}: interrupted; {err.cached} of {err.total} run(s) are cached in "
+          f"{err.cache_dir}; run the same command again to continue", file=sys.stderr)
+    return INTERRUPTED
+
+
 def _label(config: dict[str, Any]) -> str:
+    """A job's name: its ``label``, else its settings' :func:`run_label`, else its key."""
+    named = job_name(config)
+    if named is not None:
+        return named
     try:
         return run_label(settings_from_dict(config["settings"]))
     except (KeyError, TypeError, ValueError):

@@ -1,0 +1,92 @@
+"""``Ctrl-C`` on ``python -m avalanche_gss.reproduce``: one line, exit status 130, no run after.
+
+The command runs as a user runs it in a terminal: a process of its own, from a folder
+outside the repository, in a process group of its own that the signal reaches whole (the
+command and its worker processes), as a terminal's ``Ctrl-C`` does.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers.cli import command, toy_npz
+
+PROG = "python -m avalanche_gss.reproduce"
+LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d ")  # the command's log lines on stderr
+RUNS = 5
+
+
+def _group_alive(group):
+    """Whether any process of the process group ``group`` is alive (not a zombie)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_on_a_sweep_says_what_is_cached_in_one_line(tmp_path, workers):
+    outside = tmp_path / "work"
+    outside.mkdir()
+    data = toy_npz(outside / "blobs.npz", train=100)
+    cmd, env = command(["table1", "--quick", "--data", data, "--seeds", *range(RUNS),
+                        "--buffer-sizes", 300, "--methods", "Reservoir", "--workers",
+                        workers, "--out", "o"], outside)
+    cache = outside / "o" / "cache" / "table1"
+    with open(outside / "stderr", "w") as err:
+        proc = subprocess.Popen(cmd, cwd=outside, env=env, stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)
+    try:
+        # Ctrl-C once the first run is cached (the loop ends with it or with the command)
+        while not (cache.is_dir() and any(cache.glob("*.json"))):
+            assert proc.poll() is None, (outside / "stderr").read_text()[-3000:]
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    stderr = (outside / "stderr").read_text()
+    assert code == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    # Nothing of the command is left to start or store a run: the runs cached now are all
+    # there will be, and the queued ones were not run.
+    assert not _group_alive(proc.pid)
+    cached = len(list(cache.glob("*.json")))
+    assert 1 <= cached < RUNS
+    # One line says so, and nothing else but the log and the progress bar is on stderr.
+    said = [line for line in re.split(r"[\r\n]", stderr) if line.strip()
+            and not LOG_LINE.match(line) and not line.startswith("sweep:")]
+    assert said == [f"{PROG}: interrupted; {cached} of {RUNS} run(s) are cached in "
+                    "o/cache/table1; run the same command again to continue"], stderr[-3000:]
+    # Each run that ended logged its line: the cached ones, and at most one per worker that
+    # the signal cut short between its line and its cache entry.
+    ended = re.findall(r"Reservoir-M300-seed\d+(?:-\S+)?: avg", stderr)
+    assert cached <= len(ended) <= cached + workers
+
+
+def test_ctrl_c_outside_a_sweep_is_one_line_too(monkeypatch, capsys):
+    from avalanche_gss.reproduce import dispatch
+    from avalanche_gss.reproduce.__main__ import main
+
+    def interrupted(args, argv):
+        raise KeyboardInterrupt  # Ctrl-C while the data load, say
+
+    monkeypatch.setattr(dispatch, "run_experiment", interrupted)
+    try:
+        code = main(["table1", "--quick"], prog=PROG)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the command (a traceback)")
+    assert code == 130
+    assert capsys.readouterr().err == f"{PROG}: interrupted\n"
