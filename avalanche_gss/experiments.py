@@ -27,11 +27,12 @@ from avalanche_gss.setup import resolve_device, seeded_model_and_optimizer, seed
 from avalanche_gss.training import LogitAdjustedLoss, MIRRetrieval, quiet_evaluator
 from avalanche_gss.training.logit_adjustment import check_tau, check_window
 from avalanche_gss.training.retrieval import RETRIEVALS
+from avalanche_gss.training.step_feed import feed_problem
 
 __all__ = ["BUFFER_METHODS", "BASELINES", "METHODS", "RETRIEVALS", "default_retrieval",
            "TASK_AWARE", "VARIANTS", "VARIANT_METHODS", "RunSettings", "RunResult",
            "build_strategy", "make_buffer", "make_settings", "resolve_device", "run", "run_label",
-           "settings_dict"]
+           "settings_dict", "training_problem"]
 
 logger = logging.getLogger(__name__)
 
@@ -271,6 +272,26 @@ def make_buffer(settings: RunSettings) -> OnlineBuffer:
     own = method.buffer_defaults()  # the strategy's own options (replay_loss...) stay out
     options = {k: v for k, v in settings.options.items() if k in own}
     return method.buffer(settings.buffer_size, seed=settings.seed, **options)
+
+
+def training_problem(settings: RunSettings, model: nn.Module) -> str | None:
+    """What keeps :func:`run` of ``settings`` from training ``model``, known before it starts.
+
+    A buffer that reads its gradients off the training step (``wants_step_gram``: CB-GSS
+    with ``score_from="step"``) needs a model whose steps can be recorded, in train mode:
+    every trainable layer with a closed form and no BatchNorm in train mode (a ResNet's
+    BatchNorm is, so a ResNet cannot;
+    :func:`~avalanche_gss.training.step_feed.feed_problem`).
+
+    :param settings: the run's settings.
+    :param model: the network it would train, as :func:`run` builds it for
+        ``settings.model`` (asked in train mode; its modes are restored).
+    :return: one line naming the method and the layer, or ``None`` (also for a method
+        without a buffer).
+    """
+    if settings.method not in BUFFER_METHODS:
+        return None
+    return feed_problem(make_buffer(settings), model)
 
 
 def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.optim.Optimizer,

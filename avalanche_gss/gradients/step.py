@@ -37,9 +37,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.hooks import RemovableHandle
 
 from .common import _selected
-from .engine import _add_layer_gram, _add_small_grams, _plan
+from .engine import _add_layer_gram, _add_small_grams, _Layer, _plan
 
-__all__ = ["StepRecord", "StepLayers", "step_gram"]
+__all__ = ["StepRecord", "StepLayers", "step_gram", "step_problem"]
 
 
 @dataclass
@@ -85,6 +85,35 @@ class StepLayers:
         return (id(model), tuple([(id(p), p.shape, p.requires_grad) for p in chosen]))
 
 
+def _mixing(layers: Sequence[_Layer]) -> str | None:
+    """Why the planned ``layers`` mix a step's samples (a BatchNorm in train mode), or ``None``."""
+    for layer in layers:
+        if isinstance(layer.module, _BatchNorm) and layer.module.training:
+            return (f"{type(layer.module).__name__} is in train mode: its batch statistics "
+                    "mix the samples of a step, so the step's gradients are not per sample")
+    return None
+
+
+def step_problem(model: nn.Module, params: Sequence[nn.Parameter] | None = None) -> str | None:
+    """Why a training step of ``model`` cannot be recorded by :class:`StepRecord`, or ``None``.
+
+    What :class:`StepRecord` refuses when it opens, asked without running a step: a
+    selected parameter without a closed form, or a BatchNorm layer in train mode, in the
+    modes ``model`` is in now (a training step runs in train mode: ``model.train()`` first
+    to ask about one).
+
+    :param model: the network the steps would train.
+    :param params: the parameters ``theta`` whose gradients are compared; default all
+        trainable ones.
+    :return: one line naming the layer that cannot be recorded, or ``None``.
+    """
+    try:
+        layers = StepLayers(model, params).layers
+    except ValueError as err:
+        return " ".join(str(err).split())
+    return _mixing(layers)
+
+
 class StepRecord:
     """Record the layer inputs and output gradients of one training step (a context manager).
 
@@ -110,11 +139,10 @@ class StepRecord:
         self._handles: list[RemovableHandle] = []
 
     def __enter__(self) -> StepRecord:
+        mixing = _mixing(self.layers)
+        if mixing is not None:
+            raise ValueError(mixing)
         for layer, calls in zip(self.layers, self._calls, strict=True):
-            if isinstance(layer.module, _BatchNorm) and layer.module.training:
-                raise ValueError(
-                    f"{type(layer.module).__name__} is in train mode: its batch statistics "
-                    "mix the samples of a step, so the step's gradients are not per sample")
             self._handles.append(layer.module.register_forward_hook(self._hook(calls)))
         return self
 

@@ -217,7 +217,8 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--policies", nargs="+", type=_policy, default=None,
                         metavar="POLICY",
                         help=f"which-buffer: policies to compare: {', '.join(POLICIES)} "
-                             "(default: all), or METHOD:OPTION=VALUE,... (a buffer "
+                             "(default: all that can train the streams' model), or "
+                             "METHOD:OPTION=VALUE,... (a buffer "
                              "method with options of its buffer or run settings, e.g. "
                              "GSS-Clust:growth=1.5,recent_size=50)")
     stream_names = [*STREAMS, *STREAM_GROUPS]

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from avalanche_gss.experiments import RunResult, RunSettings
+from avalanche_gss.experiments import RunResult, RunSettings, training_problem
 from avalanche_gss.models import make_model
 from avalanche_gss.reproduce.common import code_identity
 from avalanche_gss.sweep import run_sweep
@@ -75,22 +75,55 @@ def run_result(settings: RunSettings, result: dict[str, Any],
                      avg=result["avg"], train_seconds=result["train_seconds"], extras=extras)
 
 
-def check_model(data: Any, settings: Sequence[RunSettings]) -> None:
-    """Refuse, before any run, a model that cannot train on the smallest batch a run sees.
+def _models(data: Any, names: Sequence[str]) -> dict[str, torch.nn.Module]:
+    """Each named model as a run builds it for ``data`` (the global random state untouched)."""
+    models = {}
+    for name in names:
+        with torch.random.fork_rng(devices=[]):
+            models[name] = make_model(name, data.input_shape, data.num_classes)
+    return models
 
-    A buffer of one sample replays batches of one; a network whose BatchNorm then sees one
-    value per channel (e.g. ResNet-18 on 8x8 images) would fail in every run.
+
+def training_problems(data: Any, settings: Sequence[RunSettings]) -> list[str | None]:
+    """What keeps each run from training its model, known before any run starts.
+
+    The library is asked (:func:`~avalanche_gss.experiments.training_problem`), once per
+    method, options and model, with the model built for ``data``: a buffer that reads its
+    gradients off the training step (CB-GSS with ``score_from="step"``) cannot train a
+    model whose BatchNorm runs in train mode (the ResNet-18).
 
     :param data: the loaded data (an ``ArrayDataset``).
     :param settings: every run's settings.
+    :return: per run, in order, one line naming its method and what stops it, or ``None``.
+    """
+    models = _models(data, list(dict.fromkeys(s.model for s in settings)))
+    asked: dict[str, str | None] = {}
+    problems = []
+    for s in settings:
+        key = repr((s.method, sorted(s.options.items()), s.model, s.update))
+        if key not in asked:
+            asked[key] = training_problem(s, models[s.model])
+        problems.append(asked[key])
+    return problems
+
+
+def check_model(data: Any, settings: Sequence[RunSettings]) -> None:
+    """Refuse, before any run, a model that a run cannot train.
+
+    A buffer of one sample replays batches of one; a network whose BatchNorm then sees one
+    value per channel (e.g. ResNet-18 on 8x8 images) would fail in every run. A method
+    that cannot train the model at all (:func:`training_problems`) is refused too.
+
+    :param data: the loaded data (an ``ArrayDataset``).
+    :param settings: every run's settings.
+    :raises ValueError: naming the model, and the batch or the method it fails on.
     """
     smallest: dict[str, int] = {}
     for s in settings:
         batch = min(s.batch_size, s.replay_batch_size, s.buffer_size)
         smallest[s.model] = min(batch, smallest.get(s.model, batch))
-    for name, batch in smallest.items():
-        with torch.random.fork_rng(devices=[]):
-            model = make_model(name, data.input_shape, data.num_classes)
+    for name, model in _models(data, list(smallest)).items():
+        batch = smallest[name]
         model.train()
         try:
             model(data.x_train[:batch])
@@ -99,6 +132,10 @@ def check_model(data: Any, settings: Sequence[RunSettings]) -> None:
                 f"the {name} model cannot train on a batch of {batch} sample(s) of shape "
                 f"{tuple(data.input_shape)} ({' '.join(str(err).split())}); use larger "
                 "inputs or buffer sizes") from None
+    for s, problem in zip(settings, training_problems(data, settings), strict=True):
+        if problem is not None:
+            raise ValueError(f"the {s.model} model cannot be trained by {s.method} with "
+                             f"{s.options}: {problem}")
 
 
 def check_buffer_sizes(sizes: Sequence[int] | None, data: Any, name: str) -> None:

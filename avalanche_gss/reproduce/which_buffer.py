@@ -5,7 +5,11 @@ on every chosen stream of :data:`~avalanche_gss.reproduce.policies.STREAMS` (by 
 those on the digits: disjoint, permuted, imbalanced sequences 1-5, blurry; or Table 3's
 CIFAR-10 streams, disjoint and blurry, with the ResNet-18: one kind per run) at every
 buffer size and seed, each run with its stream's protocol (learning rate, iterations per
-batch, model). The runs go through the
+batch, model). A policy that cannot train its streams' model (``CB-GSS (step)`` reads
+per-sample gradients off the training step, which the ResNet-18's train-mode BatchNorm
+mixes) is refused before any run when ``--policies`` names it, and left out of the
+default policies, with a log line and the report's ``policies_left_out`` saying why
+(:func:`fit_model`). The runs go through the
 tables' job (:func:`~avalanche_gss.reproduce.jobs.run_job`) and
 :func:`~avalanche_gss.sweep.run_sweep`, so they are cached and a stopped sweep resumes.
 Outputs, in ``--out``:
@@ -66,7 +70,14 @@ from avalanche_gss.reproduce.policies import (
     expand_streams,
 )
 from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS, data_label
-from avalanche_gss.reproduce.runs import Run, check_model, job_config, run_result, sweep
+from avalanche_gss.reproduce.runs import (
+    Run,
+    check_model,
+    job_config,
+    run_result,
+    sweep,
+    training_problems,
+)
 from avalanche_gss.reproduce.which_buffer_composition import traced_streams, write_composition
 from avalanche_gss.reproduce.which_buffer_matched import (
     MATCHED_LEGEND,
@@ -88,8 +99,8 @@ from avalanche_gss.reproduce.which_buffer_report import (
 )
 from avalanche_gss.sweep import config_key
 
-__all__ = ["NAME", "STEM", "check_policies", "choices", "plan", "policy_problem", "ranking",
-           "stream_config", "traced_streams", "which_buffer"]
+__all__ = ["NAME", "STEM", "check_policies", "choices", "fit_model", "plan", "policy_problem",
+           "ranking", "stream_config", "traced_streams", "which_buffer"]
 
 log = logging.getLogger("reproduce")
 
@@ -138,6 +149,50 @@ def check_policies(labels: Sequence[str], prog: str) -> None:
                          + ", ".join(problems)
                          + f"; its registry has {', '.join(BUFFER_METHODS)}; policies it can "
                          f"run: {', '.join(ready)}")
+
+
+def fit_model(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any], data: Any
+              ) -> tuple[list[Run], dict[str, str]]:
+    """Keep the policies that can train their streams' model on ``data``; refuse or leave out.
+
+    The library says what a policy cannot train (:func:`~avalanche_gss.reproduce.runs.
+    training_problems`): a policy that scores by the training step (``CB-GSS (step)``)
+    cannot train the CIFAR-10 streams' ResNet-18, whose BatchNorm runs in train mode.
+    Policies chosen with ``--policies`` are refused; the default policies leave those out,
+    with a log line naming them and why (``chosen["policies"]`` loses them too).
+
+    :param args: the parsed command line (``policies``: whether they were chosen).
+    :param runs: :func:`plan`'s runs.
+    :param chosen: :func:`choices`' result.
+    :param data: the loaded data (an ``ArrayDataset``).
+    :return: the runs of the policies kept, and each policy left out with why.
+    :raises SystemExit: a chosen policy that cannot train its model, in one line naming
+        each such policy, the model and its streams; or no default policy left.
+    """
+    failing: dict[str, tuple[str, list[str], str]] = {}  # policy: model, streams, why
+    for r, problem in zip(runs, training_problems(data, [r.settings for r in runs]),
+                          strict=True):
+        if problem is not None:
+            model, streams, _ = failing.setdefault(r.keys["policy"],
+                                                   (r.settings.model, [], problem))
+            if r.keys["stream"] not in streams:
+                streams.append(r.keys["stream"])
+    if not failing:
+        return runs, {}
+    why = {p: f"cannot train the {model} model of {', '.join(streams)}: {problem}"
+           for p, (model, streams, problem) in failing.items()}
+    grouped: dict[str, list[str]] = {}  # one reason, the policies it stops
+    for p, line in why.items():
+        grouped.setdefault(line, []).append(p)
+    said = "; ".join(f"{', '.join(ps)}: {line}" for line, ps in grouped.items())
+    prog = prog_of(args)
+    if args.policies is not None:
+        raise SystemExit(f"{prog}: error: argument --policies: {said}")
+    chosen["policies"] = tuple(p for p in chosen["policies"] if p not in failing)
+    if not chosen["policies"]:
+        raise SystemExit(f"{prog}: error: no default policy can run here: {said}")
+    log.info("%s: leaving out default policies %s", NAME, said)
+    return [r for r in runs if r.keys["policy"] not in failing], why
 
 
 # --------------------------------------------------------------------------- plan
@@ -272,6 +327,7 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     try:
         for s in chosen["streams"]:
             PROTOCOLS[STREAMS[s].protocol].check(data)
+        runs, left_out = fit_model(args, runs, chosen, data)
         check_model(data, [r.settings for r in runs])
     except ValueError as err:
         raise SystemExit(f"{prog}: error: --data {data_name}: {err}") from None
@@ -326,6 +382,7 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
         "protocol": {
             "policies": list(chosen["policies"]),
             "policy_settings": {p: POLICIES[p] for p in chosen["policies"]},
+            "policies_left_out": left_out,
             "streams": _streams(data, runs, chosen),
             "buffer_sizes": list(chosen["buffer_sizes"]),
             "seeds": list(chosen["seeds"]),

@@ -20,14 +20,43 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
-from avalanche_gss.gradients.step import StepLayers, StepRecord, step_gram
+from avalanche_gss.gradients.step import StepLayers, StepRecord, step_gram, step_problem
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
-__all__ = ["StepFeed"]
+__all__ = ["StepFeed", "feed_problem"]
+
+
+def _refusal(buffer: Any, problem: str) -> str:
+    """The one line that says why ``buffer``'s steps cannot be recorded (``problem``)."""
+    method = getattr(buffer, "method", type(buffer).__name__)
+    return f"{method} scores by the training step, but {problem}; use score_from='pass'"
+
+
+def feed_problem(buffer: Any, model: nn.Module) -> str | None:
+    """Why a :class:`StepFeed` cannot hand ``buffer`` the Gram of ``model``'s training steps.
+
+    Asked before training, as the rehearsal would record a step: the model in train mode
+    (its modes are restored), the buffer's ``params`` (all trainable ones by default).
+
+    :param buffer: a storage policy; one whose ``wants_step_gram`` is false needs nothing.
+    :param model: the network the strategy would train.
+    :return: one line naming the buffer's method and the layer that cannot be recorded
+        (:func:`~avalanche_gss.gradients.step.step_problem`), or ``None``.
+    """
+    if not getattr(buffer, "wants_step_gram", False):
+        return None
+    modes = [(module, module.training) for module in model.modules()]
+    model.train()
+    try:
+        problem = step_problem(model, getattr(buffer, "params", None))
+    finally:
+        for module, training in modes:
+            module.train(training)
+    return None if problem is None else _refusal(buffer, problem)
 
 
 class StepFeed:
@@ -74,9 +103,7 @@ class StepFeed:
             try:
                 self._incoming = (strategy.mb_x, self._record(strategy).__enter__())
             except ValueError as err:  # the model's steps cannot be recorded: say for whom
-                method = getattr(self.buffer, "method", type(self.buffer).__name__)
-                raise ValueError(f"{method} scores by the training step, but {err}; use "
-                                 "score_from='pass'") from err
+                raise ValueError(_refusal(self.buffer, str(err))) from err
 
     def stop(self) -> None:
         """After the incoming batch's forward: the backward fills in its output gradients."""

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from avalanche_gss.budget import PassCounter
 from avalanche_gss.gradients import per_sample_grad_loop
-from avalanche_gss.gradients.step import StepLayers, StepRecord, step_gram
+from avalanche_gss.gradients.step import StepLayers, StepRecord, step_gram, step_problem
 
 
 def _mlp() -> nn.Module:
@@ -164,3 +164,20 @@ def test_planned_layers_follow_the_model_and_its_parameters():
     head = list(model[3].parameters())
     assert StepLayers.key_of(model, head) != StepLayers.key_of(model)
     assert len(StepLayers(model, head).layers) == 1
+
+
+def test_what_a_record_would_refuse_is_said_before_any_step():
+    # Given models a record refuses and models it takes
+    norm = nn.Sequential(nn.Linear(4, 6), nn.LayerNorm(6), nn.Linear(6, 3))
+    batch_norm = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 3))
+    # Then step_problem says what StepRecord raises, in one line, and None where it records
+    assert step_problem(norm) == ("a training step's gradients have no closed form for "
+                                  "LayerNorm's parameters; score with the gradient engine's "
+                                  "own pass instead")
+    with pytest.raises(ValueError) as refused:
+        StepRecord(batch_norm).__enter__()
+    assert step_problem(batch_norm) == str(refused.value)
+    assert "BatchNorm1d is in train mode" in str(refused.value)
+    assert step_problem(batch_norm.eval()) is None and step_problem(_mlp()) is None
+    # only the selected parameters count: the head alone has a closed form
+    assert step_problem(norm, list(norm[2].parameters())) is None

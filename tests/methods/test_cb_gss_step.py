@@ -156,3 +156,39 @@ def test_a_model_whose_steps_cannot_be_recorded_is_refused_at_its_first_step():
     with pytest.raises(ValueError, match=r"^CB-GSS scores by the training step, but "
                        r"BatchNorm1d is in train mode.*; use score_from='pass'$"):
         strategy.train(_stream()[2][0])
+
+
+def test_a_model_whose_steps_cannot_be_recorded_is_known_before_training():
+    # Given the model above, in eval mode, and the ResNet-18 of the CIFAR-10 protocol
+    from avalanche_gss.experiments import RunSettings, training_problem
+    from avalanche_gss.models import make_model
+    from avalanche_gss.training.step_feed import feed_problem
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.BatchNorm1d(8),
+                                torch.nn.ReLU(), torch.nn.Linear(8, C)).eval()
+    # Then the buffer is told before any step what its first training step would raise
+    said = feed_problem(CBGSSBuffer(20, score_from="step"), model)
+    with pytest.raises(ValueError) as refused:
+        _strategy(model, score_from="step").train(_stream()[2][0])
+    assert said == str(refused.value)
+    # asking leaves the model's modes as they were
+    model.eval()
+    feed_problem(CBGSSBuffer(20, score_from="step"), model)
+    assert not any(m.training for m in model.modules())
+    # and nothing is said where nothing is recorded, or where the steps can be
+    assert feed_problem(CBGSSBuffer(20), model) is None
+    assert feed_problem(CBGSSBuffer(20, score_from="step", victim="random"), model) is None
+    assert feed_problem(CBGSSBuffer(20, score_from="step"), _model()) is None
+    # A run's settings are asked the same, with the model the run would build
+    resnet = make_model("resnet18", (3, 32, 32), 10)
+    step = RunSettings(method="CB-GSS", options={"score_from": "step"}, model="resnet18")
+    assert training_problem(step, resnet) == (
+        "CB-GSS scores by the training step, but BatchNorm2d is in train mode: its batch "
+        "statistics mix the samples of a step, so the step's gradients are not per sample; "
+        "use score_from='pass'")
+    for settings in (RunSettings(method="CB-GSS", model="resnet18"),
+                     RunSettings(method="Single", model="resnet18")):
+        assert training_problem(settings, resnet) is None
+    assert training_problem(RunSettings(method="CB-GSS", options={"score_from": "step"}),
+                            _model()) is None

@@ -83,6 +83,20 @@ def test_images_too_small_for_resnet_with_a_one_sample_buffer_are_refused_up_fro
     check_model(data, [RunSettings(method="Reservoir", buffer_size=20, model="resnet18")])
 
 
+def test_a_method_that_cannot_train_the_model_is_refused_up_front():
+    # CB-GSS scoring by the training step cannot read per-sample gradients through the
+    # ResNet-18's train-mode BatchNorm; on the MLP it can
+    data = toy(10, shape=(3, 16, 16))
+    step = {"method": "CB-GSS", "options": {"score_from": "step"}, "buffer_size": 20}
+    with pytest.raises(ValueError, match=r"^the resnet18 model cannot be trained by CB-GSS "
+                       r"with \{'score_from': 'step'\}: CB-GSS scores by the training step, "
+                       r"but BatchNorm2d is in train mode"):
+        check_model(data, [RunSettings(method="Reservoir", model="resnet18"),
+                           RunSettings(**step, model="resnet18")])
+    check_model(data, [RunSettings(**step, model="mlp"),
+                       RunSettings(method="CB-GSS", buffer_size=20, model="resnet18")])
+
+
 def test_a_buffer_larger_than_the_training_data_is_refused_before_any_run(tmp_path,
                                                                          monkeypatch):
     data = blobs(tmp_path / "blobs.npz", per_class=30)  # 300 training samples

@@ -9,6 +9,7 @@ import json
 import logging
 
 import pytest
+from helpers.cli import cli
 
 from avalanche_gss.reproduce import policies
 from avalanche_gss.reproduce.__main__ import main
@@ -17,9 +18,16 @@ from avalanche_gss.reproduce.common import STANDIN, load
 from avalanche_gss.reproduce.jobs import build_split
 from avalanche_gss.reproduce.policies import KINDS, STREAMS, stream_problem
 from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS
-from avalanche_gss.reproduce.which_buffer import choices, plan, stream_config, traced_streams
+from avalanche_gss.reproduce.which_buffer import (
+    choices,
+    fit_model,
+    plan,
+    stream_config,
+    traced_streams,
+)
 
 CIFAR = ("cifar10-disjoint", "cifar10-blurry")
+QUICK_SPT = policies.CIFAR_QUICK["samples_per_task"]
 
 
 def _one_error_line(capsys, argv):
@@ -45,7 +53,7 @@ def test_the_cifar_streams_follow_table3_and_the_default_stays_on_the_digits():
     assert chosen["buffer_sizes"] == PROTOCOLS["table3"].buffer_sizes == (1000,)
     quick = choices(parse_args(["which-buffer", "--quick", "--streams", *CIFAR]))
     assert quick["buffer_sizes"] == policies.CIFAR_QUICK["buffer_sizes"]
-    assert quick["seeds"] == (0,) and quick["samples_per_task"] == 20
+    assert quick["seeds"] == (0,) and quick["samples_per_task"] == QUICK_SPT
     runs, _ = plan(parse_args(["which-buffer", "--streams", *CIFAR, "--policies",
                                "Reservoir", "CB-GSS", "--seeds", "0"]))
     assert len(runs) == 2 * 2
@@ -62,7 +70,7 @@ def test_split_cifar_has_two_classes_per_task_and_the_blurry_one_swaps_a_tenth()
     data = load(STANDIN, None, False)
     chosen = choices(parse_args(["which-buffer", "--quick", "--streams", *CIFAR]))
     disjoint = build_split(data, stream_config("cifar10-disjoint", chosen), 0)
-    assert disjoint.n_tasks == 5 and disjoint.train_sizes == (20,) * 5
+    assert disjoint.n_tasks == 5 and disjoint.train_sizes == (QUICK_SPT,) * 5
     labels = [sorted(set(y.tolist())) for _, y in disjoint.train]
     assert labels == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
     assert [sorted(set(y.tolist())) for _, y in disjoint.test] == labels
@@ -72,7 +80,7 @@ def test_split_cifar_has_two_classes_per_task_and_the_blurry_one_swaps_a_tenth()
     foreign = [int(sum(int(c not in classes) for c in y.tolist()))
                for (_, y), classes in zip(blurry.train, blurry.task_classes, strict=True)]
     assert foreign == blurry.protocol["blurry"]["foreign_per_task"] and min(foreign) > 0
-    assert sum(foreign) == pytest.approx((1 - BLURRY_KEEP) * 100, abs=5)
+    assert sum(foreign) == pytest.approx((1 - BLURRY_KEEP) * 5 * QUICK_SPT, abs=5)
 
 
 def test_streams_of_both_kinds_or_data_of_another_kind_are_refused_in_one_line(capsys):
@@ -104,6 +112,28 @@ def test_without_quick_missing_cifar10_is_refused_and_nothing_is_downloaded(tmp_
 
 
 @pytest.mark.slow
+def test_a_chosen_policy_that_cannot_train_the_resnet_is_refused_before_any_run(tmp_path):
+    # CB-GSS (step) reads its gradients off the training step, which the ResNet-18's
+    # train-mode BatchNorm mixes across samples: the library says so before any run.
+    res = cli("which-buffer", "--quick", "--streams", *CIFAR, "--policies", "Reservoir",
+              "CB-GSS (step)", "--root", tmp_path / "no-data", "--out", "o", cwd=tmp_path,
+              warm=True, timeout=300)
+    assert res.returncode == 1
+    line = res.stderr.strip().splitlines()[-1]
+    assert line == (
+        "python -m avalanche_gss.reproduce: error: argument --policies: CB-GSS (step): cannot "
+        "train the resnet18 model of cifar10-disjoint, cifar10-blurry: CB-GSS scores by the "
+        "training step, but BatchNorm2d is in train mode: its batch statistics mix the "
+        "samples of a step, so the step's gradients are not per sample; use "
+        "score_from='pass'"), line
+    assert not (tmp_path / "o" / "cache").exists()  # no run started
+    # On the digits' MLP the same policy runs: it is the model that refuses it
+    assert fit_model(parse_args(["which-buffer", "--policies", "CB-GSS (step)"]),
+                     *plan(parse_args(["which-buffer", "--policies", "CB-GSS (step)"])),
+                     load("mnist-5k", None, False))[1] == {}
+
+
+@pytest.mark.slow
 def test_quick_cifar_streams_run_on_the_stand_in_and_say_so(tmp_path, monkeypatch, caplog):
     out = tmp_path / "out"
     # One policy, the gradient-scored one (a ResNet's per-sample gradients), keeps it short.
@@ -124,8 +154,9 @@ def test_quick_cifar_streams_run_on_the_stand_in_and_say_so(tmp_path, monkeypatc
     assert set(streams) == set(CIFAR)
     for s in streams.values():
         assert s["protocol"] == "table3" and s["lr"] == 0.01
-        assert s["stream"]["train_sizes"] == [20] * 5
-        assert "--quick: 20 samples per task instead of Table 3's 2,000" in s["deviations"]
+        assert s["stream"]["train_sizes"] == [QUICK_SPT] * 5
+        assert (f"--quick: {QUICK_SPT} samples per task instead of Table 3's 2,000"
+                in s["deviations"])
     rows = {(r["policy"], r["stream"]) for r in report["rows"]}
     assert rows == {("CB-GSS", s) for s in CIFAR}
     md = (out / "which_buffer.md").read_text()
