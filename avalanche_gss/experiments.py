@@ -347,8 +347,10 @@ def _buffer_extras(strategy: Any, split: TaskSplit) -> dict[str, Any]:
     """What a buffer method's run reports beyond accuracy (class counts, skipped steps)."""
     buffer = strategy.storage_policy
     extras: dict[str, Any] = {}
-    _, by = buffer.tensors()
-    class_counts = torch.bincount(by.cpu(), minlength=split.num_classes)
+    # A buffer may end empty: one whose samples wait in a recent buffer until it fills
+    # (GSS-IQP, the clusterings, GCR) stores nothing from a shorter stream.
+    by = buffer.tensors()[1].cpu() if len(buffer) else torch.zeros(0, dtype=torch.long)
+    class_counts = torch.bincount(by, minlength=split.num_classes)
     extras["buffer_class_counts"] = class_counts.tolist()
     if split.is_class_disjoint:
         extras["buffer_task_counts"] = [

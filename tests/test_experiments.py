@@ -43,6 +43,19 @@ def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, baselin
         assert result.task_accuracy[-1] > 50.0, result.task_accuracy
 
 
+@pytest.mark.parametrize("method", ["GSS-IQP", "GCR"])
+def test_a_stream_shorter_than_the_recent_buffer_reports_an_empty_buffer(mnist, method):
+    # Given 50 samples, fewer than the recent buffer's 100: nothing is ever merged
+    from avalanche_gss.benchmarks import disjoint_tasks
+
+    split = disjoint_tasks(mnist, samples_per_task=10, seed=0)
+    result = run(RunSettings(method=method, buffer_size=20, n_iter=1), split)
+    # Then the run ends and says the buffer holds nothing
+    assert result.extras["buffer_class_counts"] == [0] * split.num_classes
+    assert result.extras["buffer_task_counts"] == [0] * split.n_tasks
+    assert len(result.task_accuracy) == split.n_tasks
+
+
 def test_same_seed_same_result(tiny_split):
     a = run(RunSettings(method="GSS-Greedy", buffer_size=30, n_iter=2), tiny_split)
     b = run(RunSettings(method="GSS-Greedy", buffer_size=30, n_iter=2), tiny_split)
