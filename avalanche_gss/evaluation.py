@@ -39,6 +39,7 @@ from avalanche_gss.experiments import (
     _task_accuracies,
     baseline_plan,
     run,
+    run_label,
 )
 from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import RepeatedBatchMixin
@@ -293,8 +294,8 @@ def mean_curve(curves: Sequence[CurveResult], *, seen: bool = False
     return list(samples), mean, std
 
 
-def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 100
-              ) -> CurveResult:
+def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 100,
+              label: str | None = None) -> CurveResult:
     """Train as :func:`~avalanche_gss.experiments.run` does, measuring accuracy on the way.
 
     The test accuracy along the stream is the paper's Figure 4.
@@ -309,25 +310,27 @@ def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 1
     :param settings: what to run.
     :param split: the task sequence.
     :param every_samples: training samples between two points (the paper: 100).
+    :param label: the run's name in its log lines (``None``:
+        :func:`~avalanche_gss.experiments.run_label`).
     :return: the curve and the final result.
     """
     s = settings
     ends = task_end_samples(split)
     schedule = schedule_of(s.method)
     if schedule == "end":
-        final = run(s, split)
+        final = run(s, split, label=label)
         return CurveResult(final, [ends[-1]], [list(final.task_accuracy)], schedule, ends)
     if s.method in BUFFER_METHODS:
         probe = PeriodicEvalPlugin(online_benchmark(split, batch_size=s.batch_size).test_stream,
                                    every_samples=every_samples)
-        final = run(s, split, plugins=[probe])
+        final = run(s, split, plugins=[probe], label=label)
         if not probe.points or probe.points[-1].samples != probe.samples:
             probe.points.append(EvalPoint(probe.samples, list(final.task_accuracy)))
         final = replace(final, train_seconds=final.train_seconds - probe.eval_seconds)
     else:
         final, probe = _run_baseline_curve(s, split, every_samples, ends)
-    logger.info("%s M=%d seed=%d: %d points, final avg %.2f (train %.1fs, eval %.1fs)",
-                s.method, s.buffer_size, s.seed, len(probe.points), final.avg,
+    logger.info("%s: %d points, final avg %.2f (train %.1fs, eval %.1fs)",
+                label or run_label(s), len(probe.points), final.avg,
                 final.train_seconds, probe.eval_seconds)
     return CurveResult(final, [p.samples for p in probe.points],
                        [list(p.task_accuracy) for p in probe.points], schedule, ends,

@@ -371,7 +371,8 @@ def _buffer_extras(strategy: Any, split: TaskSplit) -> dict[str, Any]:
 
 
 def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
-        metrics: Sequence[Any] = (), loggers: Sequence[Any] = ()) -> RunResult:
+        metrics: Sequence[Any] = (), loggers: Sequence[Any] = (),
+        label: str | None = None) -> RunResult:
     """Train ``settings.method`` on ``split`` and measure each task's final test accuracy.
 
     Buffer methods learn the task-free online stream (batches of ``batch_size``, no task
@@ -388,6 +389,8 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
     :param metrics: extra Avalanche metrics for the strategy's ``EvaluationPlugin`` (e.g.
         :func:`~avalanche_gss.metrics.buffer_metrics`).
     :param loggers: Avalanche loggers for it (e.g. ``TensorboardLogger(dir)``).
+    :param label: the run's name in its log line (``None``: :func:`run_label`); an
+        experiment names a run by what tells it from its others (its stream, its row).
     :return: the per-task accuracies and training time.
     """
     s = settings
@@ -411,5 +414,5 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
                 strategy.train(call, eval_streams=[])
         seconds = time.perf_counter() - start
         accs = _task_accuracies(strategy, test_stream)
-    logger.info("%s: avg %.2f in %.1fs", run_label(s), sum(accs) / len(accs), seconds)
+    logger.info("%s: avg %.2f in %.1fs", label or run_label(s), sum(accs) / len(accs), seconds)
     return RunResult(s, accs, sum(accs) / len(accs), seconds, extras)

@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from avalanche_gss.evaluation import CurveResult, mean_curve
-from avalanche_gss.experiments import METHODS, TASK_AWARE, settings_dict
+from avalanche_gss.experiments import (
+    BUFFER_METHODS,
+    METHODS,
+    TASK_AWARE,
+    RunSettings,
+    run_label,
+    settings_dict,
+)
 from avalanche_gss.plotting import Series, plot_curves
 from avalanche_gss.reporting import (
     output_paths,
@@ -121,6 +128,18 @@ def plan(args: argparse.Namespace, chosen: dict[str, Any]) -> list[Run]:
     return runs
 
 
+def _job_label(settings: RunSettings) -> str:
+    """A run's name in logs and failure lines: its :func:`run_label`, and its buffer size.
+
+    A method without a buffer has no buffer size in its :func:`run_label`: its runs of
+    each ``--buffer-sizes`` get it here, so that they stay apart.
+    """
+    label = run_label(settings)
+    if settings.method in BUFFER_METHODS or settings.method in TASK_AWARE:
+        return label
+    return f"{label}-M{settings.buffer_size}"
+
+
 def _curves_csv(pairs: list[tuple[dict[str, Any], CurveResult]], n_tasks: int) -> str:
     """One line per point of every run's curve."""
     with io.StringIO(newline="") as f:
@@ -177,7 +196,8 @@ def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     runs = plan(args, chosen)
     configs = [{**base_config(args, data_name, spt, data), "kind": "curve",
                 "every_samples": every, "settings": settings_dict(r.settings),
-                **method_code(r.settings.method)} for r in runs]
+                "label": _job_label(r.settings), **method_code(r.settings.method)}
+               for r in runs]
     log.info("figure4: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()
     results = figure_sweep(args, configs)

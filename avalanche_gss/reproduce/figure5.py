@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss.experiments import BUFFER_METHODS, settings_dict
+from avalanche_gss.experiments import BUFFER_METHODS, RunSettings, run_label, settings_dict
 from avalanche_gss.plotting import Panel, Series, plot_panels
 from avalanche_gss.reporting import (
     data_lines,
@@ -52,6 +52,13 @@ from avalanche_gss.rows import group_rows
 log = logging.getLogger("reproduce")
 
 
+def _job_label(settings: RunSettings) -> str:
+    """A run's name in logs and failure lines: its :func:`run_label`, ``n``, batch size."""
+    n = settings.options.get("n")
+    return "-".join([run_label(settings), *([f"n{n}"] if n is not None else []),
+                     f"batch{settings.batch_size}"])
+
+
 def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     """GSS-Greedy's final average accuracy against ``n`` and the batch size (paper Figure 5).
 
@@ -86,6 +93,7 @@ def figure5(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                         configs.append({**base_config(args, data_name, spt, data),
                                         "kind": "final",
                                         "settings": settings_dict(s),
+                                        "label": _job_label(s),
                                         **method_code(s.method)})
     log.info("figure5: %d runs on %s (%s)", len(configs), data.name, data.source)
     start = time.perf_counter()

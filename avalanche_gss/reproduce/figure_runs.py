@@ -26,6 +26,7 @@ from avalanche_gss.reproduce.common import (
 )
 from avalanche_gss.reproduce.protocols import PAPER_DATA, PROTOCOLS, data_label, disjoint_stream
 from avalanche_gss.reproduce.runs import job_config, sweep
+from avalanche_gss.sweep import job_name
 
 FIGURE2: dict[str, Any] = {
     "dim": 200, "ks": (5, 10, 20), "n_sets": 200, "n_samples": 1_000_000,
@@ -68,15 +69,17 @@ def figure_job(config: dict[str, Any]) -> dict[str, Any]:
 
     :param config: ``kind`` (``"curve"``: :func:`~avalanche_gss.evaluation.run_curve`
         every ``every_samples``; ``"final"``: :func:`~avalanche_gss.experiments.run`),
-        ``data``, ``root``, ``download``, ``samples_per_task`` and ``settings``.
+        ``data``, ``root``, ``download``, ``samples_per_task``, ``settings`` and
+        ``label`` (the run's name in its log lines, unique in its sweep).
     :return: the :class:`CurveResult` or :class:`RunResult` as a dict.
     """
     prepare_job(config)  # a worker process: the user modules its method comes from
     settings = settings_from_dict(config["settings"])
     split = _split(config, settings.seed)
     if config["kind"] == "curve":
-        return run_curve(settings, split, every_samples=config["every_samples"]).to_dict()
-    return run_one(settings, split).to_dict()
+        return run_curve(settings, split, every_samples=config["every_samples"],
+                         label=job_name(config)).to_dict()
+    return run_one(settings, split, label=job_name(config)).to_dict()
 
 
 def chosen_for(args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:

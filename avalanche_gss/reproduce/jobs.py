@@ -23,6 +23,7 @@ from avalanche_gss.reproduce.common import load_checked, prepare_job, settings_f
 from avalanche_gss.reproduce.composition import task_end_trace, trace_records
 from avalanche_gss.reproduce.event_logs import RESULT_KEY, ScalarRecorder
 from avalanche_gss.reproduce.protocols import PROTOCOLS
+from avalanche_gss.sweep import job_name
 
 
 def build_split(data: ArrayDataset, config: dict[str, Any], seed: int) -> TaskSplit:
@@ -82,6 +83,7 @@ def run_job(config: dict[str, Any], *, logged: bool = False) -> dict[str, Any]:
 
     :param config: ``experiment``, ``data``, ``root``, ``download``, ``variant`` (the
         stream's row keys), ``settings`` (a :class:`RunSettings` as a dict) and, optionally,
+        ``label`` (the run's name in its log line, unique in its sweep),
         ``protocol`` (whose stream to build, when
         it is not the experiment's own), ``blur`` (each task keeps that share of its
         samples, :func:`~avalanche_gss.benchmarks.blurry_tasks`) and ``trace`` (record
@@ -126,7 +128,8 @@ def run_job(config: dict[str, Any], *, logged: bool = False) -> dict[str, Any]:
         metrics = buffer_metrics(every=100, task_of_class=task_of_class)
         recorder = ScalarRecorder()
         loggers = [recorder]
-    result = run_one(settings, split, plugins=plugins, metrics=metrics, loggers=loggers)
+    result = run_one(settings, split, plugins=plugins, metrics=metrics, loggers=loggers,
+                     label=job_name(config))
     if counter is not None:
         batches = stream_batches(split, settings.batch_size)
         base = rehearsal_passes(batches, n_iter=settings.n_iter,

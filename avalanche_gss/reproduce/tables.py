@@ -102,6 +102,20 @@ def _bufferless(method: str) -> bool:
     return method in ("Single", "iid-online", "iid-offline")
 
 
+def job_label(settings: RunSettings, stream: dict[str, Any]) -> str:
+    """A table run's name in its log line and in failure lines (its job's ``label``).
+
+    Its settings' :func:`run_label` (method, variant, update, retrieval, buffer size,
+    seed) and its stream's row keys (``"Reservoir-M300-seed0-sequence1"``): what tells
+    its row and seed from the others of the table (not what all its runs share, such as
+    ``--quick``'s ``samples_per_task``).
+
+    :param settings: the run's settings (as its job runs them).
+    :param stream: its stream's row keys (``{"sequence": 1}``; ``{}`` for one stream).
+    """
+    return "-".join([run_label(settings), *(f"{k}{v}" for k, v in stream.items())])
+
+
 def _job_configs(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any],
                  data_name: str, identity: dict[str, str]) -> list[dict[str, Any]]:
     configs = []
@@ -110,8 +124,10 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], chosen: dict[str, An
         # Methods without a buffer give the same run for every buffer size: run them once.
         base = (dataclasses.replace(s, buffer_size=chosen["buffer_sizes"][0])
                 if _bufferless(s.method) else s)
+        label = job_label(base, {k: v for k, v in r.job["variant"].items() if k in r.keys})
         config = job_config(args, args.experiment, data_name, identity, **r.job,
-                            settings=settings_dict(base), **method_code(base.method))
+                            settings=settings_dict(base), label=label,
+                            **method_code(base.method))
         configs.append(config)
     return configs
 

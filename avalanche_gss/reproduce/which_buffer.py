@@ -264,6 +264,19 @@ def plan(args: argparse.Namespace) -> tuple[list[Run], dict[str, Any]]:
     return runs, chosen
 
 
+def job_label(run: Run) -> str:
+    """A run's name in its log line and in failure lines (its job's ``label``).
+
+    Its policy's row label, its stream, buffer size and seed
+    (``"GCR (selection)-disjoint-M300-seed0"``): two policies of one method stay apart.
+    Its ``--tensorboard`` folder has the same name.
+
+    :param run: one of :func:`plan`'s runs.
+    """
+    s = run.settings
+    return f"{run.keys['policy']}-{run.keys['stream']}-M{s.buffer_size}-seed{s.seed}"
+
+
 def _log_name(run: Run) -> str:
     """A run's ``--tensorboard`` folder under ``DIR/which-buffer``: policy, stream, M, seed.
 
@@ -278,8 +291,10 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
     configs = []
     for r in runs:
         s = r.settings
+        label = job_label(r)
         config = job_config(args, NAME, data_name, identity, **r.job,
-                            settings=dataclasses.asdict(s), **method_code(s.method))
+                            settings=dataclasses.asdict(s), label=label,
+                            **method_code(s.method))
         if getattr(args, "compute_matched", False):
             config["count_passes"] = True
         configs.append(config)

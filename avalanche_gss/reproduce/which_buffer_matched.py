@@ -57,13 +57,16 @@ def matched_configs(configs: Sequence[dict[str, Any]],
     :param configs: the as-measured jobs (with ``count_passes``).
     :param results: their results, in order.
     :return: each config without ``count_passes`` and ``trace``, with ``matched``:
-        ``C`` (an exact fraction string), ``kept_batches`` and ``batches``.
+        ``C`` (an exact fraction string), ``kept_batches`` and ``batches``, and its
+        ``label`` ending in ``-matched``.
     """
     out = []
     for config, result in zip(configs, results, strict=True):
         c, kept, batches = relative_cost_of(result)
         job = {k: v for k, v in config.items() if k not in ("count_passes", "trace")}
         job["matched"] = {"C": str(c), "kept_batches": kept, "batches": batches}
+        if job.get("label"):
+            job["label"] = f"{job['label']}-matched"
         out.append(job)
     return out
 
