@@ -26,6 +26,14 @@ log = logging.getLogger("reproduce")
 STANDIN = "cifar10-standin"
 """The generated stand-in used by ``--quick`` when CIFAR-10 cannot be loaded."""
 
+STANDIN_SHAPE = (3, 16, 16)
+"""The stand-in's image shape: CIFAR-10's channels at half its side, so that a ``--quick``
+run of the ResNet-18 takes a quarter of the arithmetic (its outputs record the shape)."""
+
+STANDIN_COUNTS = (100, 20)
+"""The stand-in's training and test samples per class (``--quick`` runs use at most 25 and
+evaluate every test sample)."""
+
 _DATA: dict[tuple[Any, ...], ArrayDataset] = {}
 _FINGERPRINTS: dict[int, str] = {}
 
@@ -41,8 +49,9 @@ def load(name: str, root: str | None, download: bool) -> ArrayDataset:
         key += (stat.st_size, stat.st_mtime_ns)
     if key not in _DATA:
         if name == STANDIN:
-            _DATA[key] = synthetic_images(STANDIN, shape=(3, 32, 32), num_classes=10,
-                                          train_per_class=100, test_per_class=50)
+            _DATA[key] = synthetic_images(STANDIN, shape=STANDIN_SHAPE, num_classes=10,
+                                          train_per_class=STANDIN_COUNTS[0],
+                                          test_per_class=STANDIN_COUNTS[1])
         else:
             _DATA[key] = load_dataset(name, root=root, download=download)
     return _DATA[key]

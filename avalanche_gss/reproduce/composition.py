@@ -4,6 +4,7 @@ Not a table of the paper: the diagnosis behind our Table 1/4 findings (why a pol
 trails or leads). For each method (and variant) it records, every 400 samples, the
 stored samples per task, the stored-score quantiles (GSS-Greedy) and the share of
 offered samples the buffer took in, then writes ``composition.json``, ``.csv`` and ``.md``.
+``--quick`` runs 200 samples per task and records every 100 (:data:`QUICK`).
 
 The helpers below (:func:`task_end_trace`, :func:`trace_records`, :func:`task_shares`,
 :func:`at_task_ends`) are the same diagnosis for other experiments' runs
@@ -116,8 +117,12 @@ COLUMNS = (
 EVERY = 400
 """Training samples between two records of the composition."""
 
-CHOICES = {"methods": ("Reservoir", "GSS-Greedy"), "seeds": (0,), "buffer_sizes": (300,)}
+CHOICES = {"methods": ("Reservoir", "GSS-Greedy"), "seeds": (0,), "buffer_sizes": (300,),
+           "every": EVERY}
 """What ``composition`` runs unless the command line says otherwise (the first size only)."""
+
+QUICK = {"samples_per_task": 200, "every": 100}
+"""What ``--quick`` changes: 200 samples per task instead of Table 1's, a record every 100."""
 
 
 def _csv(rows: Sequence[dict[str, Any]], n_tasks: int) -> str:
@@ -172,14 +177,17 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
     """
     protocol = PROTOCOLS["table1"]
     data_name, data = resolve_data(args, protocol)
-    chosen = resolve_choices(args, CHOICES, {}, ("methods", "seeds", "buffer_sizes"))
+    chosen = resolve_choices(args, CHOICES, QUICK, ("methods", "seeds", "buffer_sizes"))
     methods, seeds, m = chosen["methods"], chosen["seeds"], chosen["buffer_sizes"][0]
+    every = chosen["every"]
+    quick = ({"samples_per_task": chosen["samples_per_task"]}
+             if "samples_per_task" in chosen else {})
     lr, n_iter = args.lr or protocol.lr, args.n_iter or protocol.n_iter
     rows: list[dict[str, Any]] = []
     splits = []
     settings = None
     for seed in seeds:
-        split = protocol.stream(data, seed, {})
+        split = protocol.stream(data, seed, quick)
         splits.append(split)
         for method in methods:
             for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
@@ -187,7 +195,7 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
                     "method": method, "buffer_size": m, "seed": seed, "n_iter": n_iter,
                     "lr": lr, "device": args.device,
                     **({"variant": variant} if method in VARIANT_METHODS else {})})
-                trace = BufferTrace(None, split.task_classes, every=EVERY)
+                trace = BufferTrace(None, split.task_classes, every=every)
                 result = run(settings, split, plugins=[trace])
                 rows.append({"method": method, "seed": seed,
                              "variant": variant if method in VARIANT_METHODS else None,
@@ -202,10 +210,12 @@ def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> 
             "methods": list(methods), "variants": list(args.variants), "seeds": list(seeds),
             "buffer_sizes": [m], "lr": lr, "n_iter": n_iter,
             "batch_size": settings.batch_size, "replay_batch_size": settings.replay_batch_size,
-            "every": EVERY, "quick": args.quick,
+            "every": every, "quick": args.quick,
             "stream": {k: v for k, v in split.protocol.items() if k != "deviations"},
-            "deviations": split.protocol.get("deviations", []),
-            "columns": COLUMNS.format(every=EVERY)},
+            "deviations": [*split.protocol.get("deviations", []),
+                           *([f"--quick: {quick['samples_per_task']} samples per task, a "
+                              f"record every {every}"] if quick else [])],
+            "columns": COLUMNS.format(every=every)},
         "provenance": provenance(args.device, args.threads),
         "rows": rows}
     paths = write_report(output_paths(args.out, "composition", "json", "csv", "md"), report,

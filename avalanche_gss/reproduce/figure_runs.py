@@ -40,18 +40,20 @@ FIGURE4: dict[str, Any] = {
                 "iid-offline"),
     "buffer_sizes": (300,), "seeds": (0, 1, 2), "samples_per_task": 1000,
     "every_samples": 100,
-    "quick": {"seeds": (0,), "samples_per_task": 500},
+    "quick": {"seeds": (0,), "samples_per_task": 100, "every_samples": 50},
 }
-"""Figure 4 (disjoint MNIST, 1k samples per task, accuracy every 100 samples)."""
+"""Figure 4 (disjoint MNIST, 1k samples per task, accuracy every 100 samples; ``--quick``:
+100 samples per task, accuracy every 50)."""
 
 FIGURE5: dict[str, Any] = {
     "methods": ("GSS-Greedy",), "buffer_sizes": (300,), "seeds": (0, 1, 2),
     "samples_per_task": 1000, "n_values": (1, 2, 5, 10, 20, 50),
     "batch_sizes": (1, 5, 10, 20, 50, 100), "n": 10, "batch_size": 10,
-    "quick": {"seeds": (0,), "samples_per_task": 500, "n_values": (1, 10, 50),
+    "quick": {"seeds": (0,), "samples_per_task": 100, "n_values": (1, 10, 50),
               "batch_sizes": (1, 10, 50)},
 }
-"""Figure 5: ``n`` at batch size 10, batch size at ``n = 10`` (replay batches stay 10)."""
+"""Figure 5: ``n`` at batch size 10, batch size at ``n = 10`` (replay batches stay 10;
+``--quick``: 100 samples per task, three values of each)."""
 
 PAPER_FIGURE5_N = {1: 67.3}
 """The only number the paper's text gives for Figure 5 (GSS-Greedy, ``n = 1``)."""

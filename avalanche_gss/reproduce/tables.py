@@ -195,7 +195,10 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             **({"mir_candidates": args.mir_candidates or RunSettings.mir_candidates}
                if "mir" in (args.retrieval or ()) else {}),
             "stream": {k: v for k, v in sample_split.protocol.items() if k != "deviations"},
-            "deviations": sample_split.protocol.get("deviations", []),
+            "deviations": [*sample_split.protocol.get("deviations", []),
+                           *([f"--quick: {chosen['samples_per_task']} samples per task, a "
+                              f"short run of {protocol.paper_ref}'s stream"]
+                             if "samples_per_task" in chosen else [])],
             "lr": base["lr"], "n_iter": base["n_iter"], "model": base["model"],
             "method_overrides": {m: o for m, o in overrides.items() if o},
             "settings_by_method": by_method,

