@@ -241,7 +241,7 @@ PROTOCOLS: dict[str, Protocol] = {
         stream=disjoint_stream(1000),
         methods=(*_SELECTION, "Single"),
         buffer_sizes=(300, 400, 500),
-        quick={"buffer_sizes": (300,), "seeds": (0,), "samples_per_task": 200},
+        quick={"buffer_sizes": (300,), "seeds": (0,)},
     ),
     "table2": Protocol(
         name="table2",
