@@ -25,8 +25,8 @@ from typing import Any
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
 
-__all__ = ["ResultCache", "canonical_json", "config_key", "module_sha256", "package_sha256",
-           "source_sha256"]
+__all__ = ["NAMING_KEYS", "ResultCache", "canonical_json", "config_key", "module_sha256",
+           "package_sha256", "result_config", "source_sha256"]
 
 
 def canonical_json(config: Mapping[str, Any]) -> str:
@@ -39,14 +39,31 @@ def canonical_json(config: Mapping[str, Any]) -> str:
         raise TypeError(f"job config is not JSON-serialisable: {err}") from err
 
 
+NAMING_KEYS = frozenset({"label"})
+"""Entries of a job config that name the run in log and failure lines and change no
+result: they are no part of its cache key, so renaming a run never trains it again."""
+
+
+def result_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a job's config that decides its result: all but :data:`NAMING_KEYS`.
+
+    :param config: the job's config.
+    :raises TypeError: ``config`` is not a mapping.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"a job config must be a mapping, got {type(config).__name__}")
+    return {k: v for k, v in config.items() if k not in NAMING_KEYS}
+
+
 def config_key(config: Mapping[str, Any]) -> str:
     """Return the cache key of a job: SHA-256 (32 hex digits) of its canonical JSON.
 
-    Key order does not matter; every value does (``1`` and ``1.0`` differ).
+    Key order does not matter; every value does (``1`` and ``1.0`` differ), except the
+    entries that only name the run (:data:`NAMING_KEYS`).
 
     :param config: the job's JSON-serialisable config.
     """
-    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:32]
+    return hashlib.sha256(canonical_json(result_config(config)).encode()).hexdigest()[:32]
 
 
 @functools.cache
@@ -153,7 +170,7 @@ class ResultCache:
             warnings.warn(f"ignoring {path} (it will be recomputed): not a result entry "
                           "(needs config, result and checksum)", stacklevel=2)
             return None
-        if record["config"] != json.loads(canonical_json(config)):
+        if record["config"] != json.loads(canonical_json(result_config(config))):
             warnings.warn(f"ignoring {path} (it will be recomputed): it holds another config",
                           stacklevel=2)
             return None
@@ -176,7 +193,7 @@ class ResultCache:
         :raises OSError: the entry cannot be written (a full disk, a read-only or foreign
             folder), naming the entry's file.
         """
-        canonical = json.loads(canonical_json(config))
+        canonical = json.loads(canonical_json(result_config(config)))
         try:
             stored = json.loads(json.dumps(result, allow_nan=True))
         except TypeError as err:

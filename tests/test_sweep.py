@@ -292,3 +292,17 @@ def test_progress_bar_goes_to_stderr(tmp_path, jobs_module, capsys):
     run_sweep(make_jobs(tmp_path, 2), jobs_module.record, cache_dir=tmp_path / "c", progress=True)
     out, err = capsys.readouterr()
     assert out == "" and "2/2" in err
+
+
+def test_a_runs_label_names_it_and_is_no_part_of_its_key(tmp_path, jobs_module):
+    # A label names a run in log and failure lines; renaming a run must not train it again
+    (job,) = make_jobs(tmp_path, 1)
+    assert config_key({**job, "label": "x"}) == config_key({**job, "label": "y"}) == config_key(job)
+    cache = tmp_path / "cache"
+    first = run_sweep([{**job, "label": "first"}], jobs_module.record, cache_dir=cache,
+                      progress=False)
+    again = run_sweep([{**job, "label": "renamed"}], jobs_module.record, cache_dir=cache,
+                      progress=False)
+    assert again == first and starts(tmp_path) == Counter({0: 1})
+    (entry,) = cache.glob("*.json")
+    assert "label" not in json.loads(entry.read_text())["config"]
