@@ -91,12 +91,12 @@ from avalanche_gss.reproduce.which_buffer_report import (
     NAME,
     STEM,
     PolicyRow,
-    figure,
-    figure_title,
+    draw,
     markdown,
     ranking,
     runs_csv,
 )
+from avalanche_gss.reproduce.which_buffer_statistics import add_statistics
 from avalanche_gss.sweep import config_key
 
 __all__ = ["NAME", "STEM", "check_policies", "choices", "fit_model", "plan", "policy_problem",
@@ -416,9 +416,11 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
         **extra,
         "wall_seconds": time.perf_counter() - start,
     }
+    add_statistics(report)
+    if report["recommendation"] is None:
+        log.info("%s: no recommendation: %s", NAME, report["recommendation_note"])
     paths = output_paths(args.out, STEM, "json", "csv", "md")
-    paths["png"] = figure(records, chosen, os.path.join(args.out, f"{STEM}.png"),
-                          figure_title(label, len(chosen["seeds"])))
+    paths.update(draw(report, args.out))
     write_report(paths, report, runs_csv(pairs, report["provenance"], matched, data.name),
                  markdown(report, columns, paths["png"]))
     paths.update(write_composition(report, runs, results, args.out))
