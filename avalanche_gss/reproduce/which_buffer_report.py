@@ -205,6 +205,10 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
     if "ranking_compute_matched" in report:
         lines += matched_lines(report, columns)
     lines += statistics_lines(report)
+    left_out = report["protocol"].get("policies_left_out") or {}
+    if left_out:
+        lines += ["", "Left out of the default policies: "
+                  + "; ".join(f"{p} ({why})" for p, why in left_out.items()) + "."]
     lines += ["", "Policies (RunSettings keywords):", ""]
     for p in policies:
         keywords = ", ".join(f"{k}={v}" for k, v in POLICIES[p].items())

@@ -46,6 +46,12 @@ def test_the_default_quick_command_runs_end_to_end(name, tmp_path):
     if name == "which-buffer":  # on the digits' MLP every policy runs
         assert report["protocol"]["policies"] == list(BUILTIN_POLICIES)
         assert report["protocol"]["policies_left_out"] == {}
+        # one seed is not a ranking: no recommendation, and the outputs say why
+        assert report["recommendation"] is None
+        assert report["recommendation_note"].startswith("one seed is not a ranking")
+        md = (tmp_path / "o" / "which_buffer.md").read_text()
+        assert "No recommendation: one seed is not a ranking" in md
+        assert "this order is one draw of the streams and weights, not a ranking" in md
 
 
 @pytest.mark.slow
@@ -61,6 +67,8 @@ def test_which_buffer_quick_on_cifar10_runs_every_policy_that_can_train_the_resn
                               "BatchNorm2d is in train mode")
     assert ("which-buffer: leaving out default policies CB-GSS (step), CB-GSS (step)+LA: "
             "cannot train the resnet18 model") in res.stderr
+    md = (tmp_path / "o" / "which_buffer.md").read_text()
+    assert "Left out of the default policies: CB-GSS (step) (cannot train the resnet18" in md
     # and every other policy ran on both streams
     ran = [p for p in BUILTIN_POLICIES if p not in STEP_POLICIES]
     assert report["protocol"]["policies"] == ran
