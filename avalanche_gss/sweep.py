@@ -325,12 +325,14 @@ def run_sweep(
     )
     jobs_to_run = _Jobs(todo, results, failures, bar)
     try:
-        if todo and launcher == "submitit":
-            _run_submitit(jobs_to_run, fn, cache, cluster, submitit_params, threads)
-        elif todo and workers > 1:
-            _run_pool(jobs_to_run, fn, cache, workers, threads)
-        else:
-            _run_here(jobs_to_run, fn, cache)
+        with _remember_interrupts(jobs_to_run):
+            if todo and launcher == "submitit":
+                _run_submitit(jobs_to_run, fn, cache, cluster, submitit_params, threads)
+            elif todo and workers > 1:
+                _run_pool(jobs_to_run, fn, cache, workers, threads)
+            else:
+                _run_here(jobs_to_run, fn, cache)
+            jobs_to_run.check()  # a Ctrl-C swallowed during the last job
     except KeyboardInterrupt as err:
         bar.leave = False  # cleared, not drawn again: the caller says what was kept
         if isinstance(err, SweepInterrupted):  # pragma: no cover - a job's own sweep
@@ -395,6 +397,18 @@ class _Jobs:
         self.results = results
         self.failures = failures
         self.bar = bar
+        self.interrupted = False  # set by a Ctrl-C, even one a gc callback swallowed
+
+    def check(self) -> None:
+        """Raise ``KeyboardInterrupt`` if a Ctrl-C came during the sweep.
+
+        Python raises ``KeyboardInterrupt`` wherever the main thread is when ``SIGINT``
+        arrives; inside a garbage-collector callback or a ``__del__`` it is printed and
+        dropped. The sweep's handler also sets :attr:`interrupted`, read here between
+        jobs, so such a Ctrl-C still stops the sweep before its next job.
+        """
+        if self.interrupted:
+            raise KeyboardInterrupt
 
     def collect(self, key: str, result: Callable[[], tuple[dict[str, Any], str | None]], *,
                 traceback: bool = False) -> None:
@@ -407,6 +421,7 @@ class _Jobs:
         :param traceback: log the error with its traceback (it was raised in this
             process), not only its repr.
         """
+        self.check()
         cfg = self.todo[key]
         name = job_name(cfg) or cfg
         try:
@@ -421,6 +436,29 @@ class _Jobs:
             if uncached is not None:
                 warnings.warn(uncached, UncachedResultWarning, stacklevel=2)
         self.bar.update()
+
+
+@contextlib.contextmanager
+def _remember_interrupts(jobs: _Jobs) -> Iterator[None]:
+    """While the sweep runs, a Ctrl-C also sets ``jobs.interrupted`` (:meth:`_Jobs.check`).
+
+    Only where Python's own handler is in place, in the main thread; the handler before
+    is restored after. A handler of the caller's own is left alone.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        jobs.interrupted = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _run_here(jobs: _Jobs, fn: JobFn, cache: ResultCache) -> None:

@@ -306,3 +306,28 @@ def test_a_runs_label_names_it_and_is_no_part_of_its_key(tmp_path, jobs_module):
     assert again == first and starts(tmp_path) == Counter({0: 1})
     (entry,) = cache.glob("*.json")
     assert "label" not in json.loads(entry.read_text())["config"]
+
+
+def _swallows_a_ctrl_c(config):
+    """A job during which Ctrl-C lands where Python drops it (a gc callback, a __del__)."""
+    if config["i"] == 0:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)  # the handler runs here
+        except KeyboardInterrupt:
+            pass  # dropped, as Python drops it inside a gc callback
+    return {"i": config["i"]}
+
+
+def test_a_ctrl_c_that_a_job_swallowed_still_stops_the_sweep(tmp_path, monkeypatch):
+    from avalanche_gss.sweep import SweepInterrupted
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with pytest.raises(SweepInterrupted) as caught:
+            run_sweep([{"i": i} for i in range(3)], _swallows_a_ctrl_c,
+                      cache_dir=tmp_path / "cache", progress=False)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert (caught.value.cached, caught.value.total) == (1, 3)  # job 0 kept, none after
+    assert signal.getsignal(signal.SIGINT) is before  # the sweep put its handler back

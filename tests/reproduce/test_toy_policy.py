@@ -38,14 +38,23 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     assert [r["policy"] for r in rows] == [label, "Newest rows", "Reservoir"]
     extras = rows[0]["extras"][0]
     assert (extras["every"], extras["start"]) == (3, 5)  # both options reached the buffer
-    # and acted: samples 5, 8, ..., 398 kept, the last 100 of them from tasks 2-5
-    assert extras["buffer_task_counts"] == [0, 20, 27, 26, 27]
+    # and acted: samples 5, 8, 11, ... of the stream kept, the last 100 of them
+    from avalanche_gss.reproduce.policies import QUICK
+
+    per_task = QUICK["samples_per_task"]  # --quick's tasks, 5 of them
+    kept = list(range(5, 5 * per_task, 3))[-100:]
+    assert extras["buffer_task_counts"] == [sum(i // per_task == t for i in kept)
+                                            for t in range(5)]
+    assert extras["buffer_task_counts"][0] < extras["buffer_task_counts"][1]  # it strides
     # The other user policy is compared by name in every output
     lines = (tmp_path / "out" / "which_buffer.csv").read_text().splitlines()
     assert [line.split(",")[:2] for line in lines[2:]] == [["Newest rows", "Newest rows"],
                                                           ["Reservoir", "Reservoir"]]
     assert "| Newest rows |" in (tmp_path / "out" / "which_buffer.md").read_text()
-    assert rows[1]["extras"][0]["buffer_task_counts"] == [0, 0, 0, 20, 80]  # the newest 100
+    newest = range(5 * per_task - 100, 5 * per_task)  # the newest 100 samples
+    assert rows[1]["extras"][0]["buffer_task_counts"] == [sum(i // per_task == t
+                                                              for i in newest)
+                                                          for t in range(5)]
 
 
 @pytest.mark.slow
