@@ -57,3 +57,13 @@ def test_importing_the_package_imports_neither_torch_nor_avalanche():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=str(README.parent.parent))
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.reads_source
+def test_the_readmes_list_of_ready_strategies_names_every_methods_strategy():
+    text = " ".join(README.read_text().split())
+    listed = text[text.index("the ready strategies ("):].split(")", 1)[0]
+    names = set(re.findall(r"`(\w+)`", listed))
+    strategies = {cls.__name__ for m in methods.REGISTRY.values() if m.name in methods.NAMES
+                  for cls in (m.strategy, m.constrained) if cls is not None}
+    assert strategies - names == set()

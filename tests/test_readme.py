@@ -19,13 +19,18 @@ def _examples() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
-def test_the_readme_has_both_examples():
+def test_the_readme_has_its_three_examples():
     blocks = _examples()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     assert "ReplayPlugin(" in blocks[0] and "split_online_stream(" in blocks[0]
+    # a which-buffer policy (CBRS+OC+LA) in stock Avalanche: Naive, its buffer, retrieval
+    # and loss
+    assert "Naive(" in blocks[1] and "split_online_stream(" in blocks[1]
+    assert 'retrieval="other-classes"' in blocks[1] and "criterion=LogitAdjustedLoss(" in \
+        blocks[1]
 
 
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", [0, 1, 2])
 def test_readme_example_runs(index, monkeypatch, capsys):
     real = benchmarks.load_dataset
 
@@ -36,7 +41,7 @@ def test_readme_example_runs(index, monkeypatch, capsys):
 
     monkeypatch.setattr(benchmarks, "load_dataset", small)
     code = _examples()[index]
-    if index == 1:  # a third of the digits: about 130 per class, 260 per task of 2 classes
+    if "samples_per_task=800" in code:  # a third of the digits: 260 per task of 2 classes
         code = code.replace("samples_per_task=800", "samples_per_task=250")
         assert "samples_per_task=250" in code
     exec(compile(code, str(README), "exec"), {"__name__": "readme"})
