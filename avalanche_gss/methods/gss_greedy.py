@@ -82,6 +82,11 @@ class GSSGreedyBuffer(GradientScored, OnlineBuffer):
             "memory_grads": memory_grads, "gate": gate, "candidate_draw": candidate_draw})
         if options["memory_grads"] not in ("samples", "groups"):
             raise ValueError(f"memory_grads must be 'samples' or 'groups', got {memory_grads!r}")
+        if options["gate"] not in ("sample", "batch"):
+            raise ValueError(f"gate must be 'sample' or 'batch', got {gate!r}")
+        if options["candidate_draw"] not in ("proportional", "minmax"):
+            raise ValueError("candidate_draw must be 'proportional' or 'minmax', got "
+                             f"{candidate_draw!r}")
         self.variant: Variant = variant
         self.n = n
         self.memory_grads: MemoryGrads = options["memory_grads"]

@@ -332,3 +332,12 @@ def test_the_up_front_label_check_leaves_a_batchnorm_model_untouched(name):
     buf.add(*_batch(0, 1), model)  # one sample: a train-mode BatchNorm could not take it
     assert model.training
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("option, value", [("gate", "nonsense"), ("candidate_draw", "uniform"),
+                                           ("memory_grads", "all")])
+def test_gss_greedy_refuses_an_unknown_choice_in_one_line(option, value):
+    from avalanche_gss.methods.gss_greedy import GSSGreedyBuffer
+
+    with pytest.raises(ValueError, match=f"{option} must be .* got '{value}'"):
+        GSSGreedyBuffer(10, **{option: value})
