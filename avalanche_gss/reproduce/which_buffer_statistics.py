@@ -160,7 +160,13 @@ def add_statistics(report: dict[str, Any]) -> dict[str, Any]:
                 else "a recommendation compares at least two policies")
             continue
         report.pop("recommendation_note", None)
-        for name, value in _evaluate(report, key).items():
+        try:
+            evaluated = _evaluate(report, key)
+        except ValueError as err:  # e.g. policies run on different pairs: say it, keep the runs
+            report["recommendation" + suffix] = None
+            report["recommendation_note"] = f"no paired comparison is possible: {err}"
+            continue
+        for name, value in evaluated.items():
             report[name + suffix] = value
         report["stability" + suffix] = stability(report, key)
     return report

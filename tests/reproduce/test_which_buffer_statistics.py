@@ -102,3 +102,14 @@ def test_halves_that_disagree_are_reported_unstable():
     assert half["picks"][0] == "Rand" and "Rand" not in half["groups"][1]
     assert not half["holds"]
     assert "not stable" in "\n".join(statistics_lines(report))
+
+
+def test_policies_on_other_pairs_make_no_recommendation_and_lose_no_output():
+    report = _report([0, 1])
+    report["rows"][0] |= {"seeds": [0], "avg": report["rows"][0]["avg"][:1],
+                          "matched_avg": report["rows"][0]["matched_avg"][:1]}
+    add_statistics(report)  # the runs are written whatever the statistics can say
+    assert report["recommendation"] is None
+    assert report["recommendation_note"].startswith("no paired comparison is possible: policy")
+    assert "No recommendation: no paired comparison is possible" in "\n".join(
+        statistics_lines(report))
