@@ -277,15 +277,6 @@ def job_label(run: Run) -> str:
     return f"{run.keys['policy']}-{run.keys['stream']}-M{s.buffer_size}-seed{s.seed}"
 
 
-def _log_name(run: Run) -> str:
-    """A run's ``--tensorboard`` folder under ``DIR/which-buffer``: policy, stream, M, seed.
-
-    Not part of the run's cache key: where its logs go changes no result.
-    """
-    s = run.settings
-    return f"{run.keys['policy']}-{run.keys['stream']}-M{s.buffer_size}-seed{s.seed}"
-
-
 def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
                  identity: dict[str, str]) -> list[dict[str, Any]]:
     configs = []
@@ -354,7 +345,7 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     start = time.perf_counter()
     job = run_logged_job if args.tensorboard else run_job
     results = sweep(args, NAME, configs, job)
-    folders = [os.path.join(args.tensorboard, NAME, _log_name(r))
+    folders = [os.path.join(args.tensorboard, NAME, job_label(r))
                if args.tensorboard and r.settings.method in BUFFER_METHODS else None
                for r in runs]
     if args.tensorboard:

@@ -22,6 +22,7 @@ from avalanche_gss.reporting import (
     provenance_line,
     shared_places,
 )
+from avalanche_gss.reproduce.comparisons import mean_interval
 from avalanche_gss.reproduce.policies import POLICIES, STREAMS
 from avalanche_gss.reproduce.protocols import PROTOCOLS, label_of
 from avalanche_gss.reproduce.which_buffer_statistics import statistics_lines
@@ -453,7 +454,5 @@ def _half_interval(values: Sequence[float]) -> float:
     """Half the width of the 95 % t interval of the mean of ``values`` (0 for one value)."""
     if len(values) < 2:
         return 0.0
-    from scipy.stats import t as student_t
-
-    return float(student_t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / (
-        len(values) ** 0.5)
+    mean, _, high = mean_interval(values)
+    return high - mean
