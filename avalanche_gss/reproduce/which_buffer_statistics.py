@@ -83,7 +83,8 @@ def _data(report: dict[str, Any]) -> str:
     return label_of(report["dataset"], report.get("data_verified_as"))
 
 
-def _evaluate(report: dict[str, Any], key: str) -> dict[str, Any]:
+def _recommendation(report: dict[str, Any], key: str) -> dict[str, Any]:
+    """The recommendation rule applied to the report's runs, as reports record it."""
     rows = report["rows"]
     values = paired_values(rows, key)
     columns: dict[Hashable, Hashable] = {k: (k[0], k[1]) for v in values.values() for k in v}
@@ -92,10 +93,15 @@ def _evaluate(report: dict[str, Any], key: str) -> dict[str, Any]:
     record = rec.to_dict()
     record["mean_cost"] = {p: cost[p] for p in rec.group}
     record["cost"] = cost_name
+    return record
+
+
+def _evaluate(report: dict[str, Any], key: str) -> dict[str, Any]:
+    values = paired_values(report["rows"], key)
     ablations = [(q, a, b) for q, a, b in ABLATIONS if a in values and b in values]
     ablated = compare(values, [(a, b) for _, a, b in ablations])
     return {
-        "recommendation": record,
+        "recommendation": _recommendation(report, key),
         "comparisons": [c.to_dict() for c in compare(values)],
         "ablations": [{"question": q, **c.to_dict()}
                       for (q, _, _), c in zip(ablations, ablated, strict=True)],
@@ -129,7 +135,7 @@ def stability(report: dict[str, Any], key: str = "avg") -> dict[str, Any] | None
     if len(seeds) < 2 * MIN_SEEDS:
         return None
     halves = [seeds[: len(seeds) // 2], seeds[len(seeds) // 2:]]
-    recs = [_evaluate(_half(report, h), key)["recommendation"] for h in halves]
+    recs = [_recommendation(_half(report, h), key) for h in halves]
     holds = recs[0]["pick"] in recs[1]["group"] and recs[1]["pick"] in recs[0]["group"]
     return {"halves": halves, "picks": [r["pick"] for r in recs],
             "groups": [r["group"] for r in recs], "holds": holds}
