@@ -97,7 +97,9 @@ def _difference(before: Any, after: Any, path: str = "state_dict") -> str | None
         return f"{path}: {type(before).__name__} became {type(after).__name__}"
     if isinstance(before, Tensor):
         same = (before.dtype == after.dtype and before.shape == after.shape
-                and torch.equal(before.nan_to_num(0.5), after.nan_to_num(0.5)))
+                and torch.equal(before.nan_to_num(0.5), after.nan_to_num(0.5))
+                and (not before.is_floating_point()
+                     or torch.equal(torch.isnan(before), torch.isnan(after))))
         return None if same else f"{path} changed"
     if isinstance(before, dict):
         if before.keys() != after.keys():

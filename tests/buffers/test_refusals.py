@@ -21,6 +21,8 @@ from torch import nn
 
 from avalanche_gss.buffers import OnlineBuffer, columns
 from avalanche_gss.methods import NAMES, get
+from avalanche_gss.testing import _copy as copy_state
+from avalanche_gss.testing import _difference as state_difference
 
 REPO = Path(__file__).resolve().parents[2]
 GRADIENT = ("GSS-Greedy", "GSS-IQP", "GSS-Clust", "CB-GSS", "OCS", "GCR")  # score with the labels
@@ -48,33 +50,13 @@ def fed(name, model, batches=5, **kw):
 
 def snapshot(value):
     """A deep copy of a state: tensors cloned, containers copied."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, dict):
-        return {k: snapshot(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(snapshot(v) for v in value)
-    return value
+    return copy_state(value)
 
 
 def assert_same(before, after, path="state"):
-    """Exact equality of two states (tensors: dtype, shape and every value)."""
-    assert type(before) is type(after), path
-    if isinstance(before, torch.Tensor):
-        assert before.dtype == after.dtype and before.shape == after.shape, path
-        same_nan = torch.isnan(before) == torch.isnan(after) if before.is_floating_point() else True
-        assert torch.equal(before.nan_to_num(0.5), after.nan_to_num(0.5)) and bool(
-            torch.as_tensor(same_nan).all()), path
-    elif isinstance(before, dict):
-        assert before.keys() == after.keys(), path
-        for k in before:
-            assert_same(before[k], after[k], f"{path}.{k}")
-    elif isinstance(before, (list, tuple)):
-        assert len(before) == len(after), path
-        for i, (a, b) in enumerate(zip(before, after, strict=True)):
-            assert_same(a, b, f"{path}[{i}]")
-    else:
-        assert before == after, path
+    """Exact equality of two states (tensors: dtype, shape, every value, NaN where NaN)."""
+    difference = state_difference(before, after, path)
+    assert difference is None, difference
 
 
 def full_state(buf):

@@ -15,6 +15,7 @@ from helpers import C, D
 from helpers import small_mlp as mlp
 
 from avalanche_gss.methods import NAMES, get
+from avalanche_gss.testing import _check_storage as check_storage
 
 CLUSTERING = ("GSS-Clust", "FSS-Clust")  # the centres of an online clustering: may hold fewer
 
@@ -45,21 +46,13 @@ class Stream:
 
 def check(buf, stream, slots):
     """The storage invariants, after a batch whose slots are ``slots``."""
-    assert 0 <= len(buf) <= buf.max_size
-    kept = slots[slots >= 0]
-    assert len(kept) == len(torch.unique(kept)) and bool((kept < buf.max_size).all())
-    if len(buf) == 0:  # samples waiting in a recent buffer, none merged yet
-        return
-    x, y = buf.tensors()
-    assert len(x) == len(y) == len(buf)
-    ids = x[:, 0].long().tolist()
-    assert len(set(ids)) == len(ids), "a sample stored twice"
-    assert all(0 <= i < len(stream.labels) for i in ids), "a slot holds no stream sample"
-    assert y.tolist() == [stream.labels[i] for i in ids], "a sample with another's label"
+    check_storage(buf, stream, slots)
     data = buf.buffer
     assert len(data) == len(buf)
-    for i in range(len(buf)):  # the dataset Avalanche replays from is the stored tensors
-        assert torch.equal(data[i][0], x[i]) and int(data[i][1]) == int(y[i])
+    if len(buf):
+        x, y = buf.tensors()
+        for i in range(len(buf)):  # the dataset Avalanche replays from is the stored tensors
+            assert torch.equal(data[i][0], x[i]) and int(data[i][1]) == int(y[i])
 
 
 def feed(buf, stream, model, batches):
