@@ -3,14 +3,15 @@
 Runs each policy as which-buffer does (``experiments.run`` with the policy's
 ``RunSettings``: the digits' MLP, ``M`` = 300, ``n_iter`` = 3, batches of 10, replay
 batches of 10) on a short disjoint stream of the offline digits, with a
-:class:`~avalanche_gss.budget.PassCounter` on the model for the whole training, and
+:class:`~avalanche_gss.reproduce.runs.budget.PassCounter` on the model for the whole training, and
 reports per incoming batch the forward and backward passes (per sample) and the relative
 cost ``C`` (Ghunaim et al., CVPR 2023: a backward costs two forwards), over the whole stream
 and over the batches after Reservoir's buffer is full. Counts only, no timings: the numbers
 are the same on any machine.
 
 ``--matched`` also trains each policy on its compute-matched stream (the batches
-:func:`~avalanche_gss.budget.trained_batches` gives for its ``C``; the others unseen by the
+:func:`~avalanche_gss.reproduce.runs.budget.trained_batches` gives for its ``C``; the others unseen
+by the
 model and the buffer) and reports the average final accuracy both ways.
 
 ``python benchmarks/compute_cost.py [--tasks 2] [--samples-per-task 200] [--seed 0]
@@ -32,14 +33,14 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from avalanche_gss.benchmarks import TaskSplit, disjoint_tasks, load_dataset
-from avalanche_gss.budget import (
+from avalanche_gss.reproduce.runs.budget import (
     PassCount,
     PassCounter,
     kept_samples,
     rehearsal_passes,
     relative_cost,
 )
-from avalanche_gss.experiments import RunSettings, run
+from avalanche_gss.reproduce.runs.training import RunSettings, run
 
 POLICIES: dict[str, dict[str, Any]] = {
     "Reservoir": {"method": "Reservoir"},

@@ -43,7 +43,6 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from avalanche_gss.experiments import resolve_device
 from avalanche_gss.gradients import (
     cosine_from_gram,
     per_sample_grad_loop,
@@ -51,6 +50,7 @@ from avalanche_gss.gradients import (
     sample_gram,
 )
 from avalanche_gss.models import MLP, ReducedResNet18
+from avalanche_gss.reproduce.runs.training import resolve_device
 
 Impl = Callable[[nn.Module, Tensor, Tensor], Tensor | None]
 

@@ -47,10 +47,10 @@ from phases import PhaseTimer
 from torch.nn import functional as F
 
 from avalanche_gss.benchmarks import load_mnist_5k, synthetic_images
-from avalanche_gss.experiments import resolve_device
 from avalanche_gss.gradients import sample_cosine
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.models import MLP, make_model
+from avalanche_gss.reproduce.runs.training import resolve_device
 from avalanche_gss.selection.iqp import select_iqp
 
 CASES = {"iqp-110-100": (110, 100), "iqp-400-300": (400, 300)}

@@ -37,10 +37,10 @@ from rss import peak_rss_mb, rss_mb
 
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.benchmarks.online import experience_tensors
-from avalanche_gss.experiments import resolve_device
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.models import MLP
+from avalanche_gss.reproduce.runs.training import resolve_device
 
 IMPLS = ("GSS-Greedy", "GSS-IQP")
 CASE = "long-stream"

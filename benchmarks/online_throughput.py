@@ -92,7 +92,6 @@ from avalanche_gss.benchmarks import (
     online_benchmark,
     synthetic_images,
 )
-from avalanche_gss.experiments import resolve_device
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.gcr import GCR
@@ -101,6 +100,7 @@ from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.methods.ocs import OCS
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP, make_model
+from avalanche_gss.reproduce.runs.training import resolve_device
 from avalanche_gss.training import LogitAdjustedLoss
 
 LR = {"mlp": 0.05, "resnet": 0.01}  # Table 1's and Table 3's SGD learning rates

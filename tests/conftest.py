@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from avalanche_gss.benchmarks import disjoint_tasks, load_dataset
-from avalanche_gss.experiments import RunSettings, run
+from avalanche_gss.reproduce.runs.training import RunSettings, run
 
 UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
 """True while mutmut runs the suite (it sets ``MUTANT_UNDER_TEST`` in every run it makes)."""

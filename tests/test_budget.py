@@ -13,7 +13,9 @@ from torch import nn
 
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import disjoint_tasks, online_benchmark
-from avalanche_gss.budget import (
+from avalanche_gss.gradients import per_sample_grad_loop, per_sample_grad_vmap, sample_gram
+from avalanche_gss.models import MLP
+from avalanche_gss.reproduce.runs.budget import (
     PassCount,
     PassCounter,
     as_fraction,
@@ -22,8 +24,6 @@ from avalanche_gss.budget import (
     relative_cost,
     trained_batches,
 )
-from avalanche_gss.gradients import per_sample_grad_loop, per_sample_grad_vmap, sample_gram
-from avalanche_gss.models import MLP
 
 
 def _mlp(seed=0):

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from avalanche_gss import experiments, methods
-from avalanche_gss.experiments import BUFFER_METHODS, RunSettings, run
+from avalanche_gss import methods
+from avalanche_gss.reproduce.runs import training as experiments
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunSettings, run
 
 CASES = [(m, "rehearsal", "paper") for m in BUFFER_METHODS] + [
     ("GSS-Greedy", "rehearsal", "authors"),

@@ -3,7 +3,7 @@
 import pytest
 
 from avalanche_gss.diagnostics import BufferTrace
-from avalanche_gss.experiments import RunSettings, run
+from avalanche_gss.reproduce.runs.training import RunSettings, run
 
 
 @pytest.mark.parametrize("method", ["Reservoir", "GSS-Greedy", "GSS-IQP"])

@@ -1,4 +1,5 @@
-"""Accuracy curves (avalanche_gss.evaluation) and the figure plots (avalanche_gss.plotting)."""
+"""Accuracy curves (avalanche_gss.reproduce.runs.evaluation) and the figure plots
+(avalanche_gss.reproduce.reports.plotting)."""
 
 import json
 
@@ -8,7 +9,16 @@ from avalanche.evaluation.metrics import accuracy_metrics
 from helpers import PNG_MAGIC
 
 from avalanche_gss.benchmarks import online_benchmark
-from avalanche_gss.evaluation import (
+from avalanche_gss.methods.reservoir import ReservoirBuffer
+from avalanche_gss.models import make_model
+from avalanche_gss.reproduce.reports.plotting import (
+    Panel,
+    Series,
+    plot_curves,
+    plot_panels,
+    plot_surrogate_vs_solid_angle,
+)
+from avalanche_gss.reproduce.runs.evaluation import (
     CurveResult,
     PeriodicEvalPlugin,
     mean_curve,
@@ -16,16 +26,7 @@ from avalanche_gss.evaluation import (
     seen_tasks,
     task_end_samples,
 )
-from avalanche_gss.experiments import RunResult, RunSettings, run
-from avalanche_gss.methods.reservoir import ReservoirBuffer
-from avalanche_gss.models import make_model
-from avalanche_gss.plotting import (
-    Panel,
-    Series,
-    plot_curves,
-    plot_panels,
-    plot_surrogate_vs_solid_angle,
-)
+from avalanche_gss.reproduce.runs.training import RunResult, RunSettings, run
 from avalanche_gss.solid_angle import surrogate_vs_solid_angle
 from avalanche_gss.training import OnlineRehearsal, quiet_evaluator
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from avalanche_gss.experiments import (
+from avalanche_gss.reproduce.runs.sweep import config_key
+from avalanche_gss.reproduce.runs.training import (
     METHODS,
     VARIANT_METHODS,
     RunSettings,
@@ -11,7 +12,6 @@ from avalanche_gss.experiments import (
     run_label,
     settings_dict,
 )
-from avalanche_gss.sweep import config_key
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -102,7 +102,7 @@ def test_a_cache_key_holds_every_setting_and_gives_the_run_back():
 
 
 def test_options_are_the_buffers_own_and_reach_it():
-    from avalanche_gss.experiments import make_buffer
+    from avalanche_gss.reproduce.runs.training import make_buffer
 
     s = RunSettings(method="GSS-Clust", options={"growth": 1.5, "recent_size": 7})
     buffer = make_buffer(s)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from avalanche_gss.reporting import provenance_line
+from avalanche_gss.reproduce.reports.writing import provenance_line
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = (REPO / "pyproject.toml").read_text()
@@ -69,7 +69,7 @@ def test_outside_a_checkout_the_provenance_says_installed_package(tmp_path, monk
 
 
 def test_in_this_checkout_the_provenance_says_git_checkout():
-    from avalanche_gss.reporting import provenance
+    from avalanche_gss.reproduce.reports.writing import provenance
 
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")

@@ -11,8 +11,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_rgba
 
-from avalanche_gss import plotting
-from avalanche_gss.plotting import (
+from avalanche_gss.reproduce.reports import plotting
+from avalanche_gss.reproduce.reports.plotting import (
     Panel,
     Series,
     plot_curves,

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from avalanche_gss.experiments import RunResult, RunSettings
-from avalanche_gss.reporting import (
+from avalanche_gss.reproduce.reports.writing import (
     DIVERGED_SHARE,
     diverged,
     format_cell,
@@ -19,6 +18,7 @@ from avalanche_gss.reporting import (
     write_outputs,
     write_text,
 )
+from avalanche_gss.reproduce.runs.training import RunResult, RunSettings
 
 
 def run(method="Rand", m=300, seed=0, accs=(50.0, 60.0), seconds=1.0, **extras):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from avalanche_gss.reproduce.which_buffer_statistics import (
+from avalanche_gss.reproduce.experiments.which_buffer_statistics import (
     recommendation_sentence,
     restate,
     statistics_lines,

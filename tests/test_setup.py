@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from avalanche_gss.experiments import RunSettings
-from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
+from avalanche_gss.reproduce.runs.seeding import seeded_model_and_optimizer, seeded_rng
+from avalanche_gss.reproduce.runs.training import RunSettings
 
 
 def test_seeded_rng_draws_from_the_seed_and_restores_the_outer_state():

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from helpers import importable_module
 
-from avalanche_gss.sweep import ResultCache, SweepError, config_key, run_sweep, worker_threads
+from avalanche_gss.reproduce.runs.sweep import (
+    ResultCache,
+    SweepError,
+    config_key,
+    run_sweep,
+    worker_threads,
+)
 
 JOB_MODULE = '''
 import json
@@ -40,7 +46,7 @@ import json
 import sys
 
 import sweep_jobs
-from avalanche_gss.sweep import run_sweep
+from avalanche_gss.reproduce.runs.sweep import run_sweep
 
 if __name__ == "__main__":  # spawned workers import this file again
     jobs = json.loads(sys.argv[1])
@@ -54,7 +60,7 @@ import json
 import sys
 
 import sweep_jobs
-from avalanche_gss.sweep import run_sweep
+from avalanche_gss.reproduce.runs.sweep import run_sweep
 
 if __name__ == "__main__":
     try:
@@ -226,7 +232,7 @@ def test_every_launcher_collects_failures_and_logs_them(tmp_path, jobs_module, c
     jobs[1]["fail"] = True
     options = {"here": {}, "pool": {"workers": 2},
                "submitit": {"launcher": "submitit", "cluster": "local"}}[launcher]
-    with caplog.at_level("ERROR", logger="avalanche_gss.sweep"), \
+    with caplog.at_level("ERROR", logger="avalanche_gss.reproduce.runs.sweep"), \
             pytest.raises(SweepError, match="1 job") as info:
         run_sweep(jobs, jobs_module.record, cache_dir=tmp_path / "cache", progress=False,
                   **options)
@@ -320,7 +326,7 @@ def _swallows_a_ctrl_c(config):
 
 
 def test_a_ctrl_c_that_a_job_swallowed_still_stops_the_sweep(tmp_path, monkeypatch):
-    from avalanche_gss.sweep import SweepInterrupted
+    from avalanche_gss.reproduce.runs.sweep import SweepInterrupted
 
     before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     try:

@@ -8,9 +8,9 @@ import warnings
 import pytest
 from helpers import importable_module
 
-from avalanche_gss import cache as cache_module
-from avalanche_gss import sweep
-from avalanche_gss.sweep import ResultCache, config_key, run_sweep
+from avalanche_gss.reproduce.runs import cache as cache_module
+from avalanche_gss.reproduce.runs import sweep
+from avalanche_gss.reproduce.runs.sweep import ResultCache, config_key, run_sweep
 
 JOB_MODULE = '''
 def square(config):
@@ -86,7 +86,7 @@ def test_an_entry_path_taken_by_a_folder_is_a_warning_in_workers_too(tmp_path, j
 
 
 def test_an_output_error_that_names_no_file_names_the_out_folder(capsys):
-    from avalanche_gss.reproduce.outputs import unwritten
+    from avalanche_gss.reproduce.reports.outputs import unwritten
 
     prog = "python -m reproduce"
     assert unwritten(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "o", prog) == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import importable_module
 
-from avalanche_gss.sweep import ResultCache, available_cpus, run_sweep
+from avalanche_gss.reproduce.runs.sweep import ResultCache, available_cpus, run_sweep
 
 JOB_MODULE = '''
 import os
@@ -36,7 +36,7 @@ import json
 import sys
 
 import safety_jobs
-from avalanche_gss.sweep import run_sweep
+from avalanche_gss.reproduce.runs.sweep import run_sweep
 
 if __name__ == "__main__":
     run_sweep(json.loads(sys.argv[1]), safety_jobs.slow, cache_dir=sys.argv[2], workers=2,

@@ -175,7 +175,7 @@ def register(method: Method) -> Method:
 
     From then on the name works wherever a method name does: ``RunSettings(method=...)``,
     ``python -m reproduce --methods`` (with ``--import`` naming the module that calls
-    this), a which-buffer policy (``avalanche_gss.reproduce.policies.register_policy``).
+    this), a which-buffer policy (``avalanche_gss.reproduce.experiments.policies.register_policy``).
     Registering the same method again, or a method of the same name from the same module
     (that module imported again), replaces it.
 

@@ -80,7 +80,7 @@ def baseline_plan(settings: Any, split: TaskSplit, model: nn.Module,
                   plugins: Sequence[Any] = ()) -> BaselinePlan:
     """Build a baseline's strategy (``Single``, ``iid-*``, ``GEM``, ``iCaRL``) and its data.
 
-    :param settings: the run's :class:`~avalanche_gss.experiments.RunSettings`.
+    :param settings: the run's :class:`~avalanche_gss.reproduce.runs.training.RunSettings`.
     :param split: the task sequence.
     :param model: the network (``features`` + ``classifier`` for iCaRL).
     :param optimizer: its optimizer.

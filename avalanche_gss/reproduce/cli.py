@@ -17,9 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from avalanche_gss import methods  # the registry's names only: no torch, no Avalanche
-from avalanche_gss.cache import module_sha256
-from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
-from avalanche_gss.reproduce.policies import (
+from avalanche_gss.reproduce.experiments.policies import (
     DEFAULT_STREAMS,
     POLICIES,
     STREAM_GROUPS,
@@ -28,6 +26,8 @@ from avalanche_gss.reproduce.policies import (
     policy_label,
     stream_problem,
 )
+from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
+from avalanche_gss.reproduce.runs.cache import module_sha256
 
 EXPERIMENTS: dict[str, str] = {
     "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
@@ -45,14 +45,14 @@ EXPERIMENTS: dict[str, str] = {
 """Every experiment, with the line ``--help`` shows for it."""
 
 METHOD_NAMES = methods.NameView(lambda: (*methods.names(), *methods.BASELINES))
-"""``avalanche_gss.experiments.METHODS``: the registry's buffer methods (this package's,
+"""``avalanche_gss.reproduce.runs.training.METHODS``: the registry's buffer methods (this package's,
 then those registered by ``--import`` modules and entry points), then the baselines."""
 
 VARIANT_NAMES = ("paper", "authors")
-"""``avalanche_gss.experiments.VARIANTS``."""
+"""``avalanche_gss.reproduce.runs.training.VARIANTS``."""
 
 RETRIEVAL_NAMES = ("random", "mir", "other-classes")
-"""``avalanche_gss.experiments.RETRIEVALS``."""
+"""``avalanche_gss.reproduce.runs.training.RETRIEVALS``."""
 
 TABLES = ("table1", "table2", "table3", "table4", "blurry", "constrained")
 """The experiments that are tables of runs (``--retrieval`` applies to them)."""
@@ -335,7 +335,8 @@ def _import_user_modules(argv: Sequence[str], prog: str) -> None:
 def _check_hashable(parser: argparse.ArgumentParser, where: str) -> None:
     """Refuse, in one line, a module of one's own code without a source file to hash.
 
-    Those hashed before pass at once (:func:`~avalanche_gss.cache.module_sha256` keeps
+    Those hashed before pass at once (:func:`~avalanche_gss.reproduce.runs.cache.module_sha256`
+    keeps
     each hash): only the modules the last import loaded can fail.
     """
     for name in methods.user_modules():

@@ -15,11 +15,11 @@ import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
-from avalanche_gss.cache import module_sha256, package_sha256
-from avalanche_gss.experiments import BUFFER_METHODS, RunSettings, make_settings
 from avalanche_gss.provenance import numerics_identity
 from avalanche_gss.reproduce.cli import PROG, prog_of  # noqa: F401 (re-exported)
-from avalanche_gss.reproduce.protocols import METHOD_OVERRIDES, Protocol
+from avalanche_gss.reproduce.experiments.protocols import METHOD_OVERRIDES, Protocol
+from avalanche_gss.reproduce.runs.cache import module_sha256, package_sha256
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunSettings, make_settings
 
 log = logging.getLogger("reproduce")
 
@@ -72,7 +72,7 @@ def code_identity() -> dict[str, Any]:
     """What identifies the code of every run in its cache key, and what it computes on.
 
     The package's version and the hash of its source
-    (:func:`~avalanche_gss.cache.package_sha256`), torch's version, and the CPU
+    (:func:`~avalanche_gss.reproduce.runs.cache.package_sha256`), torch's version, and the CPU
     instruction set torch's kernels dispatch to
     (:func:`~avalanche_gss.provenance.numerics_identity`): another torch, or kernels of
     another vector width, sum in another order, and a run's numbers can change with them.
@@ -269,7 +269,7 @@ def settings_from_dict(values: Mapping[str, Any]) -> RunSettings:
     """A run's settings from their record (``settings_dict``, as a job receives them).
 
     Flat keywords work too: a key that is no ``RunSettings`` field is one of the method's
-    options (:func:`~avalanche_gss.experiments.make_settings`).
+    options (:func:`~avalanche_gss.reproduce.runs.training.make_settings`).
     """
     rest = dict(values)
     return make_settings(rest.pop("method"), **rest)

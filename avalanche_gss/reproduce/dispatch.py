@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from avalanche_gss.reproduce.cli import prog_of
-from avalanche_gss.setup import resolve_device
+from avalanche_gss.reproduce.runs.seeding import resolve_device
 
 
 def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
@@ -24,17 +24,17 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
         args.device = resolve_device(args.device)
     except ValueError as err:
         raise SystemExit(f"{prog}: error: argument --device: {err}") from None
-    from avalanche_gss.reproduce.composition import composition
-    from avalanche_gss.reproduce.figures import FIGURES
-    from avalanche_gss.reproduce.outputs import (
+    from avalanche_gss.reproduce.experiments.composition import composition
+    from avalanche_gss.reproduce.experiments.figures import FIGURES
+    from avalanche_gss.reproduce.experiments.tables import table
+    from avalanche_gss.reproduce.experiments.which_buffer import which_buffer
+    from avalanche_gss.reproduce.reports.outputs import (
         failed,
         interrupted,
         one_line_cache_warnings,
         unwritten,
     )
-    from avalanche_gss.reproduce.tables import table
-    from avalanche_gss.reproduce.which_buffer import which_buffer
-    from avalanche_gss.sweep import SweepError, SweepInterrupted
+    from avalanche_gss.reproduce.runs.sweep import SweepError, SweepInterrupted
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     one_line_cache_warnings(prog)

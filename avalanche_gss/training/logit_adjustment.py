@@ -1,7 +1,8 @@
 """Logit-adjusted cross-entropy: the training loss of Logit Adjusted Softmax (LAS).
 
 :class:`LogitAdjustedLoss` is a criterion for any Avalanche strategy
-(``criterion=LogitAdjustedLoss()``); :func:`~avalanche_gss.experiments.run` uses it when a
+(``criterion=LogitAdjustedLoss()``); :func:`~avalanche_gss.reproduce.runs.training.run` uses it
+when a
 run's ``logit_adjustment`` is above 0.
 """
 

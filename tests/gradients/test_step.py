@@ -14,9 +14,9 @@ import torch
 from helpers import seeded
 from torch import Tensor, nn
 
-from avalanche_gss.budget import PassCounter
 from avalanche_gss.gradients import per_sample_grad_loop
 from avalanche_gss.gradients.step import StepLayers, StepRecord, step_gram, step_problem
+from avalanche_gss.reproduce.runs.budget import PassCounter
 
 
 def _mlp() -> nn.Module:

@@ -7,7 +7,7 @@ import torch
 
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.methods import Method, register
-from avalanche_gss.reproduce.policies import register_policy
+from avalanche_gss.reproduce.experiments.policies import register_policy
 from avalanche_gss.training import BufferStrategy
 
 NEWEST = True  # False: the first samples stay instead

@@ -30,11 +30,11 @@ import avalanche_gss
 
 PRELOAD = (
     "avalanche_gss.reproduce.dispatch",
-    "avalanche_gss.reproduce.tables",
-    "avalanche_gss.reproduce.which_buffer",
-    "avalanche_gss.reproduce.composition",
-    "avalanche_gss.reproduce.figures",
-    "avalanche_gss.reproduce.jobs",
+    "avalanche_gss.reproduce.experiments.tables",
+    "avalanche_gss.reproduce.experiments.which_buffer",
+    "avalanche_gss.reproduce.experiments.composition",
+    "avalanche_gss.reproduce.experiments.figures",
+    "avalanche_gss.reproduce.runs.jobs",
 )
 """What the fork server imports once: the command's experiments, and through them Avalanche."""
 

@@ -17,9 +17,9 @@ from avalanche.training.plugins import ReplayPlugin
 from helpers import C, experiences, small_data
 from helpers import small_mlp as _model
 
-from avalanche_gss.budget import PassCounter
 from avalanche_gss.gradients import sample_gram
 from avalanche_gss.methods.cb_gss import CBGSS, CBGSSBuffer
+from avalanche_gss.reproduce.runs.budget import PassCounter
 from avalanche_gss.selection.greedy import memory_scores
 from avalanche_gss.training import OnlineRehearsalPlugin, quiet_evaluator
 
@@ -160,8 +160,8 @@ def test_a_model_whose_steps_cannot_be_recorded_is_refused_at_its_first_step():
 
 def test_a_model_whose_steps_cannot_be_recorded_is_known_before_training():
     # Given the model above, in eval mode, and the ResNet-18 of the CIFAR-10 protocol
-    from avalanche_gss.experiments import RunSettings, training_problem
     from avalanche_gss.models import make_model
+    from avalanche_gss.reproduce.runs.training import RunSettings, training_problem
     from avalanche_gss.training.step_feed import feed_problem
 
     torch.manual_seed(0)

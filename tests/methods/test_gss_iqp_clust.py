@@ -8,10 +8,10 @@ import torch
 from helpers import digits_mlp
 
 from avalanche_gss.buffers import Rows as _Rows
-from avalanche_gss.experiments import RunSettings, run
 from avalanche_gss.gradients import cosine_from_gram, per_sample_grad_loop, sample_gram
 from avalanche_gss.methods.clust import FSSClustBuffer, GSSClustBuffer
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
+from avalanche_gss.reproduce.runs.training import RunSettings, run
 from avalanche_gss.selection import iqp
 from avalanche_gss.selection.iqp import select_iqp, surrogate
 

@@ -229,7 +229,7 @@ def test_a_data_file_replaced_at_the_same_path_is_not_a_cache_hit(outside, monke
     assert main(args) == 0  # the first run fills the cache
     first = json.loads((outside / "o" / "table1.json").read_text())
     toy_npz(data, seed=1)  # other data, same path
-    with caplog.at_level("INFO", logger="avalanche_gss.sweep"):
+    with caplog.at_level("INFO", logger="avalanche_gss.reproduce.runs.sweep"):
         assert main(args) == 0
     assert "0 already done" in caplog.text, caplog.text
     second = json.loads((outside / "o" / "table1.json").read_text())
@@ -319,12 +319,12 @@ def test_out_on_a_read_only_file_system_is_refused_before_any_run(outside, read_
 
 FULL_DISK = """
 import errno, os, runpy, sys
-import avalanche_gss.cache
+import avalanche_gss.reproduce.runs.cache
 
 def full(path, write, **kwargs):  # as a full disk fails: in write(), naming no file
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-avalanche_gss.cache.atomic_write = full
+avalanche_gss.reproduce.runs.cache.atomic_write = full
 sys.argv[0] = "reproduce"
 runpy.run_module("avalanche_gss.reproduce", run_name="__main__", alter_sys=True)
 """

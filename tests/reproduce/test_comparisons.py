@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from avalanche_gss.reproduce.comparisons import (
+from avalanche_gss.reproduce.reports.comparisons import (
     compare,
     friedman,
     holm,

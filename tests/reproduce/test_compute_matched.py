@@ -7,16 +7,16 @@ from fractions import Fraction
 
 import pytest
 
-from avalanche_gss.reproduce import policies
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.cli import parse_args
-from avalanche_gss.reproduce.jobs import run_job
-from avalanche_gss.reproduce.which_buffer import _job_configs, plan
-from avalanche_gss.reproduce.which_buffer_matched import (
+from avalanche_gss.reproduce.experiments import policies
+from avalanche_gss.reproduce.experiments.which_buffer import _job_configs, plan
+from avalanche_gss.reproduce.experiments.which_buffer_matched import (
     keeps_every_batch,
     matched_configs,
     matched_results,
 )
+from avalanche_gss.reproduce.runs.jobs import run_job
 
 TINY = ["which-buffer", "--quick", "--seeds", "0", "--policies", "Reservoir", "GSS-Greedy",
         "--streams", "disjoint", "--buffer-sizes", "30", "--n-iter", "1"]

@@ -12,8 +12,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from avalanche_gss.reproduce import cli as command_line
 from avalanche_gss.reproduce.common import data_identity, load
-from avalanche_gss.reproduce.protocols import PROTOCOLS
-from avalanche_gss.sweep import config_key
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+from avalanche_gss.reproduce.runs.sweep import config_key
 
 STREAM = "train_phase/train_stream"
 
@@ -26,14 +26,14 @@ def _scalars(folder):
 
 
 def _table_keys(args):
-    from avalanche_gss.reproduce.tables import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.tables import _job_configs, plan
 
     runs, chosen = plan(args, PROTOCOLS["table1"])
     return [config_key(c) for c in _job_configs(args, runs, chosen, "mnist", {})]
 
 
 def _which_buffer_keys(args):
-    from avalanche_gss.reproduce.which_buffer import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.which_buffer import _job_configs, plan
 
     runs, _ = plan(args)
     return [config_key(c) for c in _job_configs(args, runs, "mnist", {})]
@@ -52,7 +52,7 @@ def test_where_the_logs_go_is_no_part_of_a_runs_key(tmp_path):
 
 
 def test_the_logs_are_written_from_the_scalars_a_result_holds(tmp_path, caplog):
-    from avalanche_gss.reproduce.event_logs import write_event_logs, write_events
+    from avalanche_gss.reproduce.reports.event_logs import write_event_logs, write_events
 
     scalars = [[f"BufferSize/{STREAM}", 100, 100.0], [f"BufferSurrogate/{STREAM}", 100, 2.5],
                [f"BufferSize/{STREAM}", 200, 100.0]]
@@ -74,7 +74,7 @@ def test_the_logs_are_written_from_the_scalars_a_result_holds(tmp_path, caplog):
 
 
 def test_the_recorder_keeps_the_numbers_tensorboard_would_plot():
-    from avalanche_gss.reproduce.event_logs import ScalarRecorder
+    from avalanche_gss.reproduce.reports.event_logs import ScalarRecorder
 
     recorder = ScalarRecorder()
     recorder.log_single_metric("a", 3, 10)
@@ -85,8 +85,8 @@ def test_the_recorder_keeps_the_numbers_tensorboard_would_plot():
 
 
 def test_a_logged_run_is_the_run_without_logs_number_for_number(tmp_path):
-    from avalanche_gss.reproduce.jobs import run_job, run_logged_job
-    from avalanche_gss.reproduce.tables import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.tables import _job_configs, plan
+    from avalanche_gss.reproduce.runs.jobs import run_job, run_logged_job
 
     # GSS-Greedy: the surrogate metric takes gradients of the buffer between steps
     data = toy_npz(tmp_path / "toy.npz")

@@ -7,8 +7,8 @@ import os
 import pytest
 from helpers import PNG_MAGIC
 
-from avalanche_gss.reproduce import figures
 from avalanche_gss.reproduce.__main__ import main
+from avalanche_gss.reproduce.experiments import figures
 
 
 def _outputs(out, name):

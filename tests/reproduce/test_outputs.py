@@ -9,9 +9,20 @@ from pathlib import Path
 import pytest
 from helpers.cli import cli
 
-from avalanche_gss.experiments import RunResult, RunSettings, resolve_device, run, run_label
-from avalanche_gss.reporting import format_cell, provenance, rows_from_runs, write_outputs
 from avalanche_gss.reproduce.__main__ import main
+from avalanche_gss.reproduce.reports.writing import (
+    format_cell,
+    provenance,
+    rows_from_runs,
+    write_outputs,
+)
+from avalanche_gss.reproduce.runs.training import (
+    RunResult,
+    RunSettings,
+    resolve_device,
+    run,
+    run_label,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,7 +81,7 @@ def test_run_names_carry_the_variant_only_where_there_is_one(settings, label):
 
 
 def test_the_log_line_of_a_run_names_its_variant(tiny_split, caplog):
-    with caplog.at_level(logging.INFO, logger="avalanche_gss.experiments"):
+    with caplog.at_level(logging.INFO, logger="avalanche_gss.reproduce.runs.training"):
         run(RunSettings(method="GSS-Greedy", options={"variant": "authors"}, buffer_size=20,
                         n_iter=1), tiny_split)
     assert any(r.getMessage().startswith("GSS-Greedy-authors-M20-seed0: avg")
@@ -102,10 +113,10 @@ def test_device_auto_and_bad_devices():
 
 def test_the_cli_names_match_the_library():
     from avalanche_gss.benchmarks import DATASET_NAMES
-    from avalanche_gss.experiments import METHODS, RETRIEVALS, VARIANTS
     from avalanche_gss.reproduce import cli
-    from avalanche_gss.reproduce.figures import FIGURES
-    from avalanche_gss.reproduce.protocols import PROTOCOLS
+    from avalanche_gss.reproduce.experiments.figures import FIGURES
+    from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+    from avalanche_gss.reproduce.runs.training import METHODS, RETRIEVALS, VARIANTS
 
     assert cli.METHOD_NAMES == METHODS
     assert cli.VARIANT_NAMES == VARIANTS
@@ -144,7 +155,7 @@ def test_titles_name_the_data_and_the_buffer_sizes_run():
     import torch
 
     from avalanche_gss.benchmarks import ArrayDataset
-    from avalanche_gss.reproduce.protocols import PROTOCOLS
+    from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 
     def named(name, verified_as=None):
         x, y = torch.rand(20, 3, 4, 4), torch.arange(20) % 10
@@ -171,8 +182,8 @@ def test_titles_name_the_data_and_the_buffer_sizes_run():
 
 def test_retrieval_rows_and_their_labels(tmp_path):
     from avalanche_gss.reproduce.cli import parse_args
-    from avalanche_gss.reproduce.protocols import PROTOCOLS
-    from avalanche_gss.reproduce.tables import plan
+    from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+    from avalanche_gss.reproduce.experiments.tables import plan
 
     args = parse_args(["table1", "--quick", "--methods", "Reservoir", "GSS-IQP", "Single",
                        "--retrieval", "random", "mir", "--mir-candidates", "20"])
@@ -223,8 +234,8 @@ def test_bad_retrieval_options_get_one_line_naming_them(argv, names, capsys):
 
 def test_a_method_s_own_retrieval_is_its_unlabelled_row():
     from avalanche_gss.reproduce.cli import parse_args
-    from avalanche_gss.reproduce.protocols import PROTOCOLS
-    from avalanche_gss.reproduce.tables import plan
+    from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+    from avalanche_gss.reproduce.experiments.tables import plan
 
     def rows(argv):
         runs, _ = plan(parse_args(["table1", "--quick", "--methods", "CB-GSS", "Reservoir",

@@ -15,7 +15,7 @@ from helpers.cli import cli
 
 from avalanche_gss.reproduce.cli import EXPERIMENTS
 from avalanche_gss.reproduce.common import STANDIN
-from avalanche_gss.reproduce.policies import BUILTIN_POLICIES, POLICIES
+from avalanche_gss.reproduce.experiments.policies import BUILTIN_POLICIES, POLICIES
 
 CIFAR_STREAMS = ("cifar10-disjoint", "cifar10-blurry")
 

@@ -7,13 +7,13 @@ import pytest
 from helpers.cli import toy_npz
 
 from avalanche_gss.reproduce.cli import parse_args
-from avalanche_gss.reproduce.outputs import failed
-from avalanche_gss.reproduce.protocols import PROTOCOLS
-from avalanche_gss.sweep import SweepError, config_key, run_sweep
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+from avalanche_gss.reproduce.reports.outputs import failed
+from avalanche_gss.reproduce.runs.sweep import SweepError, config_key, run_sweep
 
 
 def table_configs(argv):
-    from avalanche_gss.reproduce.tables import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.tables import _job_configs, plan
 
     args = parse_args(argv)
     runs, chosen = plan(args, PROTOCOLS[args.experiment])
@@ -21,7 +21,7 @@ def table_configs(argv):
 
 
 def which_buffer_configs(argv):
-    from avalanche_gss.reproduce.which_buffer import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.which_buffer import _job_configs, plan
 
     args = parse_args(["which-buffer", *argv])
     runs, _ = plan(args)
@@ -88,7 +88,7 @@ def test_a_failed_run_is_reported_by_its_label(capsys, caplog):
 
 
 def test_a_job_logs_its_run_under_its_label(tmp_path, caplog):
-    from avalanche_gss.reproduce.jobs import run_job
+    from avalanche_gss.reproduce.runs.jobs import run_job
 
     data = toy_npz(tmp_path / "blobs.npz")
     config = which_buffer_configs(["--quick", "--policies", "GCR (selection)", "--streams",
@@ -96,7 +96,7 @@ def test_a_job_logs_its_run_under_its_label(tmp_path, caplog):
                                    "--n-iter", "1", "--device", "cpu",
                                    "--data", str(data)])[0]
     config["data"] = str(data)
-    with caplog.at_level(logging.INFO, logger="avalanche_gss.experiments"):
+    with caplog.at_level(logging.INFO, logger="avalanche_gss.reproduce.runs.training"):
         run_job(config)
     assert "GCR (selection)-disjoint-M20-seed0: avg" in caplog.text
 

@@ -39,7 +39,7 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     extras = rows[0]["extras"][0]
     assert (extras["every"], extras["start"]) == (3, 5)  # both options reached the buffer
     # and acted: samples 5, 8, 11, ... of the stream kept, the last 100 of them
-    from avalanche_gss.reproduce.policies import QUICK
+    from avalanche_gss.reproduce.experiments.policies import QUICK
 
     per_task = QUICK["samples_per_task"]  # --quick's tasks, 5 of them
     kept = list(range(5, 5 * per_task, 3))[-100:]
@@ -71,7 +71,7 @@ def test_an_option_the_buffer_lacks_is_refused_in_one_line_naming_the_allowed(tm
 
 
 def test_a_policies_value_names_a_label_or_a_method_with_its_options(monkeypatch):
-    from avalanche_gss.reproduce import policies
+    from avalanche_gss.reproduce.experiments import policies
 
     monkeypatch.setattr(policies, "POLICIES", dict(policies.POLICIES))
     assert policies.policy_label("GSS-IQP") == "GSS-IQP"  # a label stays one

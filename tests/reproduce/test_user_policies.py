@@ -21,12 +21,19 @@ from helpers.cli import cli as reproduce
 from helpers.cli import subprocess_env, toy_npz
 from helpers.policy import POLICY, write_policy
 
-from avalanche_gss import experiments, methods
-from avalanche_gss.cache import config_key, module_sha256, package_sha256, source_sha256
+from avalanche_gss import methods
 from avalanche_gss.methods.spec import Method
-from avalanche_gss.reproduce import cli, policies
+from avalanche_gss.reproduce import cli
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.common import code_identity, method_code, prepare_job
+from avalanche_gss.reproduce.experiments import policies
+from avalanche_gss.reproduce.runs import training as experiments
+from avalanche_gss.reproduce.runs.cache import (
+    config_key,
+    module_sha256,
+    package_sha256,
+    source_sha256,
+)
 from avalanche_gss.training import BufferStrategy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -245,7 +252,7 @@ def test_the_source_hash_follows_every_file_and_only_the_source(tmp_path):
 
 
 def test_a_runs_key_holds_the_source_hash_and_no_revision():
-    from avalanche_gss.reproduce.which_buffer import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.which_buffer import _job_configs, plan
 
     args = cli.parse_args(["which-buffer", "--policies", "CB-GSS", "Reservoir",
                            "--streams", "disjoint", "--buffer-sizes", "100", "--seeds", "0"])
@@ -292,7 +299,7 @@ def test_table1_runs_a_user_policy_by_name_and_again_when_its_code_changes(
     # Then the same code again is the cached run, here in this process: the key that the
     # command made in another process is the one this one makes
     monkeypatch.chdir(tmp_path)
-    with caplog.at_level(logging.INFO, logger="avalanche_gss.sweep"):
+    with caplog.at_level(logging.INFO, logger="avalanche_gss.reproduce.runs.sweep"):
         assert main(list(map(str, args))) == 0
     assert _sweep_counts(caplog.text) == (1, 0)
     assert _row(tmp_path / "out") == row

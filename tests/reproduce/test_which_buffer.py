@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 from helpers.cli import cli, subprocess_env
 
-from avalanche_gss.reproduce import policies
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.cli import parse_args
-from avalanche_gss.reproduce.composition import at_task_ends, task_shares
-from avalanche_gss.reproduce.jobs import build_split
-from avalanche_gss.reproduce.policies import POLICIES, STREAMS
-from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS
-from avalanche_gss.reproduce.which_buffer import (
+from avalanche_gss.reproduce.experiments import policies
+from avalanche_gss.reproduce.experiments.composition import at_task_ends, task_shares
+from avalanche_gss.reproduce.experiments.policies import POLICIES, STREAMS
+from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP, PROTOCOLS
+from avalanche_gss.reproduce.experiments.which_buffer import (
     choices,
     plan,
     ranking,
     stream_config,
     traced_streams,
 )
+from avalanche_gss.reproduce.runs.jobs import build_split
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -184,7 +184,7 @@ def test_a_new_policy_is_one_entry_of_the_table(monkeypatch):
 
 
 def test_the_policies_that_exist_now_run(monkeypatch):
-    from avalanche_gss.reproduce.which_buffer import policy_problem
+    from avalanche_gss.reproduce.experiments.which_buffer import policy_problem
 
     assert {p for p in PRESENT if policy_problem(p) is None} == set(PRESENT)
 
@@ -269,7 +269,7 @@ def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
 
 
 def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch):
-    from avalanche_gss.reproduce.which_buffer_report import markdown
+    from avalanche_gss.reproduce.experiments.which_buffer_report import markdown
 
     def row(policy, stream, acc):
         return {"policy": policy, "stream": stream, "buffer_size": 300, "avg_mean": acc,
@@ -321,9 +321,9 @@ def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch
 
 
 def test_gcr_is_compared_with_and_without_its_weighted_replay():
-    from avalanche_gss.experiments import build_strategy, make_buffer, make_settings
     from avalanche_gss.models import MLP
-    from avalanche_gss.reproduce.which_buffer import policy_problem
+    from avalanche_gss.reproduce.experiments.which_buffer import policy_problem
+    from avalanche_gss.reproduce.runs.training import build_strategy, make_buffer, make_settings
 
     assert POLICIES["GCR (selection)"] == {"method": "GCR", "replay_loss": "uniform"}
     assert policy_problem("GCR") is None and policy_problem("OCS") is None

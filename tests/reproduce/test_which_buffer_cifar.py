@@ -11,20 +11,20 @@ import logging
 import pytest
 from helpers.cli import cli
 
-from avalanche_gss.reproduce import policies
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.cli import parse_args
 from avalanche_gss.reproduce.common import STANDIN, load
-from avalanche_gss.reproduce.jobs import build_split
-from avalanche_gss.reproduce.policies import KINDS, STREAMS, stream_problem
-from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS
-from avalanche_gss.reproduce.which_buffer import (
+from avalanche_gss.reproduce.experiments import policies
+from avalanche_gss.reproduce.experiments.policies import KINDS, STREAMS, stream_problem
+from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP, PROTOCOLS
+from avalanche_gss.reproduce.experiments.which_buffer import (
     choices,
     fit_model,
     plan,
     stream_config,
     traced_streams,
 )
+from avalanche_gss.reproduce.runs.jobs import build_split
 
 CIFAR = ("cifar10-disjoint", "cifar10-blurry")
 QUICK_SPT = policies.CIFAR_QUICK["samples_per_task"]

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from avalanche_gss import plotting
-from avalanche_gss.plotting import Panel, Series, plot_panels
-from avalanche_gss.reproduce import which_buffer_report
-from avalanche_gss.reproduce.which_buffer_report import redraw
+from avalanche_gss.reproduce.experiments import which_buffer_report
+from avalanche_gss.reproduce.experiments.which_buffer_report import redraw
+from avalanche_gss.reproduce.reports import plotting
+from avalanche_gss.reproduce.reports.plotting import Panel, Series, plot_panels
 
 
 def _report(matched: bool) -> dict:

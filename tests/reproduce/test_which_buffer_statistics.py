@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from avalanche_gss.reproduce.which_buffer_statistics import (
+from avalanche_gss.reproduce.experiments.which_buffer_statistics import (
     NO_RECOMMENDATION,
     add_statistics,
     paired_values,

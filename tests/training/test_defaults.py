@@ -19,8 +19,8 @@ from avalanche_gss import (
     Rand,
     Reservoir,
 )
-from avalanche_gss.experiments import RunSettings, run_label
 from avalanche_gss.models import MLP
+from avalanche_gss.reproduce.runs.training import RunSettings, run_label
 
 
 @pytest.mark.parametrize("cls", [GSSGreedyBuffer, GSSClustBuffer, FSSClustBuffer,

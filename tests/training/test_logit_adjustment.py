@@ -11,8 +11,8 @@ from avalanche.training import Naive
 from avalanche.training.plugins import ReplayPlugin
 from helpers.cli import cli
 
-from avalanche_gss.experiments import RunSettings, build_strategy, run, run_label
 from avalanche_gss.models import MLP
+from avalanche_gss.reproduce.runs.training import RunSettings, build_strategy, run, run_label
 from avalanche_gss.training import LogitAdjustedLoss, quiet_evaluator
 
 

@@ -2,7 +2,7 @@
 
 Where the logs go changes no run, so it is no part of a run's cache key: a run with
 ``--tensorboard`` is the run without it. Its job
-(:func:`~avalanche_gss.reproduce.jobs.run_logged_job`) records every scalar that the
+(:func:`~avalanche_gss.reproduce.runs.jobs.run_logged_job`) records every scalar that the
 buffer metrics (:func:`~avalanche_gss.metrics.buffer_metrics`: composition per class and
 task, the surrogate, every 100 batches) and the accuracy metrics emit
 (:class:`ScalarRecorder`) into its result's ``tensorboard`` entry, a few hundred numbers;

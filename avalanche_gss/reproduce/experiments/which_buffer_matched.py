@@ -1,11 +1,13 @@
 """``which-buffer --compute-matched``: each policy again on the batches its compute affords.
 
-The real-time rule of Ghunaim et al., CVPR 2023 (:mod:`avalanche_gss.budget`): a policy's
+The real-time rule of Ghunaim et al., CVPR 2023 (:mod:`avalanche_gss.reproduce.runs.budget`): a
+policy's
 relative cost ``C`` is its counted passes (forward + 2 x backward per sample) over its
 as-measured run, over Reservoir's closed form
-(:func:`~avalanche_gss.budget.rehearsal_passes`) on the same stream, buffer size and seed;
+(:func:`~avalanche_gss.reproduce.runs.budget.rehearsal_passes`) on the same stream, buffer size and
+seed;
 it then trains only on the batches ``floor(j * C)``, the others unseen by the model and
-the buffer (:func:`~avalanche_gss.reproduce.jobs.matched_split`). The as-measured runs
+the buffer (:func:`~avalanche_gss.reproduce.runs.jobs.matched_split`). The as-measured runs
 count their passes into their results' extras (so the cache holds them); the
 compute-matched runs record ``C`` (an exact fraction) and their kept batch count in their
 job config, so their cache keys differ. A compute-matched run that keeps every batch (a
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from avalanche_gss.budget import PassCount, relative_cost, trained_batches
+from avalanche_gss.reproduce.runs.budget import PassCount, relative_cost, trained_batches
 
 __all__ = ["MATCHED_LEGEND", "add_matched", "keeps_every_batch", "matched_configs",
            "matched_results", "matched_rows", "relative_cost_of"]
@@ -39,7 +41,7 @@ def relative_cost_of(result: dict[str, Any]) -> tuple[Any, int, int]:
     """A counted run's ``C`` (a ``Fraction``), its kept batch count and the stream's.
 
     :param result: a job's result whose ``extras["passes"]`` the job counted
-        (:func:`~avalanche_gss.reproduce.jobs.run_job` with ``count_passes``).
+        (:func:`~avalanche_gss.reproduce.runs.jobs.run_job` with ``count_passes``).
     :raises ValueError: the result holds no pass counts.
     """
     passes = result["extras"].get("passes")
@@ -140,7 +142,8 @@ def add_matched(records: list[dict[str, Any]], keys: Sequence[dict[str, Any]],
 def matched_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows with the compute-matched accuracy and time in place of the measured ones.
 
-    For :func:`~avalanche_gss.reproduce.which_buffer_report.ranking`: its second ranking.
+    For :func:`~avalanche_gss.reproduce.experiments.which_buffer_report.ranking`: its second
+    ranking.
     """
     return [{**r, "avg_mean": r["matched_avg_mean"], "avg_std": r["matched_avg_std"],
              "train_seconds_mean": r["matched_train_seconds_mean"]} for r in records]

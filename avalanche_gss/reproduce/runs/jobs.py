@@ -2,7 +2,7 @@
 
 ``python -m reproduce`` runs as ``__main__``; a spawned worker process or a submitit job
 cannot import a function from there, so the job functions live in importable modules
-(this one, and :func:`avalanche_gss.reproduce.figures.figure_job`).
+(this one, and :func:`avalanche_gss.reproduce.experiments.figures.figure_job`).
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 from avalanche.core import SupervisedPlugin
 
 from avalanche_gss.benchmarks import ArrayDataset, TaskSplit, blurry_tasks
-from avalanche_gss.budget import PassCounter, kept_samples, rehearsal_passes
-from avalanche_gss.experiments import BUFFER_METHODS
-from avalanche_gss.experiments import run as run_one
+from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
+from avalanche_gss.reproduce.runs.training import run as run_one
 from avalanche_gss.metrics import buffer_metrics, class_task_map
 from avalanche_gss.reproduce.common import load_checked, prepare_job, settings_from_dict
-from avalanche_gss.reproduce.composition import task_end_trace, trace_records
-from avalanche_gss.reproduce.event_logs import RESULT_KEY, ScalarRecorder
-from avalanche_gss.reproduce.protocols import PROTOCOLS
-from avalanche_gss.sweep import job_name
+from avalanche_gss.reproduce.experiments.composition import task_end_trace, trace_records
+from avalanche_gss.reproduce.reports.event_logs import RESULT_KEY, ScalarRecorder
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+from avalanche_gss.reproduce.runs.sweep import job_name
 
 
 def build_split(data: ArrayDataset, config: dict[str, Any], seed: int) -> TaskSplit:
@@ -50,7 +50,7 @@ def stream_batches(split: TaskSplit, batch_size: int) -> list[int]:
 def matched_split(split: TaskSplit, batch_size: int, c: Fraction) -> TaskSplit:
     """``split`` with only the batches a learner of relative cost ``c`` trains on.
 
-    :func:`~avalanche_gss.budget.kept_samples`: the others pass unseen by the model and
+    :func:`~avalanche_gss.reproduce.runs.budget.kept_samples`: the others pass unseen by the model and
     the buffer; the test sets stay whole.
     """
     keep = kept_samples(list(split.train_sizes), batch_size, c)
@@ -92,15 +92,15 @@ def run_job(config: dict[str, Any], *, logged: bool = False) -> dict[str, Any]:
         it was keyed by (:func:`~avalanche_gss.reproduce.common.prepare_job`),
         ``count_passes`` (count the model's passes, :class:`CountPasses`, into
         ``extras["passes"]`` with Reservoir's closed form on the same stream and settings,
-        :func:`~avalanche_gss.budget.rehearsal_passes`, and the stream's batch count) and
+        :func:`~avalanche_gss.reproduce.runs.budget.rehearsal_passes`, and the stream's batch count) and
         ``matched`` (train on the batches a learner of relative cost ``matched["C"]``, an
         exact fraction string, trains on: :func:`matched_split`).
     :param logged: a buffer method's run also records what ``--tensorboard`` logs (the
         buffer metrics, :func:`~avalanche_gss.metrics.buffer_metrics`, every 100 batches,
         and the accuracy), into the result's ``tensorboard`` entry
-        (:class:`~avalanche_gss.reproduce.event_logs.ScalarRecorder`); the run itself, and
+        (:class:`~avalanche_gss.reproduce.reports.event_logs.ScalarRecorder`); the run itself, and
         the rest of its result, are those of the run without it.
-    :return: the :class:`~avalanche_gss.experiments.RunResult` as a dict.
+    :return: the :class:`~avalanche_gss.reproduce.runs.training.RunResult` as a dict.
     """
     if not logging.getLogger().handlers:  # a worker process: log its runs as the CLI does
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",

@@ -1,7 +1,8 @@
 """``python -m reproduce which-buffer``: which buffer policy for which stream, and its cost.
 
-Not a table of the paper: every policy of :data:`~avalanche_gss.reproduce.policies.POLICIES`
-on every chosen stream of :data:`~avalanche_gss.reproduce.policies.STREAMS` (by default
+Not a table of the paper: every policy of
+:data:`~avalanche_gss.reproduce.experiments.policies.POLICIES`
+on every chosen stream of :data:`~avalanche_gss.reproduce.experiments.policies.STREAMS` (by default
 those on the digits: disjoint, permuted, imbalanced sequences 1-5, blurry; or Table 3's
 CIFAR-10 streams, disjoint and blurry, with the ResNet-18: one kind per run) at every
 buffer size and seed, each run with its stream's protocol (learning rate, iterations per
@@ -10,8 +11,9 @@ per-sample gradients off the training step, which the ResNet-18's train-mode Bat
 mixes) is refused before any run when ``--policies`` names it, and left out of the
 default policies, with a log line and the report's ``policies_left_out`` saying why
 (:func:`fit_model`). The runs go through the
-tables' job (:func:`~avalanche_gss.reproduce.jobs.run_job`) and
-:func:`~avalanche_gss.sweep.run_sweep`, so they are cached and a stopped sweep resumes.
+tables' job (:func:`~avalanche_gss.reproduce.runs.jobs.run_job`) and
+:func:`~avalanche_gss.reproduce.runs.sweep.run_sweep`, so they are cached and a stopped sweep
+resumes.
 Outputs, in ``--out``:
 
 - ``which_buffer.md``: one table, rows = policies, columns = streams x buffer sizes, each
@@ -29,7 +31,8 @@ Outputs, in ``--out``:
   same runs.
 
 With ``--compute-matched`` each run also counts its model's passes, and each policy runs
-again on its compute-matched stream (:mod:`~avalanche_gss.reproduce.which_buffer_matched`):
+again on its compute-matched stream
+(:mod:`~avalanche_gss.reproduce.experiments.which_buffer_matched`):
 the rows gain its relative cost ``C`` and its compute-matched accuracy, the table a
 compute-matched section and a second ranking, by compute-matched accuracy.
 """
@@ -44,8 +47,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss.experiments import BUFFER_METHODS
-from avalanche_gss.reporting import group_rows, output_paths, provenance, write_report
 from avalanche_gss.reproduce.common import (
     command,
     data_fields,
@@ -57,10 +58,7 @@ from avalanche_gss.reproduce.common import (
     settings_for,
     settings_from_dict,
 )
-from avalanche_gss.reproduce.event_logs import write_event_logs
-from avalanche_gss.reproduce.jobs import build_split, run_job, run_logged_job
-from avalanche_gss.reproduce.outputs import show_outputs
-from avalanche_gss.reproduce.policies import (
+from avalanche_gss.reproduce.experiments.policies import (
     COMPOSITION_STREAMS,
     DEFAULT_STREAMS,
     KINDS,
@@ -69,17 +67,12 @@ from avalanche_gss.reproduce.policies import (
     STREAMS,
     expand_streams,
 )
-from avalanche_gss.reproduce.protocols import BLURRY_KEEP, PROTOCOLS, data_label
-from avalanche_gss.reproduce.runs import (
-    Run,
-    check_model,
-    job_config,
-    run_result,
-    sweep,
-    training_problems,
+from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP, PROTOCOLS, data_label
+from avalanche_gss.reproduce.experiments.which_buffer_composition import (
+    traced_streams,
+    write_composition,
 )
-from avalanche_gss.reproduce.which_buffer_composition import traced_streams, write_composition
-from avalanche_gss.reproduce.which_buffer_matched import (
+from avalanche_gss.reproduce.experiments.which_buffer_matched import (
     MATCHED_LEGEND,
     add_matched,
     keeps_every_batch,
@@ -87,7 +80,7 @@ from avalanche_gss.reproduce.which_buffer_matched import (
     matched_results,
     matched_rows,
 )
-from avalanche_gss.reproduce.which_buffer_report import (
+from avalanche_gss.reproduce.experiments.which_buffer_report import (
     NAME,
     STEM,
     PolicyRow,
@@ -96,8 +89,26 @@ from avalanche_gss.reproduce.which_buffer_report import (
     ranking,
     runs_csv,
 )
-from avalanche_gss.reproduce.which_buffer_statistics import add_statistics
-from avalanche_gss.sweep import config_key
+from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_statistics
+from avalanche_gss.reproduce.reports.event_logs import write_event_logs
+from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.reports.writing import (
+    group_rows,
+    output_paths,
+    provenance,
+    write_report,
+)
+from avalanche_gss.reproduce.runs.jobs import build_split, run_job, run_logged_job
+from avalanche_gss.reproduce.runs.planning import (
+    Run,
+    check_model,
+    job_config,
+    run_result,
+    sweep,
+    training_problems,
+)
+from avalanche_gss.reproduce.runs.sweep import config_key
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
 
 __all__ = ["NAME", "STEM", "check_policies", "choices", "fit_model", "plan", "policy_problem",
            "ranking", "stream_config", "traced_streams", "which_buffer"]
@@ -114,7 +125,7 @@ _PER_RUN = ("method", "buffer_size", "seed", "device")
 def policy_problem(label: str) -> str | None:
     """What keeps policy ``label`` from running with this version, or ``None``.
 
-    :param label: a key of :data:`~avalanche_gss.reproduce.policies.POLICIES`.
+    :param label: a key of :data:`~avalanche_gss.reproduce.experiments.policies.POLICIES`.
     :return: a few words: its method is not in the registry, it sets a keyword
         its method does not take (or one the experiment sets per run), or
         ``RunSettings`` refuses its values.
@@ -155,7 +166,7 @@ def fit_model(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any],
               ) -> tuple[list[Run], dict[str, str]]:
     """Keep the policies that can train their streams' model on ``data``; refuse or leave out.
 
-    The library says what a policy cannot train (:func:`~avalanche_gss.reproduce.runs.
+    The library says what a policy cannot train (:func:`~avalanche_gss.reproduce.runs.planning.
     training_problems`): a policy that scores by the training step (``CB-GSS (step)``)
     cannot train the CIFAR-10 streams' ResNet-18, whose BatchNorm runs in train mode.
     Policies chosen with ``--policies`` are refused; the default policies leave those out,
@@ -201,7 +212,7 @@ def fit_model(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any],
 def choices(args: argparse.Namespace) -> dict[str, Any]:
     """The policies, streams, buffer sizes and seeds to run (defaults, ``--quick``, options).
 
-    The streams' kind (:data:`~avalanche_gss.reproduce.policies.KINDS`: the digits', by
+    The streams' kind (:data:`~avalanche_gss.reproduce.experiments.policies.KINDS`: the digits', by
     default, or CIFAR-10's) gives the default buffer sizes and what ``--quick`` runs.
 
     :param args: the parsed command line.
@@ -219,11 +230,12 @@ def choices(args: argparse.Namespace) -> dict[str, Any]:
 def stream_config(name: str, chosen: dict[str, Any]) -> dict[str, Any]:
     """The part of a job's config that builds stream ``name`` (see :func:`run_job`).
 
-    Runs on every stream of :data:`~avalanche_gss.reproduce.policies.COMPOSITION_STREAMS` record the
+    Runs on every stream of
+    :data:`~avalanche_gss.reproduce.experiments.policies.COMPOSITION_STREAMS` record the
     buffer's composition (a counter read per batch, a snapshot per task end), so the
     report can show any of them.
 
-    :param name: a key of :data:`~avalanche_gss.reproduce.policies.STREAMS`.
+    :param name: a key of :data:`~avalanche_gss.reproduce.experiments.policies.STREAMS`.
     :param chosen: :func:`choices`' result (its ``samples_per_task`` under ``--quick``).
     """
     spec = STREAMS[name]
@@ -296,7 +308,8 @@ def _streams(data: Any, runs: Sequence[Run], chosen: dict[str, Any]) -> list[dic
     """Each chosen stream's protocol as run, for the report.
 
     A ``--quick`` run of fewer samples per task than its kind's protocol
-    (:attr:`~avalanche_gss.reproduce.policies.StreamKind.paper_samples_per_task`) says so
+    (:attr:`~avalanche_gss.reproduce.experiments.policies.StreamKind.paper_samples_per_task`) says
+    so
     among its deviations.
     """
     streams = []

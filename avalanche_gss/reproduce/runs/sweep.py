@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
-from avalanche_gss.cache import ResultCache, canonical_json, config_key
+from avalanche_gss.reproduce.runs.cache import ResultCache, canonical_json, config_key
 
 __all__ = ["ResultCache", "SweepError", "SweepInterrupted", "UncachedResultWarning",
            "available_cpus", "config_key", "job_name", "run_sweep", "worker_threads"]

@@ -13,18 +13,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss.experiments import BUFFER_METHODS, RunSettings, run_label, settings_dict
-from avalanche_gss.plotting import Panel, Series, plot_panels
-from avalanche_gss.reporting import (
-    data_lines,
-    format_cell,
-    output_paths,
-    protocol_line,
-    provenance,
-    provenance_line,
-    table_csv,
-    write_report,
-)
 from avalanche_gss.reproduce.common import (
     command,
     data_fields,
@@ -33,7 +21,7 @@ from avalanche_gss.reproduce.common import (
     settings_by_method,
     settings_for,
 )
-from avalanche_gss.reproduce.figure_runs import (
+from avalanche_gss.reproduce.experiments.figure_runs import (
     DISJOINT,
     FIGURE5,
     PAPER_FIGURE5_N,
@@ -45,9 +33,26 @@ from avalanche_gss.reproduce.figure_runs import (
     row_label,
     stream_protocol,
 )
-from avalanche_gss.reproduce.outputs import show_outputs
-from avalanche_gss.reproduce.runs import Run, run_result
-from avalanche_gss.rows import group_rows
+from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.reports.plotting import Panel, Series, plot_panels
+from avalanche_gss.reproduce.reports.rows import group_rows
+from avalanche_gss.reproduce.reports.writing import (
+    data_lines,
+    format_cell,
+    output_paths,
+    protocol_line,
+    provenance,
+    provenance_line,
+    table_csv,
+    write_report,
+)
+from avalanche_gss.reproduce.runs.planning import Run, run_result
+from avalanche_gss.reproduce.runs.training import (
+    BUFFER_METHODS,
+    RunSettings,
+    run_label,
+    settings_dict,
+)
 
 log = logging.getLogger("reproduce")
 

@@ -1,7 +1,9 @@
 """How every experiment's outputs are written and shown, and its failures said.
 
-Every experiment writes through :func:`avalanche_gss.reporting.write_report` (its report,
-rows as :meth:`~avalanche_gss.rows.Row.to_dict` records them, its CSV and Markdown, beside
+Every experiment writes through :func:`avalanche_gss.reproduce.reports.writing.write_report` (its
+report,
+rows as :meth:`~avalanche_gss.reproduce.reports.rows.Row.to_dict` records them, its CSV and
+Markdown, beside
 the PNG of its figure); :func:`show_outputs` prints the Markdown and names the files. The
 messages name the program as the user ran it (``prog``).
 """
@@ -16,17 +18,17 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss.experiments import run_label
-from avalanche_gss.reporting import DIVERGED_SHARE
 from avalanche_gss.reproduce.cli import PROG
 from avalanche_gss.reproduce.common import settings_from_dict
-from avalanche_gss.sweep import (
+from avalanche_gss.reproduce.reports.writing import DIVERGED_SHARE
+from avalanche_gss.reproduce.runs.sweep import (
     SweepError,
     SweepInterrupted,
     UncachedResultWarning,
     config_key,
     job_name,
 )
+from avalanche_gss.reproduce.runs.training import run_label
 
 log = logging.getLogger("reproduce")
 

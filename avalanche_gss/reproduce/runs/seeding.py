@@ -1,6 +1,6 @@
 """The start of a run: its device, its forked random state, its network and its optimizer.
 
-:func:`~avalanche_gss.experiments.run` and :func:`~avalanche_gss.evaluation.run_curve`
+:func:`~avalanche_gss.reproduce.runs.training.run` and :func:`~avalanche_gss.reproduce.runs.evaluation.run_curve`
 must start the same settings from the same network and draw the same random numbers
 while training, so that a curve's last point equals the run's result. Both use these
 helpers:
@@ -34,7 +34,7 @@ __all__ = ["SeededSettings", "resolve_device", "seeded_rng", "seeded_model_and_o
 class SeededSettings(Protocol):
     """What :func:`seeded_model_and_optimizer` reads of a run's settings.
 
-    A :class:`~avalanche_gss.experiments.RunSettings` has it.
+    A :class:`~avalanche_gss.reproduce.runs.training.RunSettings` has it.
     """
 
     model: str

@@ -2,30 +2,30 @@
 
 Each entry of :data:`FIGURES` takes the parsed command line, writes
 ``<experiment>.json/.md/.csv/.png`` into ``--out`` and prints the markdown.
-Runs go through :func:`~avalanche_gss.sweep.run_sweep` with :func:`figure_job`, so a
+Runs go through :func:`~avalanche_gss.reproduce.runs.sweep.run_sweep` with :func:`figure_job`, so a
 stopped sweep resumes from ``--cache``.
 
 - ``figure2``: surrogate (Eq. 5) against Monte Carlo solid angle (Eq. 4) of random vector
   sets in 200 dimensions, with their Pearson and Spearman correlations
-  (:mod:`~avalanche_gss.reproduce.figure2`).
+  (:mod:`~avalanche_gss.reproduce.experiments.figure2`).
 - ``figure4``: test accuracy every 100 training samples on disjoint MNIST, M = 300, for
   GSS-Greedy, GSS-IQP, GEM, iCaRL (task ends), Single and the i.i.d. baselines (end)
-  (:mod:`~avalanche_gss.reproduce.figure4`).
+  (:mod:`~avalanche_gss.reproduce.experiments.figure4`).
 - ``figure5``: GSS-Greedy's final average accuracy on disjoint MNIST against ``n`` and
-  against the batch size (M = 300) (:mod:`~avalanche_gss.reproduce.figure5`).
+  against the batch size (M = 300) (:mod:`~avalanche_gss.reproduce.experiments.figure5`).
 
 Their settings (:data:`FIGURE2`, :data:`FIGURE4`, :data:`FIGURE5`) and their job live in
-:mod:`~avalanche_gss.reproduce.figure_runs`.
+:mod:`~avalanche_gss.reproduce.experiments.figure_runs`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from avalanche_gss.reproduce.figure2 import figure2
-from avalanche_gss.reproduce.figure4 import figure4
-from avalanche_gss.reproduce.figure5 import figure5
-from avalanche_gss.reproduce.figure_runs import (
+from avalanche_gss.reproduce.experiments.figure2 import figure2
+from avalanche_gss.reproduce.experiments.figure4 import figure4
+from avalanche_gss.reproduce.experiments.figure5 import figure5
+from avalanche_gss.reproduce.experiments.figure_runs import (
     FIGURE2,
     FIGURE4,
     FIGURE5,

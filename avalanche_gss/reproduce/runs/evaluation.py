@@ -8,11 +8,11 @@ Avalanche strategy: it counts the training samples and, at every multiple of
 ``every_samples``, calls ``strategy.eval`` on the test stream (Avalanche saves and
 restores the training state around an eval inside ``train``) and reads each task's
 accuracy from the strategy's ``EvaluationPlugin`` (``accuracy_metrics(experience=True)``).
-:func:`run_curve` is :func:`~avalanche_gss.experiments.run` with that plugin attached.
+:func:`run_curve` is :func:`~avalanche_gss.reproduce.runs.training.run` with that plugin attached.
 
 Evaluation never changes training: it runs under ``torch.no_grad``, in a forked RNG (so
 DataLoader seeds do not shift the run's random draws), and the strategy's mini-batch
-state is put back; a run's last point equals what :func:`~avalanche_gss.experiments.run`
+state is put back; a run's last point equals what :func:`~avalanche_gss.reproduce.runs.training.run`
 reports for the same settings.
 """
 
@@ -31,7 +31,7 @@ from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
 from avalanche.training.templates import SupervisedTemplate
 
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
-from avalanche_gss.experiments import (
+from avalanche_gss.reproduce.runs.training import (
     BUFFER_METHODS,
     RunResult,
     RunSettings,
@@ -41,7 +41,7 @@ from avalanche_gss.experiments import (
     run,
     run_label,
 )
-from avalanche_gss.setup import seeded_model_and_optimizer, seeded_rng
+from avalanche_gss.reproduce.runs.seeding import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import RepeatedBatchMixin
 
 __all__ = [
@@ -82,7 +82,7 @@ class PeriodicEvalPlugin(SupervisedPlugin):
 
     - a :class:`~avalanche_gss.training.RepeatedBatchMixin` strategy
       (:class:`~avalanche_gss.training.OnlineTemplate` and the task-aware GEM and
-      iCaRL of :mod:`avalanche_gss.experiments`) learns each mini-batch ``n_iter`` times:
+      iCaRL of :mod:`avalanche_gss.reproduce.runs.training`) learns each mini-batch ``n_iter`` times:
       its samples count after the mini-batch's last iteration (``after_training_iteration``,
       after the plugins before this one, e.g. the replay step), so the points fall inside
       task-level experiences too;
@@ -193,7 +193,7 @@ of each task (iCaRL), or only at the end of training (the i.i.d. baselines)."""
 def schedule_of(method: str) -> str:
     """The evaluation schedule of a method in Figure 4 (one of :data:`SCHEDULES`).
 
-    :param method: a method name of :data:`~avalanche_gss.experiments.METHODS`.
+    :param method: a method name of :data:`~avalanche_gss.reproduce.runs.training.METHODS`.
     """
     if method == "iCaRL":
         return "task_ends"
@@ -229,7 +229,7 @@ class CurveResult:
     """The test accuracy of one run along its stream, and its final result.
 
     :param result: the final per-task accuracies (the last point), as
-        :func:`~avalanche_gss.experiments.run` reports them.
+        :func:`~avalanche_gss.reproduce.runs.training.run` reports them.
     :param samples: training samples seen at each point.
     :param task_accuracy: per point, every task's accuracy (percent).
     :param schedule: one of :data:`SCHEDULES`.
@@ -296,7 +296,7 @@ def mean_curve(curves: Sequence[CurveResult], *, seen: bool = False
 
 def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 100,
               label: str | None = None) -> CurveResult:
-    """Train as :func:`~avalanche_gss.experiments.run` does, measuring accuracy on the way.
+    """Train as :func:`~avalanche_gss.reproduce.runs.training.run` does, measuring accuracy on the way.
 
     The test accuracy along the stream is the paper's Figure 4.
 
@@ -311,7 +311,7 @@ def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 1
     :param split: the task sequence.
     :param every_samples: training samples between two points (the paper: 100).
     :param label: the run's name in its log lines (``None``:
-        :func:`~avalanche_gss.experiments.run_label`).
+        :func:`~avalanche_gss.reproduce.runs.training.run_label`).
     :return: the curve and the final result.
     """
     s = settings
@@ -339,7 +339,7 @@ def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 1
 
 def _run_baseline_curve(s: RunSettings, split: TaskSplit, every_samples: int,
                         ends: list[int]) -> tuple[RunResult, PeriodicEvalPlugin]:
-    """Train ``Single``, ``GEM`` or ``iCaRL`` as :func:`~avalanche_gss.experiments.run` does.
+    """Train ``Single``, ``GEM`` or ``iCaRL`` as :func:`~avalanche_gss.reproduce.runs.training.run` does.
 
     With a :class:`PeriodicEvalPlugin` attached (``run`` takes plugins for the buffer
     methods only).

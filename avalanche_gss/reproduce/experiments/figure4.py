@@ -16,25 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from avalanche_gss.evaluation import CurveResult, mean_curve
-from avalanche_gss.experiments import (
-    BUFFER_METHODS,
-    METHODS,
-    TASK_AWARE,
-    RunSettings,
-    run_label,
-    settings_dict,
-)
-from avalanche_gss.plotting import Series, plot_curves
-from avalanche_gss.reporting import (
-    output_paths,
-    provenance,
-    provenance_line,
-    table_csv,
-    table_markdown,
-    write_report,
-    write_text,
-)
 from avalanche_gss.reproduce.common import (
     command,
     data_fields,
@@ -43,7 +24,7 @@ from avalanche_gss.reproduce.common import (
     settings_by_method,
     settings_for,
 )
-from avalanche_gss.reproduce.figure_runs import (
+from avalanche_gss.reproduce.experiments.figure_runs import (
     DISJOINT,
     FIGURE4,
     base_config,
@@ -55,9 +36,28 @@ from avalanche_gss.reproduce.figure_runs import (
     row_label,
     stream_protocol,
 )
-from avalanche_gss.reproduce.outputs import show_outputs
-from avalanche_gss.reproduce.runs import Run
-from avalanche_gss.rows import Row, group_rows
+from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.reports.plotting import Series, plot_curves
+from avalanche_gss.reproduce.reports.rows import Row, group_rows
+from avalanche_gss.reproduce.reports.writing import (
+    output_paths,
+    provenance,
+    provenance_line,
+    table_csv,
+    table_markdown,
+    write_report,
+    write_text,
+)
+from avalanche_gss.reproduce.runs.evaluation import CurveResult, mean_curve
+from avalanche_gss.reproduce.runs.planning import Run
+from avalanche_gss.reproduce.runs.training import (
+    BUFFER_METHODS,
+    METHODS,
+    TASK_AWARE,
+    RunSettings,
+    run_label,
+    settings_dict,
+)
 
 log = logging.getLogger("reproduce")
 

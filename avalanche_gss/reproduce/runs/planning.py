@@ -1,6 +1,6 @@
 """What every experiment's sweep shares: its jobs' cache keys, the sweep, the checks.
 
-A job's config is its cache key (:func:`~avalanche_gss.sweep.config_key`): it holds the
+A job's config is its cache key (:func:`~avalanche_gss.reproduce.runs.sweep.config_key`): it holds the
 hash of the package's code (:func:`~avalanche_gss.reproduce.common.code_identity`), so any
 change of the code is a new run and the same code finds its results again.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from avalanche_gss.experiments import RunResult, RunSettings, training_problem
+from avalanche_gss.reproduce.runs.training import RunResult, RunSettings, training_problem
 from avalanche_gss.models import make_model
 from avalanche_gss.reproduce.common import code_identity
-from avalanche_gss.sweep import run_sweep
+from avalanche_gss.reproduce.runs.sweep import run_sweep
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Run:
 
     :param settings: the run's settings.
     :param keys: its row keys: what tells its row from the others beyond method and buffer
-        size (:func:`~avalanche_gss.rows.group_rows`).
+        size (:func:`~avalanche_gss.reproduce.reports.rows.group_rows`).
     :param job: what its job needs beyond the settings (its stream: ``variant``,
         ``protocol``, ``blur``, ``trace``...), part of its cache key.
     """
@@ -87,7 +87,7 @@ def _models(data: Any, names: Sequence[str]) -> dict[str, torch.nn.Module]:
 def training_problems(data: Any, settings: Sequence[RunSettings]) -> list[str | None]:
     """What keeps each run from training its model, known before any run starts.
 
-    The library is asked (:func:`~avalanche_gss.experiments.training_problem`), once per
+    The library is asked (:func:`~avalanche_gss.reproduce.runs.training.training_problem`), once per
     method, options and model, with the model built for ``data``: a buffer that reads its
     gradients off the training step (CB-GSS with ``score_from="step"``) cannot train a
     model whose BatchNorm runs in train mode (the ResNet-18).

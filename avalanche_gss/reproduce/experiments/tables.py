@@ -1,8 +1,9 @@
 """The table experiments of ``python -m reproduce`` (``table1`` ... ``table4``, ``constrained``).
 
-A table is a plan of runs (:func:`plan`), swept through :func:`avalanche_gss.reproduce.jobs.run_job`
+A table is a plan of runs (:func:`plan`), swept through
+:func:`avalanche_gss.reproduce.runs.jobs.run_job`
 and cached by everything that determines a run's result, then grouped into rows
-(:func:`~avalanche_gss.rows.group_rows`) and written as JSON, CSV and Markdown.
+(:func:`~avalanche_gss.reproduce.reports.rows.group_rows`) and written as JSON, CSV and Markdown.
 """
 
 from __future__ import annotations
@@ -15,17 +16,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss.experiments import (
-    BUFFER_METHODS,
-    TASK_AWARE,
-    VARIANT_METHODS,
-    RunSettings,
-    default_retrieval,
-    run_label,
-    settings_dict,
-)
-from avalanche_gss.paper import PAPER_AVERAGES, PAPER_TABLES
-from avalanche_gss.reporting import group_rows, provenance, write_outputs
 from avalanche_gss.reproduce.common import (
     command,
     data_fields,
@@ -37,11 +27,13 @@ from avalanche_gss.reproduce.common import (
     settings_by_method,
     settings_for,
 )
-from avalanche_gss.reproduce.event_logs import write_event_logs
-from avalanche_gss.reproduce.jobs import run_job, run_logged_job
-from avalanche_gss.reproduce.outputs import show_outputs
-from avalanche_gss.reproduce.protocols import PROTOCOLS, Protocol
-from avalanche_gss.reproduce.runs import (
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, Protocol
+from avalanche_gss.reproduce.reports.event_logs import write_event_logs
+from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.reports.paper import PAPER_AVERAGES, PAPER_TABLES
+from avalanche_gss.reproduce.reports.writing import group_rows, provenance, write_outputs
+from avalanche_gss.reproduce.runs.jobs import run_job, run_logged_job
+from avalanche_gss.reproduce.runs.planning import (
     Run,
     check_buffer_sizes,
     check_model,
@@ -49,7 +41,16 @@ from avalanche_gss.reproduce.runs import (
     run_result,
     sweep,
 )
-from avalanche_gss.sweep import config_key
+from avalanche_gss.reproduce.runs.sweep import config_key
+from avalanche_gss.reproduce.runs.training import (
+    BUFFER_METHODS,
+    TASK_AWARE,
+    VARIANT_METHODS,
+    RunSettings,
+    default_retrieval,
+    run_label,
+    settings_dict,
+)
 
 log = logging.getLogger("reproduce")
 

@@ -1,11 +1,11 @@
 """which-buffer's answer with its uncertainty: paired comparisons, ablations, recommendation.
 
 Every run of a policy is paired with every other policy's run on the same stream, buffer
-size and seed (:mod:`~avalanche_gss.reproduce.comparisons`). From a report's rows this
+size and seed (:mod:`~avalanche_gss.reproduce.reports.comparisons`). From a report's rows this
 module computes, as measured and (with ``--compute-matched``) compute-matched:
 
 - ``recommendation``: the group of policies not significantly worse than the best and
-  the cheapest of them (:func:`~avalanche_gss.reproduce.comparisons.recommend`), for the
+  the cheapest of them (:func:`~avalanche_gss.reproduce.reports.comparisons.recommend`), for the
   data the report ran on; ``None`` with one seed (:data:`NO_RECOMMENDATION` says why);
 - ``comparisons``: every pair of policies, Holm-corrected over all pairs;
 - ``ablations``: the questions of :data:`ABLATIONS`, each a paired mean difference with
@@ -26,8 +26,8 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
-from avalanche_gss.reproduce.comparisons import ALPHA, MIN_SEEDS, compare, recommend
-from avalanche_gss.reproduce.protocols import label_of
+from avalanche_gss.reproduce.experiments.protocols import label_of
+from avalanche_gss.reproduce.reports.comparisons import ALPHA, MIN_SEEDS, compare, recommend
 
 __all__ = ["ABLATIONS", "NO_RECOMMENDATION", "add_statistics", "paired_values",
            "recommendation_sentence", "restate", "stability", "statistics_lines"]
@@ -48,7 +48,7 @@ NO_RECOMMENDATION = ("one seed is not a ranking: with a single seed, a policy's 
                      "seed's streams and initial weights cannot be told from the policy, so "
                      f"no recommendation is made; run at least {MIN_SEEDS} seeds (the "
                      "default runs enough to decide)")
-"""Why a report of fewer than :data:`~avalanche_gss.reproduce.comparisons.MIN_SEEDS` seeds
+"""Why a report of fewer than :data:`~avalanche_gss.reproduce.reports.comparisons.MIN_SEEDS` seeds
 recommends nothing."""
 
 

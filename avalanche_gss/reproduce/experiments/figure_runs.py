@@ -1,6 +1,6 @@
 """What the figures of ``python -m reproduce`` share: their settings, their job, their data.
 
-Each figure's runs go through :func:`~avalanche_gss.sweep.run_sweep` with
+Each figure's runs go through :func:`~avalanche_gss.reproduce.runs.sweep.run_sweep` with
 :func:`figure_job`, so a stopped sweep resumes from ``--cache``.
 """
 
@@ -11,9 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from avalanche_gss.benchmarks import ArrayDataset, TaskSplit
-from avalanche_gss.evaluation import run_curve
-from avalanche_gss.experiments import VARIANT_METHODS, VARIANTS
-from avalanche_gss.experiments import run as run_one
 from avalanche_gss.reproduce.common import (
     data_identity,
     load_checked,
@@ -24,9 +21,17 @@ from avalanche_gss.reproduce.common import (
     settings_by_method,
     settings_from_dict,
 )
-from avalanche_gss.reproduce.protocols import PAPER_DATA, PROTOCOLS, data_label, disjoint_stream
-from avalanche_gss.reproduce.runs import job_config, sweep
-from avalanche_gss.sweep import job_name
+from avalanche_gss.reproduce.experiments.protocols import (
+    PAPER_DATA,
+    PROTOCOLS,
+    data_label,
+    disjoint_stream,
+)
+from avalanche_gss.reproduce.runs.evaluation import run_curve
+from avalanche_gss.reproduce.runs.planning import job_config, sweep
+from avalanche_gss.reproduce.runs.sweep import job_name
+from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, VARIANTS
+from avalanche_gss.reproduce.runs.training import run as run_one
 
 FIGURE2: dict[str, Any] = {
     "dim": 200, "ks": (5, 10, 20), "n_sets": 200, "n_samples": 1_000_000,
@@ -69,8 +74,8 @@ def _split(config: dict[str, Any], seed: int) -> TaskSplit:
 def figure_job(config: dict[str, Any]) -> dict[str, Any]:
     """One run of a figure (module-level, so worker processes and submitit can pickle it).
 
-    :param config: ``kind`` (``"curve"``: :func:`~avalanche_gss.evaluation.run_curve`
-        every ``every_samples``; ``"final"``: :func:`~avalanche_gss.experiments.run`),
+    :param config: ``kind`` (``"curve"``: :func:`~avalanche_gss.reproduce.runs.evaluation.run_curve`
+        every ``every_samples``; ``"final"``: :func:`~avalanche_gss.reproduce.runs.training.run`),
         ``data``, ``root``, ``download``, ``samples_per_task``, ``settings`` and
         ``label`` (the run's name in its log lines, unique in its sweep).
     :return: the :class:`CurveResult` or :class:`RunResult` as a dict.
@@ -98,7 +103,7 @@ def figure_sweep(args: argparse.Namespace, configs: list[dict[str, Any]]
 
 def base_config(args: argparse.Namespace, data_name: str, samples_per_task: int,
                 data: ArrayDataset) -> dict[str, Any]:
-    """What every job of a figure holds (:func:`~avalanche_gss.reproduce.runs.job_config`)."""
+    """What every job of a figure holds (:func:`.planning.job_config`)."""
     return job_config(args, args.experiment, data_name, data_identity(data),
                       samples_per_task=samples_per_task)
 

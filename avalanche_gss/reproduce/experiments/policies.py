@@ -6,7 +6,7 @@ Data only, and the standard library only: the command line reads the labels for
 **Adding a policy** is one entry in :data:`POLICIES`: its row label, mapped to the
 keywords that make it (``method`` names a buffer method of the registry,
 ``avalanche_gss.methods``; every other key is a
-:class:`~avalanche_gss.experiments.RunSettings` field, or else an option of the method's
+:class:`~avalanche_gss.reproduce.runs.training.RunSettings` field, or else an option of the method's
 buffer, by the buffer's own parameter name). From one's own module,
 :func:`register_policy` adds it (give the module to ``python -m reproduce --import``); on
 the command line, ``--policies METHOD:OPTION=VALUE,...`` (:func:`policy_label`); in this
@@ -132,7 +132,7 @@ def policy_label(text: str, methods: Sequence[str] | None = None) -> str:
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """One stream of the comparison, built by a protocol of ``avalanche_gss.reproduce.protocols``.
+    """One stream of the comparison, built by a protocol of ``experiments.protocols``.
 
     :param family: the figure panel it belongs to (``"imbalanced"`` for sequences 1-5;
         a CIFAR-10 stream shares its family with the digits' stream of the same
@@ -142,7 +142,8 @@ class StreamSpec:
     :param variant: the protocol's row keys for this stream (Table 4's ``sequence``).
     :param blurred: blur the task boundaries with
         :func:`~avalanche_gss.benchmarks.blurry_tasks` (each task keeps the share
-        ``avalanche_gss.reproduce.protocols.BLURRY_KEEP`` of its samples, the paper appendix's).
+        ``avalanche_gss.reproduce.experiments.protocols.BLURRY_KEEP`` of its samples, the paper
+        appendix's).
     :param data: the key of its :data:`KINDS` entry: its protocol's dataset (``"mnist"``:
         the digits with the MLP; ``"cifar10"``: CIFAR-10 with the reduced ResNet-18).
     """

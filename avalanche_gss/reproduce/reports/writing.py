@@ -1,6 +1,7 @@
 """Turn runs into the paper-style outputs of ``python -m reproduce``.
 
-``rows_from_runs`` groups runs that differ only by seed into one row (:mod:`avalanche_gss.rows`);
+``rows_from_runs`` groups runs that differ only by seed into one row
+(:mod:`avalanche_gss.reproduce.reports.rows`);
 ``write_report`` is the one writer of every experiment's JSON, CSV and Markdown;
 ``write_outputs`` writes a table's ``<experiment>.json``, ``.csv`` and ``.md`` (ours beside
 the paper's number in every cell the paper has, when the runs used data verified to be the
@@ -22,7 +23,13 @@ from typing import Any
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries, resolve_target
 from avalanche_gss.provenance import provenance, provenance_line
-from avalanche_gss.rows import DIVERGED_SHARE, Row, diverged, group_rows, rows_from_runs
+from avalanche_gss.reproduce.reports.rows import (
+    DIVERGED_SHARE,
+    Row,
+    diverged,
+    group_rows,
+    rows_from_runs,
+)
 
 __all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs",
            "output_paths", "table_csv", "table_markdown", "write_outputs", "write_report",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
-from avalanche_gss.experiments import RunResult
+from avalanche_gss.reproduce.runs.training import RunResult
 
 __all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs"]
 

@@ -23,7 +23,7 @@ from avalanche_gss import methods
 from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
-from avalanche_gss.setup import resolve_device, seeded_model_and_optimizer, seeded_rng
+from avalanche_gss.reproduce.runs.seeding import resolve_device, seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.training import LogitAdjustedLoss, MIRRetrieval, quiet_evaluator
 from avalanche_gss.training.logit_adjustment import check_tau, check_window
 from avalanche_gss.training.retrieval import RETRIEVALS

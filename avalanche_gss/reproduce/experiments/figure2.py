@@ -16,11 +16,11 @@ from collections.abc import Sequence
 
 import torch
 
-from avalanche_gss.plotting import plot_surrogate_vs_solid_angle as plot_surrogate
-from avalanche_gss.reporting import output_paths, write_report
 from avalanche_gss.reproduce.common import command, prog_of
-from avalanche_gss.reproduce.figure_runs import FIGURE2, chosen_for
-from avalanche_gss.reproduce.outputs import show_outputs
+from avalanche_gss.reproduce.experiments.figure_runs import FIGURE2, chosen_for
+from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.reports.plotting import plot_surrogate_vs_solid_angle as plot_surrogate
+from avalanche_gss.reproduce.reports.writing import output_paths, write_report
 from avalanche_gss.solid_angle import SurrogateStudy, surrogate_vs_solid_angle
 
 log = logging.getLogger("reproduce")

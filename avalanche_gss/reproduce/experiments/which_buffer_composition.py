@@ -1,7 +1,7 @@
 """``which-buffer``'s composition report: what each policy's buffer holds at task ends.
 
 Traced during the comparison's own runs, on the streams of
-:data:`~avalanche_gss.reproduce.policies.COMPOSITION_STREAMS`.
+:data:`~avalanche_gss.reproduce.experiments.policies.COMPOSITION_STREAMS`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,16 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss.reporting import data_lines, output_paths, provenance_line, write_report
-from avalanche_gss.reproduce.composition import at_task_ends, task_shares
-from avalanche_gss.reproduce.policies import COMPOSITION_STREAMS, STREAMS
-from avalanche_gss.reproduce.runs import Run
-from avalanche_gss.reproduce.which_buffer_report import NAME, STEM, protocol_lines
+from avalanche_gss.reproduce.experiments.composition import at_task_ends, task_shares
+from avalanche_gss.reproduce.experiments.policies import COMPOSITION_STREAMS, STREAMS
+from avalanche_gss.reproduce.experiments.which_buffer_report import NAME, STEM, protocol_lines
+from avalanche_gss.reproduce.reports.writing import (
+    data_lines,
+    output_paths,
+    provenance_line,
+    write_report,
+)
+from avalanche_gss.reproduce.runs.planning import Run
 
 
 def traced_streams(streams: Sequence[str]) -> tuple[str, ...]:

@@ -22,15 +22,6 @@ from typing import Any
 
 from avalanche_gss.benchmarks import TaskSplit
 from avalanche_gss.diagnostics import BufferTrace
-from avalanche_gss.experiments import VARIANT_METHODS, run
-from avalanche_gss.reporting import (
-    data_lines,
-    output_paths,
-    protocol_line,
-    provenance,
-    provenance_line,
-    write_report,
-)
 from avalanche_gss.reproduce.common import (
     command,
     data_fields,
@@ -39,8 +30,17 @@ from avalanche_gss.reproduce.common import (
     resolve_data,
     settings_from_dict,
 )
-from avalanche_gss.reproduce.outputs import show_outputs
-from avalanche_gss.reproduce.protocols import PROTOCOLS, data_label
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, data_label
+from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.reports.writing import (
+    data_lines,
+    output_paths,
+    protocol_line,
+    provenance,
+    provenance_line,
+    write_report,
+)
+from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, run
 
 
 def task_end_trace(split: TaskSplit) -> BufferTrace:

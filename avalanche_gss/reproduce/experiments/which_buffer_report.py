@@ -11,9 +11,19 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from avalanche_gss.experiments import RunResult, default_retrieval
-from avalanche_gss.plotting import Interval, Panel, Series, plot_intervals, plot_panels
-from avalanche_gss.reporting import (
+from avalanche_gss.reproduce.experiments.policies import POLICIES, STREAMS
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, label_of
+from avalanche_gss.reproduce.experiments.which_buffer_statistics import statistics_lines
+from avalanche_gss.reproduce.reports.comparisons import mean_interval
+from avalanche_gss.reproduce.reports.plotting import (
+    Interval,
+    Panel,
+    Series,
+    plot_intervals,
+    plot_panels,
+)
+from avalanche_gss.reproduce.reports.rows import Row
+from avalanche_gss.reproduce.reports.writing import (
     DIVERGED_SHARE,
     data_lines,
     diverged,
@@ -22,11 +32,7 @@ from avalanche_gss.reporting import (
     provenance_line,
     shared_places,
 )
-from avalanche_gss.reproduce.comparisons import mean_interval
-from avalanche_gss.reproduce.policies import POLICIES, STREAMS
-from avalanche_gss.reproduce.protocols import PROTOCOLS, label_of
-from avalanche_gss.reproduce.which_buffer_statistics import statistics_lines
-from avalanche_gss.rows import Row
+from avalanche_gss.reproduce.runs.training import RunResult, default_retrieval
 
 NAME = "which-buffer"
 """The experiment's name on the command line."""
@@ -43,12 +49,12 @@ class PolicyRow(Row):
 
     @property
     def policy(self) -> str:
-        """The policy's label (a key of :data:`~avalanche_gss.reproduce.policies.POLICIES`)."""
+        """The policy's label (a key of :data:`.policies.POLICIES`)."""
         return str(self.keys["policy"])
 
     @property
     def stream(self) -> str:
-        """The stream's name (a key of :data:`~avalanche_gss.reproduce.policies.STREAMS`)."""
+        """The stream's name (a key of :data:`.policies.STREAMS`)."""
         return str(self.keys["stream"])
 
     def to_dict(self) -> dict[str, Any]:
@@ -371,7 +377,7 @@ def draw(report: dict[str, Any], out: str | os.PathLike[str]) -> dict[str, str]:
     (:func:`intervals_figure`).
 
     :param report: the JSON report (completed by
-        :func:`~avalanche_gss.reproduce.which_buffer_statistics.add_statistics`).
+        :func:`~avalanche_gss.reproduce.experiments.which_buffer_statistics.add_statistics`).
     :param out: the folder.
     """
     protocol = report["protocol"]
@@ -406,7 +412,7 @@ def redraw(report_path: str | os.PathLike[str], out: str | os.PathLike[str] | No
     :param out: the folder of the PNGs; the report's own by default.
     :return: the figures' paths (:func:`draw`).
     """
-    from avalanche_gss.reproduce.which_buffer_statistics import restate
+    from avalanche_gss.reproduce.experiments.which_buffer_statistics import restate
 
     report = restate(report_path)
     return draw(report, Path(report_path).parent if out is None else out)
