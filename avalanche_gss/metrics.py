@@ -30,9 +30,9 @@ from avalanche.evaluation.metric_results import MetricResult, MetricValue
 from avalanche.evaluation.metric_utils import get_metric_name
 from torch import Tensor, nn
 
-from avalanche_gss.benchmarks.online import experience_tensors
 from avalanche_gss.buffers import OnlineBuffer, task_labels_for
 from avalanche_gss.gradients import LossFn, preserved_state, sample_cosine
+from avalanche_gss.streams.online import experience_tensors
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate

@@ -32,7 +32,6 @@ from typing import Any
 import torch
 from avalanche.core import SupervisedPlugin
 
-from avalanche_gss.benchmarks import TaskSplit, disjoint_tasks, load_dataset
 from avalanche_gss.reproduce.runs.budget import (
     PassCount,
     PassCounter,
@@ -41,6 +40,7 @@ from avalanche_gss.reproduce.runs.budget import (
     relative_cost,
 )
 from avalanche_gss.reproduce.runs.training import RunSettings, run
+from avalanche_gss.streams import TaskSplit, disjoint_tasks, load_dataset
 
 POLICIES: dict[str, dict[str, Any]] = {
     "Reservoir": {"method": "Reservoir"},

@@ -154,7 +154,7 @@ class SyncCounter(TorchFunctionMode):
 
 
 def _stream(model_name: str, n_batches: int, seed: int) -> tuple[Any, Any]:
-    from avalanche_gss.benchmarks import (
+    from avalanche_gss.streams import (
         disjoint_tasks,
         load_dataset,
         online_benchmark,

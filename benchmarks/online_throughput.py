@@ -51,7 +51,7 @@ use seeds 0, 1, 2, ... ``--device auto`` (the default) trains on CUDA when it is
 
 Cases ``reservoir-resnet-cifar``, ``gss-greedy-resnet-cifar`` and ``gss-iqp-resnet-cifar``
 (opt-in with ``--cases``: slow on a CPU): Table 3's setting on a generated CIFAR-shaped
-stand-in (:func:`avalanche_gss.benchmarks.synthetic_images`, 10 classes of noisy 3x32x32
+stand-in (:func:`avalanche_gss.streams.synthetic_images`, 10 classes of noisy 3x32x32
 prototypes, not real data: the records' ``data_source`` says so), disjoint 5 x 2,000, the
 reduced ResNet-18, SGD lr 0.01, ``M = 1000``. ``library`` is
 :class:`~avalanche_gss.methods.reservoir.Reservoir`,
@@ -86,12 +86,6 @@ import torch
 from phases import NoTimer, PhaseTimer, instrument, table
 from torch import nn
 
-from avalanche_gss.benchmarks import (
-    disjoint_tasks,
-    load_dataset,
-    online_benchmark,
-    synthetic_images,
-)
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.gcr import GCR
@@ -101,6 +95,12 @@ from avalanche_gss.methods.ocs import OCS
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP, make_model
 from avalanche_gss.reproduce.runs.training import resolve_device
+from avalanche_gss.streams import (
+    disjoint_tasks,
+    load_dataset,
+    online_benchmark,
+    synthetic_images,
+)
 from avalanche_gss.training import LogitAdjustedLoss
 
 LR = {"mlp": 0.05, "resnet": 0.01}  # Table 1's and Table 3's SGD learning rates

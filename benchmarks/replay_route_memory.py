@@ -82,7 +82,7 @@ from avalanche.training.storage_policy import ReservoirSamplingBuffer
 from rss import copy_smaps, heap_in_use_mb, pymalloc_arenas, rss_mb, rss_parts_mb, smaps_rss
 
 from avalanche_gss import methods
-from avalanche_gss.benchmarks import tensor_dataset
+from avalanche_gss.streams import tensor_dataset
 from avalanche_gss.training import quiet_evaluator
 
 REFERENCE = "avalanche-reservoir"

@@ -12,8 +12,8 @@ import os
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import disjoint_tasks, load_dataset
 from avalanche_gss.reproduce.runs.training import RunSettings, run
+from avalanche_gss.streams import disjoint_tasks, load_dataset
 
 UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
 """True while mutmut runs the suite (it sets ``MUTANT_UNDER_TEST`` in every run it makes)."""

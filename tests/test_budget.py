@@ -12,7 +12,6 @@ from helpers import benchmark_script
 from torch import nn
 
 from avalanche_gss import methods
-from avalanche_gss.benchmarks import disjoint_tasks, online_benchmark
 from avalanche_gss.gradients import per_sample_grad_loop, per_sample_grad_vmap, sample_gram
 from avalanche_gss.models import MLP
 from avalanche_gss.reproduce.runs.budget import (
@@ -24,6 +23,7 @@ from avalanche_gss.reproduce.runs.budget import (
     relative_cost,
     trained_batches,
 )
+from avalanche_gss.streams import disjoint_tasks, online_benchmark
 
 
 def _mlp(seed=0):

@@ -8,7 +8,6 @@ import torch
 from avalanche.evaluation.metrics import accuracy_metrics
 from helpers import PNG_MAGIC
 
-from avalanche_gss.benchmarks import online_benchmark
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import make_model
 from avalanche_gss.reproduce.reports.plotting import (
@@ -28,6 +27,7 @@ from avalanche_gss.reproduce.runs.evaluation import (
 )
 from avalanche_gss.reproduce.runs.training import RunResult, RunSettings, run
 from avalanche_gss.solid_angle import surrogate_vs_solid_angle
+from avalanche_gss.streams import online_benchmark
 from avalanche_gss.training import OnlineRehearsal, quiet_evaluator
 
 

@@ -46,7 +46,7 @@ def test_every_method_runs_and_reports_one_accuracy_per_task(tiny_split, baselin
 @pytest.mark.parametrize("method", ["GSS-IQP", "GCR"])
 def test_a_stream_shorter_than_the_recent_buffer_reports_an_empty_buffer(mnist, method):
     # Given 50 samples, fewer than the recent buffer's 100: nothing is ever merged
-    from avalanche_gss.benchmarks import disjoint_tasks
+    from avalanche_gss.streams import disjoint_tasks
 
     split = disjoint_tasks(mnist, samples_per_task=10, seed=0)
     result = run(RunSettings(method=method, buffer_size=20, n_iter=1), split)

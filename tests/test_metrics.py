@@ -10,7 +10,6 @@ from avalanche.logging import TensorboardLogger
 from avalanche.training.plugins import EvaluationPlugin
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from avalanche_gss.benchmarks import blurry_tasks, online_benchmark
 from avalanche_gss.gradients import per_sample_grad_loop
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.metrics import (
@@ -22,6 +21,7 @@ from avalanche_gss.metrics import (
     find_buffer,
 )
 from avalanche_gss.models import MLP
+from avalanche_gss.streams import blurry_tasks, online_benchmark
 from avalanche_gss.training import quiet_evaluator
 
 MEM = 40

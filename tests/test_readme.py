@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import avalanche_gss.benchmarks as benchmarks
+import avalanche_gss.streams as benchmarks
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -44,7 +44,7 @@ def test_incremental_classifier_fails_on_split_online_stream_as_the_readme_says(
     from avalanche.models import IncrementalClassifier
     from avalanche.training import Naive
 
-    from avalanche_gss.benchmarks import tensor_dataset
+    from avalanche_gss.streams import tensor_dataset
     from avalanche_gss.training import quiet_evaluator
 
     x = torch.randn(40, 4)

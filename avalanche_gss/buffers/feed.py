@@ -16,8 +16,8 @@ from avalanche.benchmarks import CLExperience
 from torch import Tensor
 
 from avalanche_gss._avalanche import has_transforms, reading_copy
-from avalanche_gss.benchmarks.online import dataset_tensors
 from avalanche_gss.buffers.rows import Rows
+from avalanche_gss.streams.online import dataset_tensors
 
 __all__ = ["Samples", "dataset_samples", "experience_samples", "batches"]
 

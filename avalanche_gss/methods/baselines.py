@@ -17,13 +17,13 @@ from avalanche.training import GEM, ICaRL, Naive
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
-from avalanche_gss.benchmarks import (
+from avalanche_gss.methods import BASELINES  # their names, known without torch
+from avalanche_gss.streams import (
     TaskSplit,
     class_incremental_benchmark_for,
     online_benchmark,
     tensor_dataset,
 )
-from avalanche_gss.methods import BASELINES  # their names, known without torch
 from avalanche_gss.training import RepeatedBatchMixin
 
 __all__ = ["BASELINES", "TASK_AWARE", "BaselinePlan", "baseline_plan"]

@@ -61,7 +61,7 @@ REPLAY_BATCH = 10
 """Buffer samples per replay step in every experiment (``RunSettings.replay_batch_size``)."""
 
 DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
-"""``avalanche_gss.benchmarks.DATASET_NAMES``."""
+"""``avalanche_gss.streams.DATASET_NAMES``."""
 
 PROG = "python -m reproduce"
 """The command as usage and error lines name it (the ``avalanche-gss`` script passes its own)."""

@@ -13,13 +13,13 @@ from typing import Any
 
 import avalanche_gss
 from avalanche_gss import methods
-from avalanche_gss.benchmarks import ArrayDataset, load_dataset, synthetic_images
-from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
 from avalanche_gss.provenance import numerics_identity
 from avalanche_gss.reproduce.cli import PROG, prog_of  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.experiments.protocols import METHOD_OVERRIDES, Protocol
 from avalanche_gss.reproduce.runs.cache import module_sha256, package_sha256
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunSettings, make_settings
+from avalanche_gss.streams import ArrayDataset, load_dataset, synthetic_images
+from avalanche_gss.streams.datasets import OfflineDigitsWarning
 
 log = logging.getLogger("reproduce")
 

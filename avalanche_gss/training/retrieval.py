@@ -33,9 +33,9 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from avalanche_gss._avalanche import criterion_of
-from avalanche_gss.benchmarks.online import dataset_tensors
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.gradients import eval_mode
+from avalanche_gss.streams.online import dataset_tensors
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate

@@ -6,7 +6,7 @@ Avalanche slow on 10-sample experiences (a new ``DataLoader``, model adaptation 
 optimizer update that change nothing) is skipped where it is a no-op.
 
 The fast path: for the library's tensor experiences
-(:class:`~avalanche_gss.benchmarks.online.TensorExperience`, no transform), the dataloader
+(:class:`~avalanche_gss.streams.online.TensorExperience`, no transform), the dataloader
 is the experience's tensors cut into mini-batches of ``train_mb_size``, in order, instead
 of a new ``DataLoader``; model adaptation and the optimizer update are skipped when the
 model has no Avalanche ``DynamicModule`` (they would change nothing).
@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from avalanche_gss._avalanche import criterion_of
-from avalanche_gss.benchmarks.online import TensorExperience
+from avalanche_gss.streams.online import TensorExperience
 from avalanche_gss.training.finite import finite_loss
 from avalanche_gss.training.hooks import FastHooks
 from avalanche_gss.training.pickling import PicklableStrategy

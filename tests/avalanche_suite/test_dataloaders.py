@@ -1,4 +1,4 @@
-"""Avalanche 0.6.0's ``tests/benchmarks/utils/test_dataloaders.py`` with avalanche-gss.
+"""Avalanche 0.6.0's ``tests/streams/utils/test_dataloaders.py`` with avalanche-gss.
 
 Adapted from Avalanche (https://github.com/ContinualAI/avalanche, tag v0.6.0, MIT License,
 Copyright (c) 2021 ContinualAI): the two tests that use ``ReplayPlugin``, its default

@@ -1,4 +1,4 @@
-"""Avalanche 0.6.0's ``tests/benchmarks/utils/test_flat_data.py`` with avalanche-gss buffers.
+"""Avalanche 0.6.0's ``tests/streams/utils/test_flat_data.py`` with avalanche-gss buffers.
 
 Adapted from Avalanche (https://github.com/ContinualAI/avalanche, tag v0.6.0, MIT License,
 Copyright (c) 2020 ContinualAI): ``FlatteningTests.test_flattening_replay_ocl``, its

@@ -11,7 +11,6 @@ from helpers import experiences as batches
 from torch import nn
 from torch.nn import functional as F
 
-from avalanche_gss.benchmarks import TensorExperience, online_benchmark
 from avalanche_gss.gradients import per_sample_grad_loop, sample_gram
 from avalanche_gss.methods.cb_gss import CBGSS, CBGSSBuffer
 from avalanche_gss.methods.cbrs import CBRS, CBRSBuffer
@@ -22,6 +21,7 @@ from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPBuffer, GSSIQPConstraine
 from avalanche_gss.methods.rand import Rand, RandBuffer
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP
+from avalanche_gss.streams import TensorExperience, online_benchmark
 
 STRATEGIES = {
     "Reservoir": Reservoir,

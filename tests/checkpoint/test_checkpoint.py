@@ -19,7 +19,6 @@ from avalanche.training import Naive
 from helpers import StopAfter, sigkill
 from torch import nn
 
-from avalanche_gss.benchmarks import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
@@ -40,6 +39,7 @@ from avalanche_gss.methods.gss_iqp import GSSIQP, GSSIQPConstrained
 from avalanche_gss.methods.rand import Rand
 from avalanche_gss.methods.reservoir import Reservoir
 from avalanche_gss.models import MLP
+from avalanche_gss.streams import disjoint_tasks, load_dataset, online_benchmark
 from avalanche_gss.training import LogitAdjustedLoss, quiet_evaluator
 
 BUILDERS = {

@@ -18,7 +18,6 @@ import torch
 from avalanche.models import SimpleMLP
 from helpers import Tiny
 
-from avalanche_gss.benchmarks import TensorExperience
 from avalanche_gss.checkpoint import (
     CheckpointError,
     load_state,
@@ -35,6 +34,7 @@ from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.methods.reservoir import Reservoir
 from avalanche_gss.models import ReducedResNet18
+from avalanche_gss.streams import TensorExperience
 from avalanche_gss.training.retrieval import MIRRetrieval
 
 BUILD = {

@@ -23,10 +23,10 @@ import torch
 from avalanche.core import SupervisedPlugin
 from torch import Tensor, nn
 
-from avalanche_gss.benchmarks import TensorExperience
 from avalanche_gss.gradients import per_sample_grad_loop
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
+from avalanche_gss.streams import TensorExperience
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"  # the first 8 bytes of every PNG file
 D, C = 12, 4  # input features, classes of the small scoring model: keeps float64 loops cheap
@@ -163,7 +163,7 @@ class StopAfter(SupervisedPlugin):
 def trained_strategy(strategy_class: type, split, mem_size: int = 40, batches: int = 12):
     """A ready strategy (``n_iter=1``, seed 0) on a seeded :class:`MLP` with :func:`sgd`, after
     learning the first ``batches`` online batches of 10 samples of ``split``."""
-    from avalanche_gss.benchmarks import online_benchmark
+    from avalanche_gss.streams import online_benchmark
 
     torch.manual_seed(0)
     model = MLP()

@@ -5,12 +5,12 @@ import torch
 from torch import Tensor
 
 from avalanche_gss import methods
-from avalanche_gss.benchmarks import online_benchmark
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.methods.gss_iqp import GSSIQPConstrained
 from avalanche_gss.models import MLP
 from avalanche_gss.reproduce.runs import training as experiments
 from avalanche_gss.reproduce.runs.training import RunSettings, build_strategy, make_buffer
+from avalanche_gss.streams import online_benchmark
 from avalanche_gss.training import BufferStrategy, OnlineRehearsal
 
 

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import ArrayDataset, load_npz
 from avalanche_gss.reproduce.cli import parse_args
 from avalanche_gss.reproduce.experiments import tables
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 from avalanche_gss.reproduce.runs import planning as runs
 from avalanche_gss.reproduce.runs.planning import check_model
 from avalanche_gss.reproduce.runs.training import RunSettings
+from avalanche_gss.streams import ArrayDataset, load_npz
 
 
 def save(path, x_train, y_train, x_test=None, y_test=None):

@@ -112,11 +112,11 @@ def test_device_auto_and_bad_devices():
 
 
 def test_the_cli_names_match_the_library():
-    from avalanche_gss.benchmarks import DATASET_NAMES
     from avalanche_gss.reproduce import cli
     from avalanche_gss.reproduce.experiments.figures import FIGURES
     from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
     from avalanche_gss.reproduce.runs.training import METHODS, RETRIEVALS, VARIANTS
+    from avalanche_gss.streams import DATASET_NAMES
 
     assert cli.METHOD_NAMES == METHODS
     assert cli.VARIANT_NAMES == VARIANTS
@@ -154,8 +154,8 @@ def test_no_internal_contract_numbers_or_absent_files_are_cited():
 def test_titles_name_the_data_and_the_buffer_sizes_run():
     import torch
 
-    from avalanche_gss.benchmarks import ArrayDataset
     from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+    from avalanche_gss.streams import ArrayDataset
 
     def named(name, verified_as=None):
         x, y = torch.rand(20, 3, 4, 4), torch.arange(20) % 10

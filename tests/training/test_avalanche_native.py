@@ -39,8 +39,8 @@ from avalanche_gss import (
     RandBuffer,
     ReservoirBuffer,
 )
-from avalanche_gss.benchmarks import TaskSplit, online_benchmark
 from avalanche_gss.buffers import model_features
+from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.training import SlowPathWarning, quiet_evaluator
 
 N_FEATURES = 6

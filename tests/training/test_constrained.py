@@ -6,12 +6,12 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from avalanche_gss.benchmarks import online_benchmark
 from avalanche_gss.gradients import per_sample_grad_loop
 from avalanche_gss.methods.gss_iqp import GSSIQPConstrained
 from avalanche_gss.methods.reservoir import ReservoirBuffer
 from avalanche_gss.models import MLP
 from avalanche_gss.reproduce.runs.training import RunSettings, run
+from avalanche_gss.streams import online_benchmark
 from avalanche_gss.training import ConstrainedUpdatePlugin, gem_dual
 
 

@@ -155,9 +155,9 @@ def test_run_settings_refuse_a_bad_adjustment(keywords, message):
 
 def test_a_checkpoint_resumes_only_into_the_same_adjustment(tmp_path, tiny_split):
     # tau and window are in the saved configuration: another value is refused, in one line
-    from avalanche_gss.benchmarks import online_benchmark
     from avalanche_gss.checkpoint import CheckpointError, load_state, save_state
     from avalanche_gss.methods.cbrs import CBRS
+    from avalanche_gss.streams import online_benchmark
 
     def make(loss):
         model = MLP()

@@ -7,11 +7,11 @@ from avalanche.training.plugins import EvaluationPlugin, ReplayPlugin
 from avalanche.training.storage_policy import ReservoirSamplingBuffer
 from helpers import sgd as _sgd
 
-from avalanche_gss.benchmarks import online_benchmark
 from avalanche_gss.methods.gss_greedy import GSSGreedy, GSSGreedyBuffer
 from avalanche_gss.methods.rand import Rand
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.models import MLP
+from avalanche_gss.streams import online_benchmark
 from avalanche_gss.training import OnlineRehearsalPlugin, OnlineTemplate
 
 

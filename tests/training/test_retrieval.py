@@ -12,9 +12,9 @@ from helpers import filled_reservoir as _filled
 from torch import nn
 from torch.nn import functional as F
 
-from avalanche_gss.benchmarks.online import TensorExperience
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.reproduce.runs.training import RunSettings, run, run_label, settings_dict
+from avalanche_gss.streams.online import TensorExperience
 from avalanche_gss.training import (
     MIRRetrieval,
     OnlineRehearsal,

@@ -5,8 +5,8 @@ from avalanche.core import SupervisedPlugin
 from avalanche.training import Naive
 from helpers import sgd as _sgd
 
-from avalanche_gss.benchmarks import online_benchmark
 from avalanche_gss.models import MLP
+from avalanche_gss.streams import online_benchmark
 from avalanche_gss.training import OnlineTemplate, RepeatedBatchMixin, quiet_evaluator
 
 

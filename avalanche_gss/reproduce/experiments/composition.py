@@ -20,7 +20,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss.benchmarks import TaskSplit
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.reproduce.common import (
     command,
@@ -41,6 +40,7 @@ from avalanche_gss.reproduce.reports.writing import (
     write_report,
 )
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, run
+from avalanche_gss.streams import TaskSplit
 
 
 def task_end_trace(split: TaskSplit) -> BufferTrace:

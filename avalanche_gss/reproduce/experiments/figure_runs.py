@@ -10,7 +10,6 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from avalanche_gss.benchmarks import ArrayDataset, TaskSplit
 from avalanche_gss.reproduce.common import (
     data_identity,
     load_checked,
@@ -32,6 +31,7 @@ from avalanche_gss.reproduce.runs.planning import job_config, sweep
 from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, VARIANTS
 from avalanche_gss.reproduce.runs.training import run as run_one
+from avalanche_gss.streams import ArrayDataset, TaskSplit
 
 FIGURE2: dict[str, Any] = {
     "dim": 200, "ks": (5, 10, 20), "n_sets": 200, "n_samples": 1_000_000,

@@ -141,7 +141,7 @@ class StreamSpec:
         batch the runs use (``"table1"``...).
     :param variant: the protocol's row keys for this stream (Table 4's ``sequence``).
     :param blurred: blur the task boundaries with
-        :func:`~avalanche_gss.benchmarks.blurry_tasks` (each task keeps the share
+        :func:`~avalanche_gss.streams.blurry_tasks` (each task keeps the share
         ``avalanche_gss.reproduce.experiments.protocols.BLURRY_KEEP`` of its samples, the paper
         appendix's).
     :param data: the key of its :data:`KINDS` entry: its protocol's dataset (``"mnist"``:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from avalanche_gss.benchmarks import (
+from avalanche_gss.streams import (
     ArrayDataset,
     TaskSplit,
     blurry_tasks,

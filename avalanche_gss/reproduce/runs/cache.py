@@ -73,7 +73,9 @@ def package_sha256() -> str:
     Part of every ``python -m reproduce`` run's cache key: any edit of the package is a
     new key, with no version number to remember.
     """
-    return source_sha256(Path(__file__).resolve().parent)
+    import avalanche_gss  # the whole package, not this module's folder
+
+    return source_sha256(Path(avalanche_gss.__file__).resolve().parent)
 
 
 def source_sha256(root: str | os.PathLike[str]) -> str:

@@ -30,7 +30,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
 from avalanche.training.templates import SupervisedTemplate
 
-from avalanche_gss.benchmarks import TaskSplit, online_benchmark
+from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.reproduce.runs.training import (
     BUFFER_METHODS,
     RunResult,

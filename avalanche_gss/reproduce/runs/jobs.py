@@ -14,7 +14,7 @@ from typing import Any
 
 from avalanche.core import SupervisedPlugin
 
-from avalanche_gss.benchmarks import ArrayDataset, TaskSplit, blurry_tasks
+from avalanche_gss.streams import ArrayDataset, TaskSplit, blurry_tasks
 from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
 from avalanche_gss.reproduce.runs.training import run as run_one
@@ -86,7 +86,7 @@ def run_job(config: dict[str, Any], *, logged: bool = False) -> dict[str, Any]:
         ``label`` (the run's name in its log line, unique in its sweep),
         ``protocol`` (whose stream to build, when
         it is not the experiment's own), ``blur`` (each task keeps that share of its
-        samples, :func:`~avalanche_gss.benchmarks.blurry_tasks`) and ``trace`` (record
+        samples, :func:`~avalanche_gss.streams.blurry_tasks`) and ``trace`` (record
         the buffer's composition at every task end, into ``extras["trace"]``), ``imports``
         (the user modules that register its method, imported first) and the code hashes
         it was keyed by (:func:`~avalanche_gss.reproduce.common.prepare_job`),

@@ -26,7 +26,7 @@ from torch import nn
 from avalanche_gss.models import make_model
 
 if TYPE_CHECKING:
-    from avalanche_gss.benchmarks import TaskSplit
+    from avalanche_gss.streams import TaskSplit
 
 __all__ = ["SeededSettings", "resolve_device", "seeded_rng", "seeded_model_and_optimizer"]
 

@@ -20,7 +20,7 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
 from avalanche_gss import methods
-from avalanche_gss.benchmarks import TaskSplit, online_benchmark
+from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
 from avalanche_gss.reproduce.runs.seeding import resolve_device, seeded_model_and_optimizer, seeded_rng

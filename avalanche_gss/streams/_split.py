@@ -1,9 +1,9 @@
 """``TaskSplit``: the tensors of a task sequence, before it becomes an Avalanche stream.
 
 Every stream generator (:mod:`.disjoint`, :mod:`.permuted`, :mod:`.imbalanced`,
-:mod:`.blurry`) returns one; :func:`avalanche_gss.benchmarks.online_benchmark` turns it into
+:mod:`.blurry`) returns one; :func:`avalanche_gss.streams.online_benchmark` turns it into
 Avalanche streams. Keeping this step pure tensors makes the protocols testable without
-Avalanche and lets any :class:`~avalanche_gss.benchmarks.datasets.ArrayDataset` feed them.
+Avalanche and lets any :class:`~avalanche_gss.streams.datasets.ArrayDataset` feed them.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def imbalanced_tasks(
     """Disjoint tasks where task ``sequence`` has ``major`` samples and the others ``minor``.
 
     Table 4: ``sequence`` 1..5, ``major=2000``, ``minor=200`` on disjoint MNIST. Sampling,
-    order and test sets are those of :func:`~avalanche_gss.benchmarks.disjoint_tasks`.
+    order and test sets are those of :func:`~avalanche_gss.streams.disjoint_tasks`.
 
     :param data: the dataset.
     :param sequence: 1-based index of the over-represented task.

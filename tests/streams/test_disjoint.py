@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import (
+from avalanche_gss.streams import (
     disjoint_tasks,
     imbalanced_counts,
     imbalanced_tasks,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import blurry_tasks, disjoint_tasks, imbalanced_tasks
+from avalanche_gss.streams import blurry_tasks, disjoint_tasks, imbalanced_tasks
 
 DIM = 6
 

@@ -15,8 +15,8 @@ import torch
 from helpers.cli import subprocess_env
 from helpers.warm import run as warm_python
 
-from avalanche_gss.benchmarks import ArrayDataset, datasets, load_dataset, load_mnist_5k, load_npz
-from avalanche_gss.benchmarks.datasets import OfflineDigitsWarning
+from avalanche_gss.streams import ArrayDataset, datasets, load_dataset, load_mnist_5k, load_npz
+from avalanche_gss.streams.datasets import OfflineDigitsWarning
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def test_digits_whose_content_hash_differs_are_not_verified(
 
 
 _FALLBACK = ("import warnings\n{setup}\n"
-             "from avalanche_gss.benchmarks import load_dataset\n"
+             "from avalanche_gss.streams import load_dataset\n"
              "for _ in range(2):\n"
              "    load_dataset('mnist', root={root!r})\n")
 
@@ -242,7 +242,7 @@ def test_cifar10_files_with_the_listed_md5s_are_verified(
 
 
 def test_npz_and_generated_data_are_never_verified(tmp_path: Path) -> None:
-    from avalanche_gss.benchmarks import synthetic_images
+    from avalanche_gss.streams import synthetic_images
 
     assert load_dataset(str(_npz(tmp_path))).verified_as is None
     assert synthetic_images(train_per_class=2, test_per_class=1).verified_as is None

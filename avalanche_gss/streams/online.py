@@ -190,7 +190,7 @@ class OnlineBenchmark(CLScenario):
 def online_benchmark(split: TaskSplit, *, batch_size: int = 10) -> OnlineBenchmark:
     """Turn ``split`` into a task-free online Avalanche benchmark (see :class:`OnlineBenchmark`).
 
-    :param split: the tasks, e.g. from :func:`~avalanche_gss.benchmarks.disjoint_tasks`.
+    :param split: the tasks, e.g. from :func:`~avalanche_gss.streams.disjoint_tasks`.
     :param batch_size: samples per online experience (paper: 10).
     :return: the benchmark; construction is O(tasks), experiences are made on access.
     """

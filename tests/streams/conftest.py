@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import ArrayDataset
+from avalanche_gss.streams import ArrayDataset
 
 
 def make_toy(

@@ -38,7 +38,7 @@ def disjoint_tasks(
     :param classes_per_task: classes per task.
     :param samples_per_task: training samples per task: one int for all tasks, one int
         per task (the authors' ``--samples_per_task a-b-c`` hook, used by
-        :func:`~avalanche_gss.benchmarks.imbalanced_tasks`), or ``None`` for all of them.
+        :func:`~avalanche_gss.streams.imbalanced_tasks`), or ``None`` for all of them.
     :param seed: seeds the subset and the within-task order (own ``torch.Generator``).
     :param class_order: classes in task order; default: the sorted labels of ``data``
         (consecutive labels, like the authors).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import ArrayDataset, permuted_tasks, task_permutations
+from avalanche_gss.streams import ArrayDataset, permuted_tasks, task_permutations
 
 DIM = 6
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from avalanche_gss.benchmarks import (
+from avalanche_gss.streams import (
     ArrayDataset,
     OnlineTrainStream,
     blurry_tasks,
@@ -157,11 +157,11 @@ def test_avalanche_strategy_trains_and_evaluates_on_the_streams(toy) -> None:
 def test_package_names_resolve_and_online_ones_load_avalanche_on_first_access():
     code = (
         "import sys\n"
-        "import avalanche_gss.benchmarks as b\n"
+        "import avalanche_gss.streams as b\n"
         "assert 'avalanche' not in sys.modules, 'importing the package imported avalanche'\n"
         "eager = {n for n in b.__all__ if n in vars(b)}\n"
         "assert b.online_benchmark is not None and 'avalanche' in sys.modules\n"
-        "import avalanche_gss.benchmarks.online as o\n"
+        "import avalanche_gss.streams.online as o\n"
         "lazy = set(b.__all__) - eager\n"
         "assert all(getattr(b, n) is getattr(o, n) for n in lazy), lazy\n"
         "assert o.__all__ == sorted(lazy | {'sample_fields'}), o.__all__\n"
