@@ -80,7 +80,8 @@ wheel: $(STAMP)
 wheel-check: wheel
 	.ci/check_wheel $(PYTHON) dist/avalanche_gss-*-py3-none-any.whl
 
-# The API reference from the docstrings (docs/api), warnings as errors: docs/api/_build/html.
+# The user guide and the API reference from the docstrings (docs/api), warnings as errors:
+# docs/api/_build/html.
 docs: $(STAMP)
 	$(PY) -m sphinx -E -W --keep-going -q -b html docs/api docs/api/_build/html
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.docs import guide_page
 
 import avalanche_gss
 from avalanche_gss import methods
@@ -60,8 +61,8 @@ def test_importing_the_package_imports_neither_torch_nor_avalanche():
 
 
 @pytest.mark.reads_source
-def test_the_readmes_list_of_ready_strategies_names_every_methods_strategy():
-    text = " ".join(README.read_text().split())
+def test_the_guides_list_of_ready_strategies_names_every_methods_strategy():
+    text = " ".join(guide_page("library").split())
     listed = text[text.index("the ready strategies ("):].split(")", 1)[0]
     names = set(re.findall(r"`(\w+)`", listed))
     strategies = {cls.__name__ for m in methods.REGISTRY.values() if m.name in methods.NAMES

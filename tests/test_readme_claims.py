@@ -1,12 +1,10 @@
 """What the README tells a user holds: its commands are the installed ones, its warnings true."""
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
-
-README = Path(__file__).resolve().parents[1] / "README.md"
+from helpers.docs import GUIDE, README, rst_code_blocks
 
 
 def _shell_lines(text):
@@ -22,11 +20,18 @@ def _shell_lines(text):
 
 
 @pytest.mark.reads_source
-def test_the_readmes_commands_run_for_a_wheel_user():
+def test_the_readmes_and_the_guides_commands_run_for_a_wheel_user():
     # A wheel user has the avalanche-gss command and python -m avalanche_gss.reproduce; the
     # checkout's python -m reproduce shim is not installed.
     lines = _shell_lines(README.read_text())
     assert any(line.startswith("avalanche-gss which-buffer") for line in lines)
+    pages = sorted(GUIDE.glob("*.rst"))
+    assert len(pages) >= 5  # the guide was found
+    for page in pages:
+        lines += [line for language in ("bash", "sh", "console")
+                  for block in rst_code_blocks(page.read_text(), language)
+                  for line in block.splitlines()]
+    assert any(line.startswith("avalanche-gss table1") for line in lines)
     shim = [line for line in lines if re.search(r"python -m reproduce\b", line)]
     assert not shim, shim
 

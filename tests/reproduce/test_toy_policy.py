@@ -1,24 +1,20 @@
-"""A buffer policy with options is one file: the README's ``stride.py``, written outside the
+"""A buffer policy with options is one file: the user guide's ``stride.py``, written outside the
 repository, loaded with ``--import`` and run by name with both of its options from the
 command line, which reach its buffer (its ``report()`` says so in the run's extras)."""
 
 import json
-import re
-from pathlib import Path
 
 import pytest
 from helpers.cli import cli, toy_npz
+from helpers.docs import guide_page, rst_code_blocks, rst_section
 from helpers.policy import write_policy
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _stride_file() -> str:
-    """The text of ``stride.py`` as the README's "Your own policy" shows it."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("**Your own policy.**"):text.index("### The paper's online")]
-    (block,) = re.findall(r"```py\n(.*?)```", section, re.S)
-    return "\n".join(line.removeprefix("  ") for line in block.splitlines()) + "\n"
+    """The text of ``stride.py`` as the user guide's "Extending" page shows it."""
+    section = rst_section(guide_page("extending"), "A policy")
+    (block,) = rst_code_blocks(section, "python")
+    return block
 
 
 @pytest.mark.slow
