@@ -1,5 +1,5 @@
 """Faults and bad input: each ends in a clear error or a stated fallback, never in a buffer
-that silently shrank or holds garbage (README, "Reliability")."""
+that silently shrank or holds garbage (the user guide, "Reliability")."""
 
 import copy
 import math

@@ -6,7 +6,7 @@ place instead of being taken from that list, so each one freed makes the list on
 The scored buffers made one such tuple per batch (their model key), so on the stock
 ``Naive`` + ``ReplayPlugin`` route one more free list filled again after each full
 collection than with Avalanche's buffer: refills like these are the steps of resident
-memory that ``benchmarks/replay_route_memory.py`` measures (see the README).
+memory that ``benchmarks/replay_route_memory.py`` measures (see the user guide, "Notes").
 """
 
 import gc

@@ -1,9 +1,9 @@
-"""The training loop's paper claims and README fault paths, each pinned by what it does.
+"""The training loop's paper claims and fault paths of the user guide, each pinned by what it does.
 
 - The rehearsal schedule: ``n_iter`` times (a step on the incoming batch, then a step on
   exactly ``replay_batch_size`` distinct buffer rows), the buffer being the one left by
   the previous batches.
-- Faults the README promises: labels out of range under ``nn.NLLLoss``, a replay step with
+- Faults the user guide promises: labels out of range under ``nn.NLLLoss``, a replay step with
   a non-finite loss, a constrained step with non-finite buffer gradients, and the global
   NumPy / Python generators restored by ``load_state``.
 """
@@ -134,7 +134,7 @@ class LogSoftmaxMLP(nn.Module):
 
 
 def test_labels_outside_the_outputs_raise_a_clear_error_under_nll_loss():
-    # Given a log-softmax model trained with nn.NLLLoss (README: "cross-entropy and NLL
+    # Given a log-softmax model trained with nn.NLLLoss (user guide: "cross-entropy and NLL
     # criteria"), When a batch holds label 12 (10 outputs), Then a ValueError names it
     # before any step (PyTorch itself would raise an IndexError).
     model = LogSoftmaxMLP()
