@@ -23,7 +23,7 @@ COMMANDS = {**{name: (name,) for name in EXPERIMENTS},
             "which-buffer cifar10": ("which-buffer", "--streams", *CIFAR_STREAMS)}
 """Each experiment's default command, and which-buffer's on the CIFAR-10 streams."""
 
-STEP_POLICIES = {p for p in BUILTIN_POLICIES if POLICIES[p].get("score_from") == "step"}
+STEP_POLICIES = {p for p in BUILTIN_POLICIES if POLICIES[p].settings.get("score_from") == "step"}
 """The policies that read their gradients off the training step."""
 
 

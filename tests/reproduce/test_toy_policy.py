@@ -73,9 +73,8 @@ def test_a_policies_value_names_a_label_or_a_method_with_its_options(monkeypatch
     assert policies.policy_label("GSS-IQP") == "GSS-IQP"  # a label stays one
     text = "GSS-Clust: growth=1.5, recent_size=50,variant=paper ,retrieval=mir"
     assert policies.policy_label(text, ("GSS-Clust",)) == text
-    assert policies.POLICIES[text] == {"method": "GSS-Clust", "growth": 1.5,
-                                       "recent_size": 50, "variant": "paper",
-                                       "retrieval": "mir"}
+    assert policies.POLICIES[text] == policies.Policy(
+        "GSS-Clust", {"growth": 1.5, "recent_size": 50, "variant": "paper", "retrieval": "mir"})
     for bad, words in (("Nope", ["'Nope'", "'Reservoir'", "METHOD:OPTION=VALUE"]),
                        ("Nope:a=1", ["'Nope'", "GSS-Clust"]),
                        ("GSS-Clust:growth", ["'growth'", "OPTION=VALUE"]),

@@ -68,7 +68,7 @@ def test_a_policy_of_ones_own_module_is_known_by_name_everywhere(tmp_path, regis
     assert experiments.BUFFER_METHODS == methods.names()
     assert experiments.METHODS == (*methods.names(), *experiments.BASELINES) == cli.METHOD_NAMES
     assert "Newest" not in experiments.VARIANT_METHODS
-    assert policies.POLICIES["Newest"] == {"method": "Newest"}
+    assert policies.POLICIES["Newest"] == policies.Policy("Newest")
     assert cli.parse_args(["table1", "--methods", "Newest"]).methods == ["Newest"]
     assert cli.parse_args(["which-buffer", "--policies", "Newest"]).policies == ["Newest"]
     assert experiments.RunSettings(method="Newest").retrieval == "random"

@@ -14,7 +14,7 @@ from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.cli import parse_args
 from avalanche_gss.reproduce.experiments import policies
 from avalanche_gss.reproduce.experiments.composition import at_task_ends, task_shares
-from avalanche_gss.reproduce.experiments.policies import POLICIES, STREAMS
+from avalanche_gss.reproduce.experiments.policies import POLICIES, STREAMS, Policy
 from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP, PROTOCOLS
 from avalanche_gss.reproduce.experiments.which_buffer import (
     choices,
@@ -34,9 +34,9 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
     args = parse_args(["which-buffer", "--policies", "Reservoir", "GSS-Greedy", "GSS-IQP",
                        "--buffer-sizes", "100", "300", "--seeds", "0", "1"])
     runs, chosen = plan(args)
-    assert chosen["streams"] == policies.DEFAULT_STREAMS  # every digits stream by default
+    assert chosen.streams == policies.DEFAULT_STREAMS  # every digits stream by default
     assert len(policies.DEFAULT_STREAMS) == 8  # disjoint, permuted, imbalanced 1-5, blurry
-    assert all(STREAMS[s].data == "mnist" for s in chosen["streams"])
+    assert all(STREAMS[s].data == "mnist" for s in chosen.streams)
     keys = [(r.keys["policy"], r.keys["stream"], r.settings.buffer_size, r.settings.seed)
             for r in runs]
     assert len(keys) == len(set(keys)) == 3 * 8 * 2 * 2
@@ -47,7 +47,7 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
         s = r.settings
         # Each stream's protocol gives the learning rate and iterations per batch.
         assert (s.lr, s.n_iter) == (PROTOCOLS[spec.protocol].lr, PROTOCOLS[spec.protocol].n_iter)
-        assert s.method == POLICIES[r.keys["policy"]]["method"]
+        assert s.method == POLICIES[r.keys["policy"]].method
         assert r.job["protocol"] == spec.protocol
     greedy = next(r.settings for r in runs if r.keys["policy"] == "GSS-Greedy")
     assert greedy.options == {"variant": "authors"}
@@ -58,7 +58,7 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
     # report shows the disjoint stream and the first imbalanced sequence.
     assert {s for s, c in configs.items() if c.get("trace")} == {
         "disjoint", *(f"imbalanced-{k}" for k in range(1, 6))}
-    assert traced_streams(chosen["streams"]) == ("disjoint", "imbalanced-1")
+    assert traced_streams(chosen.streams) == ("disjoint", "imbalanced-1")
     # The blurry stream is Table 1's stream with blurred boundaries, on the digits.
     split = build_split(mnist, configs["blurry"], 0)
     assert split.protocol["blurry"]["keep"] == BLURRY_KEEP
@@ -69,14 +69,14 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
 
 
 def test_defaults_quick_and_stream_groups():
-    assert choices(parse_args(["which-buffer"]))["policies"] == tuple(POLICIES)
+    assert choices(parse_args(["which-buffer"])).policies == tuple(POLICIES)
     quick = choices(parse_args(["which-buffer", "--quick"]))
-    assert quick["seeds"] == (0,) and len(quick["buffer_sizes"]) == 1
-    assert {STREAMS[s].family for s in quick["streams"]} == {
+    assert quick.seeds == (0,) and len(quick.buffer_sizes) == 1
+    assert {STREAMS[s].family for s in quick.streams} == {
         "disjoint", "permuted", "imbalanced", "blurry"}
     grouped = choices(parse_args(["which-buffer", "--streams", "blurry", "imbalanced"]))
-    assert grouped["streams"] == ("blurry", *(f"imbalanced-{k}" for k in range(1, 6)))
-    assert traced_streams(grouped["streams"]) == ("imbalanced-1",)
+    assert grouped.streams == ("blurry", *(f"imbalanced-{k}" for k in range(1, 6)))
+    assert traced_streams(grouped.streams) == ("imbalanced-1",)
     assert traced_streams(("permuted", "imbalanced-3", "disjoint")) == ("disjoint",
                                                                        "imbalanced-3")
 
@@ -105,8 +105,8 @@ def test_a_tiny_run_writes_every_output_and_resumes(tmp_path, monkeypatch, capsy
     for key in ("avalanche_gss", "torch", "avalanche", "python", "device", "threads"):
         assert key in report["provenance"]
     assert report["protocol"]["seeds"] == [0] and report["protocol"]["buffer_sizes"] == [30]
-    assert report["protocol"]["policy_settings"] == {p: POLICIES[p] for p in ("Reservoir",
-                                                                              "Rand")}
+    assert report["protocol"]["policy_settings"] == {p: POLICIES[p].keywords()
+                                                     for p in ("Reservoir", "Rand")}
     streams = {s["name"]: s for s in report["protocol"]["streams"]}
     assert streams["disjoint"]["stream"]["train_sizes"] == [100] * 5
     assert streams["imbalanced-1"]["stream"]["train_sizes"] == [100, 10, 10, 10, 10]
@@ -159,9 +159,9 @@ def test_an_unknown_policy_label_gets_one_line_naming_it_and_the_choices(capsys)
 
 
 def test_a_policy_this_version_cannot_run_is_refused_before_any_run(tmp_path, monkeypatch):
-    monkeypatch.setitem(POLICIES, "Later", {"method": "NoSuchMethod"})
-    monkeypatch.setitem(POLICIES, "Newer", {"method": "Reservoir", "no_such_option": 1})
-    monkeypatch.setitem(POLICIES, "Sized", {"method": "Reservoir", "buffer_size": 10})
+    monkeypatch.setitem(POLICIES, "Later", Policy("NoSuchMethod"))
+    monkeypatch.setitem(POLICIES, "Newer", Policy("Reservoir", {"no_such_option": 1}))
+    monkeypatch.setitem(POLICIES, "Sized", Policy("Reservoir", {"buffer_size": 10}))
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:
         main(["which-buffer", "--quick", "--policies", "Reservoir", "Later", "Newer", "Sized",
@@ -176,8 +176,8 @@ def test_a_policy_this_version_cannot_run_is_refused_before_any_run(tmp_path, mo
 
 
 def test_a_new_policy_is_one_entry_of_the_table(monkeypatch):
-    monkeypatch.setitem(POLICIES, "GSS-Greedy (paper)", {"method": "GSS-Greedy",
-                                                         "variant": "paper", "n": 5})
+    monkeypatch.setitem(POLICIES, "GSS-Greedy (paper)",
+                        Policy("GSS-Greedy", {"variant": "paper", "n": 5}))
     runs, _ = plan(parse_args(["which-buffer", "--policies", "GSS-Greedy (paper)",
                                "--streams", "disjoint", "--seeds", "0"]))
     assert runs and all(r.settings.options == {"variant": "paper", "n": 5} for r in runs)
@@ -196,7 +196,8 @@ def test_ranking_best_and_cost():
 
     rows = [row("A", "s", 80.0, 1.0), row("B", "s", 80.02, 2.0), row("C", "s", 70.0, 4.0),
             row("A", "t", 60.0, 1.0), row("B", "t", 50.0, 3.0), row("C", "t", 65.0, 2.0)]
-    table, best = ranking(rows, ["A", "B", "C"], [("s", 300), ("t", 300)])
+    ranked = ranking(rows, ["A", "B", "C"], [("s", 300), ("t", 300)])
+    table, best = ranked.records(), ranked.best
     assert best == {"s M=300": ["A", "B"], "t M=300": ["C"]}  # 80.0 and 80.02 tie at 0.1
     by = {t["policy"]: t for t in table}
     assert by["A"]["mean_rank"] == pytest.approx((1.5 + 2) / 2)
@@ -222,7 +223,7 @@ def test_task_end_records_and_shares():
 
 def test_quick_streams_are_quick_sized():
     chosen = choices(parse_args(["which-buffer", "--quick"]))
-    for name in chosen["streams"]:
+    for name in chosen.streams:
         assert stream_config(name, chosen)["variant"]["samples_per_task"] == \
             policies.QUICK["samples_per_task"]
 
@@ -280,7 +281,8 @@ def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch
             row("A", "t", 90.0), row("B", "t", 70.0), row("C", "t", 60.0), row("D", "t", 80.0),
             row("A", "u", 90.0), row("B", "u", 60.0), row("C", "u", 80.0), row("D", "u", 70.0)]
     policies = ["A", "B", "C", "D"]
-    table, best = ranking(rows, policies, [("s", 300), ("t", 300), ("u", 300)])
+    ranked = ranking(rows, policies, [("s", 300), ("t", 300), ("u", 300)])
+    table, best = ranked.records(), ranked.best
     assert [t["mean_rank"] for t in table] == [1.0, 3.0, 3.0, 3.0]
     stream = {"train_sizes": [500] * 5, "test_sizes": [200] * 5}
     streams = [{"name": "disjoint", "family": "disjoint", "protocol": "table1", "blur": None,
@@ -297,7 +299,7 @@ def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch
                            "replay_batch_size": 10},
               "provenance": {"threads": 1}}
     for p in policies:
-        monkeypatch.setitem(POLICIES, p, {"method": "Reservoir"})
+        monkeypatch.setitem(POLICIES, p, Policy("Reservoir"))
     md = markdown(report, [("s", 300), ("t", 300), ("u", 300)], "plot.png")
     ranked = [line.split(" | ")[:3] for line in md.splitlines() if line.startswith("| ")
               and line.split(" | ")[1] in policies and "(" not in line]
@@ -325,7 +327,7 @@ def test_gcr_is_compared_with_and_without_its_weighted_replay():
     from avalanche_gss.reproduce.experiments.which_buffer import policy_problem
     from avalanche_gss.reproduce.runs.training import build_strategy, make_buffer, make_settings
 
-    assert POLICIES["GCR (selection)"] == {"method": "GCR", "replay_loss": "uniform"}
+    assert POLICIES["GCR (selection)"] == Policy("GCR", {"replay_loss": "uniform"})
     assert policy_problem("GCR") is None and policy_problem("OCS") is None
     assert policy_problem("GCR (selection)") is None  # a strategy option, not the buffer's
     settings = make_settings("GCR", buffer_size=5, replay_loss="uniform", device="cpu")

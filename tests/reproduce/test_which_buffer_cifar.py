@@ -46,14 +46,14 @@ def test_the_cifar_streams_follow_table3_and_the_default_stays_on_the_digits():
     # Each kind's data is its protocols' own dataset.
     for spec in STREAMS.values():
         assert PROTOCOLS[spec.protocol].dataset == spec.data
-    assert not set(CIFAR) & set(choices(parse_args(["which-buffer"]))["streams"])
-    assert not set(CIFAR) & set(choices(parse_args(["which-buffer", "--quick"]))["streams"])
+    assert not set(CIFAR) & set(choices(parse_args(["which-buffer"])).streams)
+    assert not set(CIFAR) & set(choices(parse_args(["which-buffer", "--quick"])).streams)
     chosen = choices(parse_args(["which-buffer", "--streams", *CIFAR]))
-    assert chosen["streams"] == CIFAR
-    assert chosen["buffer_sizes"] == PROTOCOLS["table3"].buffer_sizes == (1000,)
+    assert chosen.streams == CIFAR
+    assert chosen.buffer_sizes == PROTOCOLS["table3"].buffer_sizes == (1000,)
     quick = choices(parse_args(["which-buffer", "--quick", "--streams", *CIFAR]))
-    assert quick["buffer_sizes"] == policies.CIFAR_QUICK["buffer_sizes"]
-    assert quick["seeds"] == (0,) and quick["samples_per_task"] == QUICK_SPT
+    assert quick.buffer_sizes == policies.CIFAR_QUICK["buffer_sizes"]
+    assert quick.seeds == (0,) and quick.samples_per_task == QUICK_SPT
     runs, _ = plan(parse_args(["which-buffer", "--streams", *CIFAR, "--policies",
                                "Reservoir", "CB-GSS", "--seeds", "0"]))
     assert len(runs) == 2 * 2

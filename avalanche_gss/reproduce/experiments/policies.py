@@ -4,8 +4,8 @@ Data only, and the standard library only: the command line reads the labels for
 ``--help`` and ``--policies`` / ``--streams`` without importing torch.
 
 **Adding a policy** is one entry in :data:`POLICIES`: its row label, mapped to the
-keywords that make it (``method`` names a buffer method of the registry,
-``avalanche_gss.methods``; every other key is a
+:class:`Policy` that makes it (its ``method`` names a buffer method of the registry,
+``avalanche_gss.methods``; each of its ``settings`` is a
 :class:`~avalanche_gss.reproduce.runs.training.RunSettings` field, or else an option of the method's
 buffer, by the buffer's own parameter name). From one's own module,
 :func:`register_policy` adds it (give the module to ``python -m reproduce --import``); on
@@ -23,28 +23,48 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-POLICIES: dict[str, dict[str, Any]] = {
-    "Reservoir": {"method": "Reservoir"},
-    "Rand": {"method": "Rand"},
-    "GSS-Greedy": {"method": "GSS-Greedy", "variant": "authors"},
-    "GSS-IQP": {"method": "GSS-IQP"},
-    "GSS-Clust": {"method": "GSS-Clust", "variant": "authors"},
-    "FSS-Clust": {"method": "FSS-Clust", "variant": "authors"},
-    "CBRS": {"method": "CBRS"},
-    "GDumb": {"method": "GDumb"},
-    "ER-MIR": {"method": "Reservoir", "retrieval": "mir"},
-    "GSS+MIR": {"method": "GSS-Greedy", "variant": "authors", "retrieval": "mir"},
-    "CB-GSS": {"method": "CB-GSS"},
-    "CB-GSS (step)": {"method": "CB-GSS", "score_from": "step"},
-    "CBRS+OC": {"method": "CBRS", "retrieval": "other-classes"},
-    "OCS": {"method": "OCS"},
-    "GCR": {"method": "GCR"},
-    "GCR (selection)": {"method": "GCR", "replay_loss": "uniform"},
-    "ER+LA": {"method": "Reservoir", "logit_adjustment": 1.0},
-    "CBRS+OC+LA": {"method": "CBRS", "retrieval": "other-classes", "logit_adjustment": 1.0},
-    "CB-GSS (step)+LA": {"method": "CB-GSS", "score_from": "step", "logit_adjustment": 1.0},
+from avalanche_gss.reproduce.experiments.which_buffer_records import Json
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A which-buffer policy: a buffer method and the settings it runs with.
+
+    :param method: a buffer method of the registry (``avalanche_gss.methods``).
+    :param settings: ``RunSettings`` fields (``retrieval``, ...) and options of the
+        method's buffer (``variant``, ``growth``, ...), by name, in the order they show.
+    """
+
+    method: str
+    settings: dict[str, Json] = field(default_factory=dict)
+
+    def keywords(self) -> dict[str, Json]:
+        """``method``, then the settings: the policy as reports record it."""
+        return {"method": self.method, **self.settings}
+
+
+POLICIES: dict[str, Policy] = {
+    "Reservoir": Policy("Reservoir"),
+    "Rand": Policy("Rand"),
+    "GSS-Greedy": Policy("GSS-Greedy", {"variant": "authors"}),
+    "GSS-IQP": Policy("GSS-IQP"),
+    "GSS-Clust": Policy("GSS-Clust", {"variant": "authors"}),
+    "FSS-Clust": Policy("FSS-Clust", {"variant": "authors"}),
+    "CBRS": Policy("CBRS"),
+    "GDumb": Policy("GDumb"),
+    "ER-MIR": Policy("Reservoir", {"retrieval": "mir"}),
+    "GSS+MIR": Policy("GSS-Greedy", {"variant": "authors", "retrieval": "mir"}),
+    "CB-GSS": Policy("CB-GSS"),
+    "CB-GSS (step)": Policy("CB-GSS", {"score_from": "step"}),
+    "CBRS+OC": Policy("CBRS", {"retrieval": "other-classes"}),
+    "OCS": Policy("OCS"),
+    "GCR": Policy("GCR"),
+    "GCR (selection)": Policy("GCR", {"replay_loss": "uniform"}),
+    "ER+LA": Policy("Reservoir", {"logit_adjustment": 1.0}),
+    "CBRS+OC+LA": Policy("CBRS", {"retrieval": "other-classes", "logit_adjustment": 1.0}),
+    "CB-GSS (step)+LA": Policy("CB-GSS", {"score_from": "step", "logit_adjustment": 1.0}),
 }
-"""Each policy's row label and the keywords that make it (``RunSettings`` fields and the
+"""Each policy's row label and what makes it (its method; ``RunSettings`` fields and the
 buffer's options), in row order.
 
 GSS-Greedy, GSS-Clust and FSS-Clust run as the authors' code does them (the variant
@@ -68,7 +88,7 @@ BUILTIN_POLICIES: tuple[str, ...] = tuple(POLICIES)
 """This package's policies (those added by :func:`register_policy` follow them)."""
 
 
-def register_policy(label: str, *, method: str, **settings: Any) -> None:
+def register_policy(label: str, *, method: str, **settings: Json) -> None:
     """Add a which-buffer policy: a row label and the keywords that make it.
 
     ``register_policy("Newest", method="Newest")``, or a registered method with settings
@@ -85,12 +105,12 @@ def register_policy(label: str, *, method: str, **settings: Any) -> None:
     """
     if not isinstance(label, str) or not label.strip():
         raise ValueError(f"a policy's label must be a non-empty string, got {label!r}")
-    keywords = {"method": method, **settings}
-    if label in POLICIES and POLICIES[label] != keywords:
+    policy = Policy(method, dict(settings))
+    if label in POLICIES and POLICIES[label] != policy:
         owner = "this package" if label in BUILTIN_POLICIES else "another policy"
-        raise ValueError(f"policy label {label!r} is taken by {owner} ({POLICIES[label]}); "
-                         "choose another")
-    POLICIES[label] = keywords
+        raise ValueError(f"policy label {label!r} is taken by {owner} "
+                         f"({POLICIES[label].keywords()}); choose another")
+    POLICIES[label] = policy
 
 
 def policy_label(text: str, methods: Sequence[str] | None = None) -> str:
@@ -116,7 +136,7 @@ def policy_label(text: str, methods: Sequence[str] | None = None) -> str:
     if methods is not None and method not in methods:
         raise ValueError(f"no buffer method {method!r} in policy {text!r}; choose from "
                          f"{', '.join(methods)}")
-    keywords: dict[str, Any] = {}
+    keywords: dict[str, Json] = {}
     for item in rest.split(","):
         key, equals, value = (part.strip() for part in item.partition("="))
         if not equals or not key.isidentifier() or key == "method" or key in keywords:

@@ -45,7 +45,8 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from avalanche_gss.reproduce.common import (
     command,
@@ -74,11 +75,21 @@ from avalanche_gss.reproduce.experiments.which_buffer_composition import (
 )
 from avalanche_gss.reproduce.experiments.which_buffer_matched import (
     MATCHED_LEGEND,
+    JobConfig,
+    JobResult,
+    MatchedRun,
+    RunKey,
     add_matched,
     keeps_every_batch,
     matched_configs,
     matched_results,
     matched_rows,
+)
+from avalanche_gss.reproduce.experiments.which_buffer_records import (
+    Json,
+    ProtocolRecord,
+    ReportRecord,
+    StreamRecord,
 )
 from avalanche_gss.reproduce.experiments.which_buffer_report import (
     NAME,
@@ -109,9 +120,11 @@ from avalanche_gss.reproduce.runs.planning import (
 )
 from avalanche_gss.reproduce.runs.sweep import config_key
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
+from avalanche_gss.streams import ArrayDataset
 
-__all__ = ["NAME", "STEM", "check_policies", "choices", "fit_model", "plan", "policy_problem",
-           "ranking", "stream_config", "traced_streams", "which_buffer"]
+__all__ = ["NAME", "STEM", "Choices", "StreamJob", "check_policies", "choices", "fit_model",
+           "plan", "policy_problem", "ranking", "stream_config", "traced_streams",
+           "which_buffer"]
 
 log = logging.getLogger("reproduce")
 
@@ -130,15 +143,15 @@ def policy_problem(label: str) -> str | None:
         its method does not take (or one the experiment sets per run), or
         ``RunSettings`` refuses its values.
     """
-    keywords = dict(POLICIES[label])
-    method = keywords.pop("method", None)
+    policy = POLICIES[label]
+    method, keywords = policy.method, policy.settings
     if method not in BUFFER_METHODS:
         return f"no buffer method {method!r} in the registry"
     per_run = sorted(set(keywords) & set(_PER_RUN))
     if per_run:
         return f"it sets {', '.join(per_run)}, which {NAME} sets per run"
     try:
-        settings_from_dict({"method": method, **keywords})
+        settings_from_dict(policy.keywords())
     except (TypeError, ValueError) as err:
         return " ".join(str(err).split())
     return None
@@ -162,7 +175,7 @@ def check_policies(labels: Sequence[str], prog: str) -> None:
                          f"run: {', '.join(ready)}")
 
 
-def fit_model(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any], data: Any
+def fit_model(args: argparse.Namespace, runs: list[Run], chosen: Choices, data: ArrayDataset
               ) -> tuple[list[Run], dict[str, str]]:
     """Keep the policies that can train their streams' model on ``data``; refuse or leave out.
 
@@ -170,12 +183,12 @@ def fit_model(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any],
     training_problems`): a policy that scores by the training step (``CB-GSS (step)``)
     cannot train the CIFAR-10 streams' ResNet-18, whose BatchNorm runs in train mode.
     Policies chosen with ``--policies`` are refused; the default policies leave those out,
-    with a log line naming them and why (``chosen["policies"]`` loses them too).
+    with a log line naming them and why (``chosen.policies`` loses them too).
 
     :param args: the parsed command line (``policies``: whether they were chosen).
     :param runs: :func:`plan`'s runs.
     :param chosen: :func:`choices`' result.
-    :param data: the loaded data (an ``ArrayDataset``).
+    :param data: the loaded data.
     :return: the runs of the policies kept, and each policy left out with why.
     :raises SystemExit: a chosen policy that cannot train its model, in one line naming
         each such policy, the model and its streams; or no default policy left.
@@ -199,8 +212,8 @@ def fit_model(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any],
     prog = prog_of(args)
     if args.policies is not None:
         raise SystemExit(f"{prog}: error: argument --policies: {said}")
-    chosen["policies"] = tuple(p for p in chosen["policies"] if p not in failing)
-    if not chosen["policies"]:
+    chosen.policies = tuple(p for p in chosen.policies if p not in failing)
+    if not chosen.policies:
         raise SystemExit(f"{prog}: error: no default policy can run here: {said}")
     log.info("%s: leaving out default policies %s", NAME, said)
     return [r for r in runs if r.keys["policy"] not in failing], why
@@ -209,7 +222,42 @@ def fit_model(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any],
 # --------------------------------------------------------------------------- plan
 
 
-def choices(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass
+class Choices:
+    """What a which-buffer command runs: :func:`choices`' result.
+
+    :param policies: the policies (labels of
+        :data:`~avalanche_gss.reproduce.experiments.policies.POLICIES`), in row order.
+    :param streams: the streams (names of
+        :data:`~avalanche_gss.reproduce.experiments.policies.STREAMS`), in column order.
+    :param buffer_sizes: the buffer sizes ``M``.
+    :param seeds: the seeds.
+    :param samples_per_task: ``--quick``'s samples per task, else ``None`` (the protocol's).
+    """
+
+    policies: tuple[str, ...]
+    streams: tuple[str, ...]
+    buffer_sizes: tuple[int, ...]
+    seeds: tuple[int, ...]
+    samples_per_task: int | None = None
+
+
+class StreamJob(TypedDict, total=False):
+    """The part of a job's config that builds its stream (:func:`stream_config`).
+
+    :param protocol: the protocol whose stream, learning rate and iterations it runs.
+    :param variant: the protocol's row keys (and ``--quick``'s ``samples_per_task``).
+    :param blur: each task keeps this share of its samples (the blurry streams).
+    :param trace: record the buffer's composition (the streams the report may show).
+    """
+
+    protocol: str
+    variant: dict[str, Json]
+    blur: float
+    trace: bool
+
+
+def choices(args: argparse.Namespace) -> Choices:
     """The policies, streams, buffer sizes and seeds to run (defaults, ``--quick``, options).
 
     The streams' kind (:data:`~avalanche_gss.reproduce.experiments.policies.KINDS`: the digits', by
@@ -222,12 +270,13 @@ def choices(args: argparse.Namespace) -> dict[str, Any]:
     chosen = resolve_choices(args, {"policies": tuple(POLICIES), "streams": DEFAULT_STREAMS,
                                     "buffer_sizes": kind.buffer_sizes, "seeds": SEEDS},
                              kind.quick, ("policies", "buffer_sizes", "seeds"))
-    if args.streams is not None:
-        chosen["streams"] = streams
-    return chosen
+    return Choices(policies=tuple(chosen["policies"]),
+                   streams=streams if args.streams is not None else tuple(chosen["streams"]),
+                   buffer_sizes=tuple(chosen["buffer_sizes"]), seeds=tuple(chosen["seeds"]),
+                   samples_per_task=chosen.get("samples_per_task"))
 
 
-def stream_config(name: str, chosen: dict[str, Any]) -> dict[str, Any]:
+def stream_config(name: str, chosen: Choices) -> StreamJob:
     """The part of a job's config that builds stream ``name`` (see :func:`run_job`).
 
     Runs on every stream of
@@ -239,10 +288,10 @@ def stream_config(name: str, chosen: dict[str, Any]) -> dict[str, Any]:
     :param chosen: :func:`choices`' result (its ``samples_per_task`` under ``--quick``).
     """
     spec = STREAMS[name]
-    variant = dict(spec.variant)
-    if "samples_per_task" in chosen:
-        variant["samples_per_task"] = chosen["samples_per_task"]
-    config: dict[str, Any] = {"protocol": spec.protocol, "variant": variant}
+    variant: dict[str, Json] = dict(spec.variant)
+    if chosen.samples_per_task is not None:
+        variant["samples_per_task"] = chosen.samples_per_task
+    config = StreamJob(protocol=spec.protocol, variant=variant)
     if spec.blurred:
         config["blur"] = BLURRY_KEEP
     if name in COMPOSITION_STREAMS or spec.family in COMPOSITION_STREAMS:
@@ -250,28 +299,27 @@ def stream_config(name: str, chosen: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def plan(args: argparse.Namespace) -> tuple[list[Run], dict[str, Any]]:
+def plan(args: argparse.Namespace) -> tuple[list[Run], Choices]:
     """List the runs: every policy x stream x buffer size x seed.
 
     :param args: the parsed command line.
     :return: the runs (row keys ``policy`` and ``stream``, the job's
         :func:`stream_config`, and settings made by the stream's protocol, then the
-        policy's keywords) and :func:`choices`' result.
+        policy's settings) and :func:`choices`' result.
     :raises SystemExit: a chosen policy this version cannot run (:func:`check_policies`).
     """
     chosen = choices(args)
-    check_policies(chosen["policies"], prog_of(args))
+    check_policies(chosen.policies, prog_of(args))
     runs = []
-    for stream in chosen["streams"]:
-        spec = STREAMS[stream]
-        protocol = PROTOCOLS[spec.protocol]
-        config = stream_config(stream, chosen)
-        for seed in chosen["seeds"]:
-            for label in chosen["policies"]:
-                keywords = {k: v for k, v in POLICIES[label].items() if k != "method"}
-                for m in chosen["buffer_sizes"]:
-                    settings = settings_for(args, protocol, POLICIES[label]["method"],
-                                            buffer_size=m, seed=seed, **keywords)
+    for stream in chosen.streams:
+        protocol = PROTOCOLS[STREAMS[stream].protocol]
+        config = dict(stream_config(stream, chosen))
+        for seed in chosen.seeds:
+            for label in chosen.policies:
+                policy = POLICIES[label]
+                for m in chosen.buffer_sizes:
+                    settings = settings_for(args, protocol, policy.method,
+                                            buffer_size=m, seed=seed, **policy.settings)
                     runs.append(Run(settings, {"policy": label, "stream": stream}, config))
     return runs, chosen
 
@@ -290,7 +338,7 @@ def job_label(run: Run) -> str:
 
 
 def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
-                 identity: dict[str, str]) -> list[dict[str, Any]]:
+                 identity: dict[str, str]) -> list[JobConfig]:
     configs = []
     for r in runs:
         s = r.settings
@@ -304,33 +352,136 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
     return configs
 
 
-def _streams(data: Any, runs: Sequence[Run], chosen: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each chosen stream's protocol as run, for the report.
+def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: Choices,
+                   name: str) -> StreamRecord:
+    """Stream ``name``'s protocol as run, for the report.
 
     A ``--quick`` run of fewer samples per task than its kind's protocol
-    (:attr:`~avalanche_gss.reproduce.experiments.policies.StreamKind.paper_samples_per_task`) says
-    so
-    among its deviations.
+    (:attr:`~avalanche_gss.reproduce.experiments.policies.StreamKind.paper_samples_per_task`)
+    says so among its deviations.
     """
-    streams = []
-    for s in chosen["streams"]:
-        config = stream_config(s, chosen)
-        split = build_split(data, config, chosen["seeds"][0])
-        settings = next(r.settings for r in runs if r.keys["stream"] == s)
-        deviations = list(split.protocol.get("deviations", []))
-        full = KINDS[STREAMS[s].data].paper_samples_per_task
-        quick = config["variant"].get("samples_per_task")
-        if full is not None and quick is not None and quick < full:
-            deviations.append(f"--quick: {quick:,} samples per task instead of "
-                              f"{PROTOCOLS[STREAMS[s].protocol].paper_ref}'s {full:,}")
-        streams.append({"name": s, "family": STREAMS[s].family,
-                        "protocol": STREAMS[s].protocol, "variant": config["variant"],
-                        "blur": config.get("blur"), "traced": bool(config.get("trace")),
-                        "lr": settings.lr, "n_iter": settings.n_iter,
-                        "stream": {k: v for k, v in split.protocol.items()
-                                   if k != "deviations"},
-                        "deviations": deviations})
-    return streams
+    spec = STREAMS[name]
+    config = stream_config(name, chosen)
+    split = build_split(data, dict(config), chosen.seeds[0])
+    settings = next(r.settings for r in runs if r.keys["stream"] == name)
+    deviations = list(split.protocol.get("deviations", []))
+    full = KINDS[spec.data].paper_samples_per_task
+    quick = config["variant"].get("samples_per_task")
+    if full is not None and isinstance(quick, int) and quick < full:
+        deviations.append(f"--quick: {quick:,} samples per task instead of "
+                          f"{PROTOCOLS[spec.protocol].paper_ref}'s {full:,}")
+    return StreamRecord(name=name, family=spec.family, protocol=spec.protocol,
+                        variant=config["variant"], blur=config.get("blur"),
+                        traced=bool(config.get("trace")), lr=settings.lr,
+                        n_iter=settings.n_iter,
+                        stream={k: v for k, v in split.protocol.items() if k != "deviations"},
+                        deviations=deviations)
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _check_data(args: argparse.Namespace, runs: list[Run], chosen: Choices
+                ) -> tuple[list[Run], dict[str, str], str, ArrayDataset]:
+    """Load the data; keep the runs whose model they fit (:func:`fit_model`).
+
+    :return: the runs kept, the policies left out with why, the data's name and the data.
+    :raises SystemExit: data that do not fit a stream's protocol or model, in one line.
+    """
+    data_name, data = resolve_data(args, PROTOCOLS[STREAMS[chosen.streams[0]].protocol])
+    try:
+        for s in chosen.streams:
+            PROTOCOLS[STREAMS[s].protocol].check(data)
+        runs, left_out = fit_model(args, runs, chosen, data)
+        check_model(data, [r.settings for r in runs])
+    except ValueError as err:
+        raise SystemExit(f"{prog_of(args)}: error: --data {data_name}: {err}") from None
+    return runs, left_out, data_name, data
+
+
+@dataclass
+class _Sweep:
+    """The comparison's runs, their jobs, results and (``--tensorboard``) log folders."""
+
+    runs: list[Run]
+    configs: list[JobConfig]
+    results: list[JobResult]
+    folders: list[str | None]
+
+
+def _measure(args: argparse.Namespace, runs: list[Run], configs: list[JobConfig]) -> _Sweep:
+    """Run (or find in the cache) every job; write their event logs (``--tensorboard``)."""
+    job = run_logged_job if args.tensorboard else run_job
+    results = sweep(args, NAME, configs, job)
+    folders = [os.path.join(args.tensorboard, NAME, job_label(r))
+               if args.tensorboard and r.settings.method in BUFFER_METHODS else None
+               for r in runs]
+    if args.tensorboard:
+        write_event_logs(folders, results, args.tensorboard)
+    return _Sweep(runs, configs, results, folders)
+
+
+def _compute_matched(args: argparse.Namespace, done: _Sweep,
+                     rows: Sequence[PolicyRow]) -> dict[RunKey, MatchedRun]:
+    """Run each policy on its compute-matched stream; give the rows those runs.
+
+    A run that keeps every batch takes its as-measured run's result (and logs).
+
+    :return: each compute-matched run by its key (for the CSV).
+    """
+    again = matched_configs(done.configs, done.results)
+    skipping = [c for c in again if not keeps_every_batch(c)]
+    to_train = len({config_key(c) for c in skipping})
+    log.info("%s: %d compute-matched runs (%d more keep every batch: their as-measured "
+             "runs)", NAME, to_train, len({config_key(c) for c in again}) - to_train)
+    job = run_logged_job if args.tensorboard else run_job
+    ran = sweep(args, NAME, skipping, job) if skipping else []
+    if args.tensorboard:  # one that keeps every batch: its as-measured run's logs
+        write_event_logs([None if f is None else f"{f}-matched" for f, c
+                          in zip(done.folders, again, strict=True) if not keeps_every_batch(c)],
+                         ran, args.tensorboard)
+    keys = [(r.keys["policy"], r.keys["stream"], r.settings.buffer_size, r.settings.seed)
+            for r in done.runs]
+    return add_matched(rows, keys, again, matched_results(again, done.results, ran))
+
+
+def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDataset,
+            done: _Sweep, chosen: Choices, left_out: dict[str, str],
+            rows: Sequence[PolicyRow]) -> ReportRecord:
+    """The JSON report of the comparison (its statistics still to add)."""
+    records = [r.record() for r in rows]
+    columns = [(s, m) for s in chosen.streams for m in chosen.buffer_sizes]
+    measured = ranking(records, chosen.policies, columns)
+    sizes = "/".join(map(str, chosen.buffer_sizes))
+    first = done.runs[0].settings
+    report: ReportRecord = {
+        "experiment": NAME,
+        "title": f"which buffer policy for which stream, on {data_label(data)}: final average "
+                 f"accuracy and train time per run, M = {sizes} (ours, not a table of the "
+                 "paper)",
+        **data_fields(data),  # type: ignore[typeddict-item]  # its keys: ReportRecord's
+        "command": command(argv, prog_of(args)),
+        "protocol": ProtocolRecord(
+            policies=list(chosen.policies),
+            policy_settings={p: POLICIES[p].keywords() for p in chosen.policies},
+            policies_left_out=left_out,
+            streams=[_stream_record(data, done.runs, chosen, s) for s in chosen.streams],
+            buffer_sizes=list(chosen.buffer_sizes), seeds=list(chosen.seeds),
+            model=first.model, batch_size=first.batch_size,
+            replay_batch_size=first.replay_batch_size, quick=args.quick, workers=args.workers,
+            train_seconds="wall time of training one run (evaluation excluded), in its "
+                          "worker; runs found in the cache keep the time they took then"),
+        "provenance": provenance(args.device, args.threads),
+        "rows": records,
+        "best": measured.best,
+        "ranking": measured.records(),
+    }
+    if getattr(args, "compute_matched", False):
+        matched = ranking(matched_rows(records), chosen.policies, columns)
+        report["compute_matched"] = MATCHED_LEGEND
+        report["ranking_compute_matched"] = matched.records()
+        report["best_compute_matched"] = matched.best
+    return report
 
 
 def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
@@ -340,94 +491,31 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     :param argv: the command line (for the record; ``sys.argv`` by default).
     :return: 0, or 3 when a run diverged.
     """
-    prog = prog_of(args)
     runs, chosen = plan(args)
-    data_name, data = resolve_data(args, PROTOCOLS[STREAMS[chosen["streams"][0]].protocol])
-    try:
-        for s in chosen["streams"]:
-            PROTOCOLS[STREAMS[s].protocol].check(data)
-        runs, left_out = fit_model(args, runs, chosen, data)
-        check_model(data, [r.settings for r in runs])
-    except ValueError as err:
-        raise SystemExit(f"{prog}: error: --data {data_name}: {err}") from None
+    runs, left_out, data_name, data = _check_data(args, runs, chosen)
     configs = _job_configs(args, runs, data_name, data_identity(data))
     log.info("%s: %d runs (%d policies x %d streams x %d buffer sizes x %d seeds) on %s "
              "(%s), %d torch thread(s) per run", NAME, len({config_key(c) for c in configs}),
-             len(chosen["policies"]), len(chosen["streams"]), len(chosen["buffer_sizes"]),
-             len(chosen["seeds"]), data.name, data.source, args.threads)
+             len(chosen.policies), len(chosen.streams), len(chosen.buffer_sizes),
+             len(chosen.seeds), data.name, data.source, args.threads)
     start = time.perf_counter()
-    job = run_logged_job if args.tensorboard else run_job
-    results = sweep(args, NAME, configs, job)
-    folders = [os.path.join(args.tensorboard, NAME, job_label(r))
-               if args.tensorboard and r.settings.method in BUFFER_METHODS else None
-               for r in runs]
-    if args.tensorboard:
-        write_event_logs(folders, results, args.tensorboard)
+    done = _measure(args, runs, configs)
     pairs = [(r.keys, run_result(r.settings, result, drop=("trace", "train_sizes", "passes")))
-             for r, result in zip(runs, results, strict=True)]
+             for r, result in zip(runs, done.results, strict=True)]
     rows = group_rows(pairs, PolicyRow)
-    records = [r.to_dict() for r in rows]
-    columns = [(s, m) for s in chosen["streams"] for m in chosen["buffer_sizes"]]
-    table, best = ranking(records, chosen["policies"], columns)
-    matched = None
-    if getattr(args, "compute_matched", False):
-        again = matched_configs(configs, results)
-        skipping = [c for c in again if not keeps_every_batch(c)]
-        to_train = len({config_key(c) for c in skipping})
-        log.info("%s: %d compute-matched runs (%d more keep every batch: their as-measured "
-                 "runs)", NAME, to_train, len({config_key(c) for c in again}) - to_train)
-        ran = sweep(args, NAME, skipping, job) if skipping else []
-        if args.tensorboard:  # one that keeps every batch: its as-measured run's logs
-            write_event_logs([None if f is None else f"{f}-matched" for f, c
-                              in zip(folders, again, strict=True) if not keeps_every_batch(c)],
-                             ran, args.tensorboard)
-        matched = add_matched(records, [{**r.keys, "buffer_size": r.settings.buffer_size,
-                                         "seed": r.settings.seed} for r in runs],
-                              again, matched_results(again, results, ran))
-    extra: dict[str, Any] = {}
-    if matched is not None:
-        matched_table, matched_best = ranking(matched_rows(records), chosen["policies"], columns)
-        extra = {"compute_matched": MATCHED_LEGEND, "ranking_compute_matched": matched_table,
-                 "best_compute_matched": matched_best}
-    label = data_label(data)
-    sizes = "/".join(map(str, chosen["buffer_sizes"]))
-    first = runs[0].settings
-    report: dict[str, Any] = {
-        "experiment": NAME,
-        "title": f"which buffer policy for which stream, on {label}: final average accuracy "
-                 f"and train time per run, M = {sizes} (ours, not a table of the paper)",
-        **data_fields(data),
-        "command": command(argv, prog),
-        "protocol": {
-            "policies": list(chosen["policies"]),
-            "policy_settings": {p: POLICIES[p] for p in chosen["policies"]},
-            "policies_left_out": left_out,
-            "streams": _streams(data, runs, chosen),
-            "buffer_sizes": list(chosen["buffer_sizes"]),
-            "seeds": list(chosen["seeds"]),
-            "model": first.model,
-            "batch_size": first.batch_size,
-            "replay_batch_size": first.replay_batch_size,
-            "quick": args.quick,
-            "workers": args.workers,
-            "train_seconds": "wall time of training one run (evaluation excluded), in its "
-                             "worker; runs found in the cache keep the time they took then",
-        },
-        "provenance": provenance(args.device, args.threads),
-        "rows": records,
-        "best": best,
-        "ranking": table,
-        **extra,
-        "wall_seconds": time.perf_counter() - start,
-    }
+    matched = _compute_matched(args, done, rows) if getattr(args, "compute_matched", False) \
+        else None
+    report = _report(args, argv, data, done, chosen, left_out, rows)
+    report["wall_seconds"] = time.perf_counter() - start
     add_statistics(report)
     if report["recommendation"] is None:
         log.info("%s: no recommendation: %s", NAME, report["recommendation_note"])
+    columns = [(s, m) for s in chosen.streams for m in chosen.buffer_sizes]
     paths = output_paths(args.out, STEM, "json", "csv", "md")
     paths.update(draw(report, args.out))
-    write_report(paths, report, runs_csv(pairs, report["provenance"], matched, data.name),
+    write_report(paths, dict(report), runs_csv(pairs, report["provenance"], matched, data.name),
                  markdown(report, columns, paths["png"]))
-    paths.update(write_composition(report, runs, results, args.out))
+    paths.update(write_composition(report, runs, done.results, args.out))
     bad = [f"{r.policy} on {r.stream} M={r.buffer_size} seed {seed}" for r in rows
            for seed, d in zip(r.seeds, r.diverged or [], strict=False) if d]
-    return show_outputs(paths, bad, prog)
+    return show_outputs(paths, bad, prog_of(args))

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
+from avalanche_gss.reproduce.experiments.which_buffer_records import RowRecord
 from avalanche_gss.reproduce.runs.budget import PassCount, relative_cost, trained_batches
 
-__all__ = ["MATCHED_LEGEND", "add_matched", "keeps_every_batch", "matched_configs",
-           "matched_results", "matched_rows", "relative_cost_of"]
+__all__ = ["MATCHED_LEGEND", "JobConfig", "JobResult", "MatchedCell", "MatchedJob", "MatchedRun",
+           "RunKey", "add_matched", "keeps_every_batch", "matched_configs", "matched_results",
+           "matched_rows", "relative_cost_of"]
 
 MATCHED_LEGEND = (
     "C: a policy's relative cost, its forward plus twice its backward passes per sample "
@@ -36,15 +39,106 @@ MATCHED_LEGEND = (
     "j = 0, 1, ..., and the batches it skips are seen by neither its model nor its buffer.")
 """What the Markdown says C and the rule are."""
 
+JobConfig = dict[str, Any]
+"""A job's config, as :func:`~avalanche_gss.reproduce.runs.jobs.run_job` takes it (and the
+cache stores it): that module's type, passed through here."""
 
-def relative_cost_of(result: dict[str, Any]) -> tuple[Any, int, int]:
-    """A counted run's ``C`` (a ``Fraction``), its kept batch count and the stream's.
+JobResult = JobConfig
+"""A job's result, as :func:`~avalanche_gss.reproduce.runs.jobs.run_job` gives it (a
+``RunResult`` as a dict): that module's type, passed through here."""
+
+RunKey = tuple[str, str, int, int]
+"""A run of the comparison: its policy, stream, buffer size and seed."""
+
+
+class MatchedJob(TypedDict):
+    """A compute-matched job's ``matched`` entry (part of its config and cache key).
+
+    :param C: the policy's relative cost, an exact fraction string (``"3/2"``).
+    :param kept_batches: the batches it trains on.
+    :param batches: the stream's batches.
+    """
+
+    C: str
+    kept_batches: int
+    batches: int
+
+
+class _Passes(TypedDict):
+    """A counted run's ``extras["passes"]`` (see ``run_job``'s ``count_passes``)."""
+
+    forward: int
+    backward: int
+    reservoir_forward: int
+    reservoir_backward: int
+    batches: int
+
+
+@dataclass(frozen=True)
+class MatchedRun:
+    """One compute-matched run, for the CSV and its row.
+
+    :param job: its ``matched`` entry: ``C``, kept batches, batches.
+    :param avg: its final average accuracy.
+    :param train_seconds: its training time.
+    """
+
+    job: MatchedJob
+    avg: float
+    train_seconds: float
+
+
+@dataclass(frozen=True)
+class MatchedCell:
+    """A row's compute-matched runs, one per seed (in the row's seed order).
+
+    :param runs: the runs.
+    """
+
+    runs: tuple[MatchedRun, ...]
+
+    @property
+    def relative_cost_mean(self) -> float:
+        """The mean of ``C`` over seeds."""
+        return statistics.fmean(float(Fraction(r.job["C"])) for r in self.runs)
+
+    @property
+    def avg(self) -> list[float]:
+        """Each seed's compute-matched final average accuracy."""
+        return [r.avg for r in self.runs]
+
+    @property
+    def train_seconds(self) -> list[float]:
+        """Each seed's compute-matched training time."""
+        return [r.train_seconds for r in self.runs]
+
+
+class _Cell(Protocol):
+    """A row of the comparison, as :func:`add_matched` fills it (``PolicyRow``)."""
+
+    matched: MatchedCell | None
+
+    @property
+    def policy(self) -> str: ...
+
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def buffer_size(self) -> int: ...
+
+    @property
+    def seeds(self) -> list[int]: ...
+
+
+def relative_cost_of(result: JobResult) -> tuple[Fraction, int, int]:
+    """A counted run's ``C``, its kept batch count and the stream's.
 
     :param result: a job's result whose ``extras["passes"]`` the job counted
         (:func:`~avalanche_gss.reproduce.runs.jobs.run_job` with ``count_passes``).
     :raises ValueError: the result holds no pass counts.
     """
-    passes = result["extras"].get("passes")
+    passes: _Passes | None = result["extras"].get("passes")
     if passes is None:
         raise ValueError("the run holds no pass counts; run it with count_passes")
     c = relative_cost(PassCount(passes["forward"], passes["backward"]),
@@ -52,38 +146,40 @@ def relative_cost_of(result: dict[str, Any]) -> tuple[Any, int, int]:
     return c, len(trained_batches(passes["batches"], c)), int(passes["batches"])
 
 
-def matched_configs(configs: Sequence[dict[str, Any]],
-                    results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def matched_configs(configs: Sequence[JobConfig],
+                    results: Sequence[JobResult]) -> list[JobConfig]:
     """The compute-matched job of each as-measured job, from its counted result.
 
     :param configs: the as-measured jobs (with ``count_passes``).
     :param results: their results, in order.
-    :return: each config without ``count_passes`` and ``trace``, with ``matched``:
-        ``C`` (an exact fraction string), ``kept_batches`` and ``batches``, and its
-        ``label`` ending in ``-matched``.
+    :return: each config without ``count_passes`` and ``trace``, with ``matched``
+        (:class:`MatchedJob`), and its ``label`` ending in ``-matched``.
     """
     out = []
     for config, result in zip(configs, results, strict=True):
         c, kept, batches = relative_cost_of(result)
         job = {k: v for k, v in config.items() if k not in ("count_passes", "trace")}
-        job["matched"] = {"C": str(c), "kept_batches": kept, "batches": batches}
+        job["matched"] = MatchedJob(C=str(c), kept_batches=kept, batches=batches)
         if job.get("label"):
             job["label"] = f"{job['label']}-matched"
         out.append(job)
     return out
 
 
-def keeps_every_batch(config: dict[str, Any]) -> bool:
+def keeps_every_batch(config: JobConfig) -> bool:
     """Whether a compute-matched job trains on every batch.
 
     True for ``C <= 1``, or too few batches for ``C`` to skip one: the job is then its
     as-measured run again, with the same result.
+
+    :param config: a compute-matched job (:func:`matched_configs`).
     """
-    return bool(config["matched"]["kept_batches"] == config["matched"]["batches"])
+    matched: MatchedJob = config["matched"]
+    return matched["kept_batches"] == matched["batches"]
 
 
-def matched_results(configs: Sequence[dict[str, Any]], measured: Sequence[dict[str, Any]],
-                    ran: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def matched_results(configs: Sequence[JobConfig], measured: Sequence[JobResult],
+                    ran: Sequence[JobResult]) -> list[JobResult]:
     """Each compute-matched job's result, training only the jobs that skip batches.
 
     A job that keeps every batch (:func:`keeps_every_batch`) takes its as-measured run's
@@ -103,47 +199,43 @@ def matched_results(configs: Sequence[dict[str, Any]], measured: Sequence[dict[s
             for c, m in zip(configs, measured, strict=True)]
 
 
-def add_matched(records: list[dict[str, Any]], keys: Sequence[dict[str, Any]],
-                configs: Sequence[dict[str, Any]],
-                results: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Add the compute-matched results to the report's rows; each run's, by its keys.
+def add_matched(rows: Sequence[_Cell], keys: Sequence[RunKey],
+                configs: Sequence[JobConfig],
+                results: Sequence[JobResult]) -> dict[RunKey, MatchedRun]:
+    """Give each row its compute-matched runs (``PolicyRow.matched``), by run key.
 
-    Each row gains, per seed, ``relative_cost`` (exact fraction strings), ``kept_batches``,
-    ``batches``, ``matched_avg`` and ``matched_train_seconds``, and ``relative_cost_mean``,
-    ``matched_avg_mean``, ``matched_avg_std``, ``matched_train_seconds_mean``.
+    Each row's record then holds, per seed, ``relative_cost`` (exact fraction strings),
+    ``kept_batches``, ``batches``, ``matched_avg`` and ``matched_train_seconds``, and
+    ``relative_cost_mean``, ``matched_avg_mean``, ``matched_avg_std``,
+    ``matched_train_seconds_mean``.
 
-    :param records: the rows (``policy``, ``stream``, ``buffer_size``, ``seeds``).
-    :param keys: each matched run's ``policy``, ``stream``, ``buffer_size`` and ``seed``.
+    :param rows: the rows.
+    :param keys: each matched run's policy, stream, buffer size and seed.
     :param configs: the matched jobs (:func:`matched_configs`).
     :param results: their results.
-    :return: per ``(policy, stream, buffer size, seed)``: ``C``, ``kept_batches``,
-        ``batches``, ``avg`` (for the CSV).
+    :return: each matched run by its key (for the CSV).
     """
-    runs: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for k, config, result in zip(keys, configs, results, strict=True):
-        runs[(k["policy"], k["stream"], k["buffer_size"], k["seed"])] = {
-            **config["matched"], "avg": result["avg"],
-            "train_seconds": result["train_seconds"]}
-    for r in records:
-        mine = [runs[(r["policy"], r["stream"], r["buffer_size"], s)] for s in r["seeds"]]
-        avgs = [m["avg"] for m in mine]
-        secs = [m["train_seconds"] for m in mine]
-        r.update(relative_cost=[m["C"] for m in mine],
-                 relative_cost_mean=statistics.fmean(float(Fraction(m["C"])) for m in mine),
-                 kept_batches=[m["kept_batches"] for m in mine],
-                 batches=[m["batches"] for m in mine],
-                 matched_avg=avgs, matched_avg_mean=statistics.fmean(avgs),
-                 matched_avg_std=statistics.pstdev(avgs) if len(avgs) > 1 else None,
-                 matched_train_seconds=secs,
-                 matched_train_seconds_mean=statistics.fmean(secs))
+    runs = {k: MatchedRun(config["matched"], result["avg"], result["train_seconds"])
+            for k, config, result in zip(keys, configs, results, strict=True)}
+    for r in rows:
+        r.matched = MatchedCell(tuple(runs[(r.policy, r.stream, r.buffer_size, s)]
+                                      for s in r.seeds))
     return runs
 
 
-def matched_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def matched_rows(records: Sequence[RowRecord]) -> list[RowRecord]:
     """The rows with the compute-matched accuracy and time in place of the measured ones.
 
     For :func:`~avalanche_gss.reproduce.experiments.which_buffer_report.ranking`: its second
     ranking.
+
+    :param records: the report's rows, with their compute-matched runs.
     """
-    return [{**r, "avg_mean": r["matched_avg_mean"], "avg_std": r["matched_avg_std"],
-             "train_seconds_mean": r["matched_train_seconds_mean"]} for r in records]
+    out = []
+    for r in records:
+        m = r.copy()
+        m["avg_mean"] = r["matched_avg_mean"]
+        m["avg_std"] = r["matched_avg_std"]
+        m["train_seconds_mean"] = r["matched_train_seconds_mean"]
+        out.append(m)
+    return out

@@ -7,12 +7,25 @@ import io
 import os
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Literal, cast
 
 from avalanche_gss.reproduce.experiments.policies import POLICIES, STREAMS
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, label_of
+from avalanche_gss.reproduce.experiments.which_buffer_matched import (
+    MatchedCell,
+    MatchedRun,
+    RunKey,
+)
+from avalanche_gss.reproduce.experiments.which_buffer_records import (
+    Json,
+    ProtocolRecord,
+    RankRecord,
+    ReportRecord,
+    RowRecord,
+)
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import statistics_lines
 from avalanche_gss.reproduce.reports.comparisons import mean_interval
 from avalanche_gss.reproduce.reports.plotting import (
@@ -41,11 +54,14 @@ STEM = "which_buffer"
 """The outputs' file name stem."""
 
 
+@dataclass
 class PolicyRow(Row):
-    """A row of the comparison: one policy (``keys["policy"]``) on one stream at one size.
+    """A cell of the comparison: one policy (``keys["policy"]``) on one stream at one size.
 
-    Its record adds the stream's ``family`` and the mean and std of the training seconds.
+    :param matched: its compute-matched runs (``--compute-matched``), else ``None``.
     """
+
+    matched: MatchedCell | None = None
 
     @property
     def policy(self) -> str:
@@ -57,11 +73,31 @@ class PolicyRow(Row):
         """The stream's name (a key of :data:`.policies.STREAMS`)."""
         return str(self.keys["stream"])
 
-    def to_dict(self) -> dict[str, Any]:
-        """:meth:`Row.to_dict`, then ``family``, ``train_seconds_mean`` and ``_std``."""
-        return {**super().to_dict(), "family": STREAMS[self.stream].family,
-                "train_seconds_mean": statistics.fmean(self.train_seconds),
-                "train_seconds_std": _std(self.train_seconds)}
+    def record(self) -> RowRecord:
+        """The row as the report records it.
+
+        :meth:`Row.to_dict`, then ``family``, ``train_seconds_mean`` and ``_std``, then
+        with compute-matched runs ``relative_cost`` (exact fraction strings),
+        ``relative_cost_mean``, ``kept_batches``, ``batches``, ``matched_avg``,
+        ``matched_avg_mean``, ``matched_avg_std``, ``matched_train_seconds`` and
+        ``matched_train_seconds_mean``.
+        """
+        record = cast(RowRecord, super().to_dict())  # Row's record: these keys, untyped
+        record["family"] = STREAMS[self.stream].family
+        record["train_seconds_mean"] = statistics.fmean(self.train_seconds)
+        record["train_seconds_std"] = _std(self.train_seconds)
+        m = self.matched
+        if m is not None:
+            record["relative_cost"] = [r.job["C"] for r in m.runs]
+            record["relative_cost_mean"] = m.relative_cost_mean
+            record["kept_batches"] = [r.job["kept_batches"] for r in m.runs]
+            record["batches"] = [r.job["batches"] for r in m.runs]
+            record["matched_avg"] = m.avg
+            record["matched_avg_mean"] = statistics.fmean(m.avg)
+            record["matched_avg_std"] = _std(m.avg)
+            record["matched_train_seconds"] = m.train_seconds
+            record["matched_train_seconds_mean"] = statistics.fmean(m.train_seconds)
+        return record
 
 
 def _std(values: Sequence[float]) -> float | None:
@@ -79,27 +115,70 @@ def _ranks(values: dict[str, float]) -> dict[str, float]:
     return ranks
 
 
-def ranking(rows: Sequence[dict[str, Any]], policies: Sequence[str],
-            columns: Sequence[tuple[str, int]]) -> tuple[list[dict[str, Any]],
-                                                         dict[str, list[str]]]:
-    """Rank the policies in each column (stream x buffer size) and overall.
+@dataclass(frozen=True)
+class Placing:
+    """A policy's place in a ranking.
 
-    :param rows: the report's rows (one per policy, stream and buffer size).
-    :param policies: the policies, in table order.
-    :param columns: ``(stream, buffer size)`` of each column.
-    :return: the policies sorted by mean rank, then by mean accuracy (each with
-        ``mean_rank``, ``place``: its place, ``"=2"`` when it shares its mean rank at two
-        decimals with others, ``wins``, ``mean_accuracy``, ``mean_train_seconds``,
-        ``time_vs_fastest``: the mean over the columns of its time over the column's
-        fastest), and each column's best
-        policies (highest mean accuracy at the table's precision), keyed ``stream M=m``.
+    :param policy: the policy.
+    :param mean_rank: its rank in each column, averaged over the columns.
+    :param wins: the columns where it has the best accuracy (a tie counts for each).
+    :param columns: the columns it ran in.
+    :param mean_accuracy: its mean accuracy over the columns.
+    :param mean_train_seconds: its mean training seconds of one run over the columns.
+    :param time_vs_fastest: the mean over the columns of its time over the fastest's.
+    :param place: its place, ``"=2"`` when it shares its mean rank at two decimals.
     """
+
+    policy: str
+    mean_rank: float
+    wins: int
+    columns: int
+    mean_accuracy: float
+    mean_train_seconds: float
+    time_vs_fastest: float
+    place: str = ""
+
+    def record(self) -> RankRecord:
+        """The placing as the report records it."""
+        return RankRecord(policy=self.policy, mean_rank=self.mean_rank, wins=self.wins,
+                          columns=self.columns, mean_accuracy=self.mean_accuracy,
+                          mean_train_seconds=self.mean_train_seconds,
+                          time_vs_fastest=self.time_vs_fastest, place=self.place)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The policies ranked over the columns, and each column's best.
+
+    :param table: the placings, best first (by mean rank, then mean accuracy).
+    :param best: each column's best policies (highest mean accuracy at the table's
+        precision), keyed ``"stream M=m"``.
+    """
+
+    table: list[Placing]
+    best: dict[str, list[str]]
+
+    def records(self) -> list[RankRecord]:
+        """The placings as the report records them."""
+        return [t.record() for t in self.table]
+
+
+@dataclass
+class _Tally:
+    """One policy's per-column ranks, accuracies, seconds and time over the fastest's."""
+
+    ranks: list[float]
+    accs: list[float]
+    secs: list[float]
+    slow: list[float]
+    wins: int = 0
+
+
+def _tally(rows: Sequence[RowRecord], policies: Sequence[str],
+           columns: Sequence[tuple[str, int]]) -> tuple[dict[str, _Tally], dict[str, list[str]]]:
+    """Each policy's per-column values, and each column's best policies."""
     cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in rows}
-    ranks: dict[str, list[float]] = {p: [] for p in policies}
-    accs: dict[str, list[float]] = {p: [] for p in policies}
-    secs: dict[str, list[float]] = {p: [] for p in policies}
-    slow: dict[str, list[float]] = {p: [] for p in policies}
-    wins = dict.fromkeys(policies, 0)
+    tally = {p: _Tally([], [], [], []) for p in policies}
     best: dict[str, list[str]] = {}
     for stream, m in columns:
         here = {p: cell[(p, stream, m)] for p in policies if (p, stream, m) in cell}
@@ -109,34 +188,54 @@ def ranking(rows: Sequence[dict[str, Any]], policies: Sequence[str],
         top = max(shown.values())
         best[f"{stream} M={m}"] = [p for p, v in shown.items() if v == top]
         for p in best[f"{stream} M={m}"]:
-            wins[p] += 1
+            tally[p].wins += 1
         fastest = min(r["train_seconds_mean"] for r in here.values())
         for p, rank in _ranks(shown).items():
-            ranks[p].append(rank)
-            accs[p].append(here[p]["avg_mean"])
-            secs[p].append(here[p]["train_seconds_mean"])
-            slow[p].append(here[p]["train_seconds_mean"] / fastest if fastest > 0 else 1.0)
-    table: list[dict[str, Any]] = [
-        {"policy": p, "mean_rank": statistics.fmean(ranks[p]), "wins": wins[p],
-         "columns": len(ranks[p]), "mean_accuracy": statistics.fmean(accs[p]),
-         "mean_train_seconds": statistics.fmean(secs[p]),
-         "time_vs_fastest": statistics.fmean(slow[p])}
-        for p in policies if ranks[p]]
-    table.sort(key=lambda t: (round(t["mean_rank"], 2), -t["mean_accuracy"]))
-    for t, place in zip(table, shared_places([round(t["mean_rank"], 2) for t in table]),
-                        strict=True):
-        t["place"] = place
-    return table, best
+            t, r = tally[p], here[p]
+            t.ranks.append(rank)
+            t.accs.append(r["avg_mean"])
+            t.secs.append(r["train_seconds_mean"])
+            t.slow.append(r["train_seconds_mean"] / fastest if fastest > 0 else 1.0)
+    return tally, best
 
 
-def _cell(row: dict[str, Any], bold: bool) -> str:
+def ranking(rows: Sequence[RowRecord], policies: Sequence[str],
+            columns: Sequence[tuple[str, int]]) -> Ranking:
+    """Rank the policies in each column (stream x buffer size) and overall.
+
+    :param rows: the report's rows (one per policy, stream and buffer size).
+    :param policies: the policies, in table order.
+    :param columns: ``(stream, buffer size)`` of each column.
+    :return: the policies sorted by mean rank, then by mean accuracy, and each column's
+        best policies (:class:`Ranking`).
+    """
+    tally, best = _tally(rows, policies, columns)
+    table = [Placing(p, statistics.fmean(t.ranks), t.wins, len(t.ranks),
+                     statistics.fmean(t.accs), statistics.fmean(t.secs),
+                     statistics.fmean(t.slow))
+             for p, t in tally.items() if t.ranks]
+    table.sort(key=lambda t: (round(t.mean_rank, 2), -t.mean_accuracy))
+    places = shared_places([round(t.mean_rank, 2) for t in table])
+    return Ranking([replace(t, place=place) for t, place in zip(table, places, strict=True)],
+                   best)
+
+
+def _cell(row: RowRecord, bold: bool) -> str:
     acc = format_cell(row["avg_mean"], row["avg_std"])
     mark = " ‡" if any(row.get("diverged", [])) else ""
     return (f"**{acc}**" if bold else acc) + f" ({row['train_seconds_mean']:.1f} s){mark}"
 
 
-def protocol_lines(report: dict[str, Any]) -> list[str]:
-    """The protocol as run: what every stream shares, then one line per stream."""
+def _cells(rows: Sequence[RowRecord]) -> dict[tuple[str, str, int], RowRecord]:
+    """The rows by policy, stream and buffer size."""
+    return {(r["policy"], r["stream"], r["buffer_size"]): r for r in rows}
+
+
+def protocol_lines(report: ReportRecord) -> list[str]:
+    """The protocol as run: what every stream shares, then one line per stream.
+
+    :param report: the JSON report (its ``protocol``).
+    """
     protocol = report["protocol"]
     seeds = protocol["seeds"]
     lines = [f"Protocol: M = {'/'.join(map(str, protocol['buffer_sizes']))}; "
@@ -155,76 +254,99 @@ def protocol_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: str) -> str:
-    """The Markdown report: the table, the ranking, the policies, the provenance.
+def _header(columns: Sequence[tuple[str, int]]) -> list[str]:
+    return ["| policy | " + " | ".join(f"{s} M={m}" for s, m in columns) + " |",
+            "|---|" + "---|" * len(columns)]
 
-    :param report: the JSON report (rows as :meth:`PolicyRow.to_dict` records them).
-    :param columns: ``(stream, buffer size)`` of each column.
-    :param png: the figure's path.
-    """
-    rows = report["rows"]
-    policies = report["protocol"]["policies"]
+
+def _table_lines(report: ReportRecord, columns: Sequence[tuple[str, int]]) -> list[str]:
+    """The legend, then the table: a row per policy, a column per stream and size."""
     seeds = report["protocol"]["seeds"]
-    cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in rows}
+    cell = _cells(report["rows"])
     best = report["best"]
     spread = (f"mean ± std over {len(seeds)} seeds" if len(seeds) > 1
               else "one seed, so no spread")
     lines = [
-        f"# {NAME}: {report['title']}", "",
-        *data_lines(report),
-        *protocol_lines(report), "",
         "Columns: a stream (see Protocol) at a buffer size M. Each cell: final average "
         f"accuracy over the stream's tasks ({spread}), and in "
         "parentheses the mean training time of one run in seconds (evaluation excluded). "
         "**Bold**: the best policy of the column. Times are wall-clock on this machine "
         f"with {report['protocol']['workers']} run(s) at a time and "
         f"{report['provenance']['threads']} torch thread(s) each, read from the cache for "
-        "runs done before: compare them within one table.", "",
-        "| policy | " + " | ".join(f"{s} M={m}" for s, m in columns) + " |",
-        "|---|" + "---|" * len(columns),
-    ]
-    for p in policies:
+        "runs done before: compare them within one table.", "", *_header(columns)]
+    for p in report["protocol"]["policies"]:
         cells = []
         for s, m in columns:
             r = cell.get((p, s, m))
             cells.append(_cell(r, p in best.get(f"{s} M={m}", [])) if r else "-")
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    lines += ["", "## Ranking", "",
-              f"Policies by mean rank over the {len(columns)} column(s) above. Columns: "
-              "rank: the policy's place (policies with the same mean rank share it, e.g. =2, "
-              "and are listed by mean accuracy); mean rank: its rank in each column (1 = "
-              "best accuracy; policies tied at the table's precision share their mean rank), "
-              "averaged over the columns; columns won: the columns where it has the best "
-              "accuracy (a tie counts for each); mean accuracy: over the columns; mean train "
-              "s per run: training seconds of one run, averaged over the columns; time vs "
-              "fastest: each run's training time over the fastest policy's in the same "
-              "column, averaged over the columns. A mean rank states no uncertainty: which "
-              "differences the runs support is under Recommendation."
-              + (" **One seed: this order is one draw of the streams and weights, not a "
-                 "ranking; it makes no recommendation.**" if len(seeds) < 2 else ""), "",
-              "| rank | policy | mean rank | columns won | mean accuracy | mean train s "
-              "per run | time vs fastest |",
-              "|---|---|---|---|---|---|---|"]
-    for t in report["ranking"]:
+    return lines
+
+
+def _ranking_table(table: Sequence[RankRecord]) -> list[str]:
+    """A ranking as a Markdown table."""
+    lines = ["| rank | policy | mean rank | columns won | mean accuracy | mean train s "
+             "per run | time vs fastest |",
+             "|---|---|---|---|---|---|---|"]
+    for t in table:
         lines.append(f"| {t['place']} | {t['policy']} | {t['mean_rank']:.2f} | {t['wins']} / "
                      f"{t['columns']} | {t['mean_accuracy']:.1f} | "
                      f"{t['mean_train_seconds']:.2f} | {t['time_vs_fastest']:.2f}× |")
-    if "ranking_compute_matched" in report:
-        lines += matched_lines(report, columns)
-    lines += statistics_lines(report)
+    return lines
+
+
+def _ranking_lines(report: ReportRecord, columns: Sequence[tuple[str, int]]) -> list[str]:
+    """The ranking section: its legend, then its table."""
+    one_seed = len(report["protocol"]["seeds"]) < 2
+    return ["", "## Ranking", "",
+            f"Policies by mean rank over the {len(columns)} column(s) above. Columns: "
+            "rank: the policy's place (policies with the same mean rank share it, e.g. =2, "
+            "and are listed by mean accuracy); mean rank: its rank in each column (1 = "
+            "best accuracy; policies tied at the table's precision share their mean rank), "
+            "averaged over the columns; columns won: the columns where it has the best "
+            "accuracy (a tie counts for each); mean accuracy: over the columns; mean train "
+            "s per run: training seconds of one run, averaged over the columns; time vs "
+            "fastest: each run's training time over the fastest policy's in the same "
+            "column, averaged over the columns. A mean rank states no uncertainty: which "
+            "differences the runs support is under Recommendation."
+            + (" **One seed: this order is one draw of the streams and weights, not a "
+               "ranking; it makes no recommendation.**" if one_seed else ""), "",
+            *_ranking_table(report["ranking"])]
+
+
+def _policy_lines(report: ReportRecord) -> list[str]:
+    """The policies left out, then each policy's keywords."""
+    lines = []
     left_out = report["protocol"].get("policies_left_out") or {}
     if left_out:
         lines += ["", "Left out of the default policies: "
                   + "; ".join(f"{p} ({why})" for p, why in left_out.items()) + "."]
     lines += ["", "Policies (RunSettings keywords):", ""]
-    for p in policies:
-        keywords = ", ".join(f"{k}={v}" for k, v in POLICIES[p].items())
-        own = default_retrieval(POLICIES[p]["method"])
-        if "retrieval" not in POLICIES[p] and own != "random":
+    for p in report["protocol"]["policies"]:
+        policy = POLICIES[p]
+        keywords = ", ".join(f"{k}={v}" for k, v in policy.keywords().items())
+        own = default_retrieval(policy.method)
+        if "retrieval" not in policy.settings and own != "random":
             keywords += f" (its own retrieval: {own})"
         lines.append(f"- {p}: {keywords}")
-    bad = [r for r in rows if any(r.get("diverged", []))]
-    if bad:
+    return lines
+
+
+def markdown(report: ReportRecord, columns: Sequence[tuple[str, int]], png: str) -> str:
+    """The Markdown report: the table, the ranking, the policies, the provenance.
+
+    :param report: the JSON report (rows as :meth:`PolicyRow.record` records them).
+    :param columns: ``(stream, buffer size)`` of each column.
+    :param png: the figure's path.
+    """
+    lines = [f"# {NAME}: {report['title']}", "", *data_lines(dict(report)),
+             *protocol_lines(report), "", *_table_lines(report, columns),
+             *_ranking_lines(report, columns)]
+    if "ranking_compute_matched" in report:
+        lines += matched_lines(report, columns)
+    lines += statistics_lines(report)
+    lines += _policy_lines(report)
+    if any(any(r.get("diverged", [])) for r in report["rows"]):
         lines += ["", f"‡: a run skipped more than {DIVERGED_SHARE:.0%} of its training "
                   "iterations and diverged: its accuracy says nothing about the policy."]
     lines += ["", f"Buffer composition along the stream: `{STEM}_composition.md`.",
@@ -235,15 +357,16 @@ def markdown(report: dict[str, Any], columns: Sequence[tuple[str, int]], png: st
     return "\n".join(lines)
 
 
-def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, Any],
-             matched: dict[tuple[Any, ...], dict[str, Any]] | None = None,
-             data: str = "") -> str:
+def runs_csv(pairs: Sequence[tuple[dict[str, str], RunResult]], prov: dict[str, Json],
+             matched: dict[RunKey, MatchedRun] | None = None, data: str = "") -> str:
     """One line per run: policy, stream, buffer size, seed, accuracies, time, device, data.
 
-    :param data: the data the runs used (the dataset's name, e.g. ``cifar10-standin``).
+    :param pairs: each run's row keys (``policy``, ``stream``) and result.
+    :param prov: the report's provenance (``device``, ``threads``).
     :param matched: with ``--compute-matched``, each run's compute-matched run by
-        ``(policy, stream, buffer size, seed)`` (``C``, ``kept_batches``, ``batches``,
-        ``avg``): four more columns.
+        ``(policy, stream, buffer size, seed)``: four more columns (``C``, kept batches,
+        batches, accuracy).
+    :param data: the data the runs used (the dataset's name, e.g. ``cifar10-standin``).
     """
     n_tasks = max(len(res.task_accuracy) for _, res in pairs)
     buffer = io.StringIO(newline="")
@@ -254,8 +377,7 @@ def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, 
                      *(("relative_cost", "kept_batches", "batches", "matched_avg")
                        if matched is not None else ())])
     for keys, res in pairs:
-        options = ";".join(f"{k}={v}" for k, v in POLICIES[keys["policy"]].items()
-                           if k != "method")
+        options = ";".join(f"{k}={v}" for k, v in POLICIES[keys["policy"]].settings.items())
         accs = [f"{a:.2f}" for a in res.task_accuracy]
         writer.writerow([keys["policy"], res.settings.method, options, keys["stream"],
                          STREAMS[keys["stream"]].family, res.settings.buffer_size,
@@ -267,24 +389,26 @@ def runs_csv(pairs: Sequence[tuple[dict[str, Any], RunResult]], prov: dict[str, 
     return buffer.getvalue()
 
 
-def _matched_cells(matched: dict[tuple[Any, ...], dict[str, Any]] | None,
-                   keys: dict[str, Any], res: RunResult) -> list[Any]:
+def _matched_cells(matched: dict[RunKey, MatchedRun] | None, keys: dict[str, str],
+                   res: RunResult) -> list[str | int]:
     if matched is None:
         return []
     m = matched[(keys["policy"], keys["stream"], res.settings.buffer_size, res.settings.seed)]
-    return [m["C"], m["kept_batches"], m["batches"], f"{m['avg']:.2f}"]
+    return [m.job["C"], m.job["kept_batches"], m.job["batches"], f"{m.avg:.2f}"]
 
 
-def matched_lines(report: dict[str, Any], columns: Sequence[tuple[str, int]]) -> list[str]:
-    """The compute-matched section: C and the rule, a table, a ranking by its accuracy."""
-    cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in report["rows"]}
+def matched_lines(report: ReportRecord, columns: Sequence[tuple[str, int]]) -> list[str]:
+    """The compute-matched section: C and the rule, a table, a ranking by its accuracy.
+
+    :param report: the JSON report, with compute-matched runs.
+    :param columns: ``(stream, buffer size)`` of each column.
+    """
+    cell = _cells(report["rows"])
     best = report["best_compute_matched"]
     lines = ["", "## Compute-matched", "", report["compute_matched"], "",
              "Each cell: the compute-matched final average accuracy, then in parentheses C "
              "(the mean over seeds) and the accuracy as measured (table above). **Bold**: the "
-             "best compute-matched accuracy of the column.", "",
-             "| policy | " + " | ".join(f"{s} M={m}" for s, m in columns) + " |",
-             "|---|" + "---|" * len(columns)]
+             "best compute-matched accuracy of the column.", "", *_header(columns)]
     for p in report["protocol"]["policies"]:
         cells = []
         for s, m in columns:
@@ -297,21 +421,42 @@ def matched_lines(report: dict[str, Any], columns: Sequence[tuple[str, int]]) ->
             cells.append((f"**{acc}**" if bold else acc)
                          + f" (C = {r['relative_cost_mean']:.2f}; measured {r['avg_mean']:.1f})")
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    lines += ["", "Ranking by compute-matched accuracy (columns as in the ranking above; "
-              "the train seconds are the compute-matched runs', shown beside, not ranked "
-              "on):", "",
-              "| rank | policy | mean rank | columns won | mean accuracy | mean train s "
-              "per run | time vs fastest |",
-              "|---|---|---|---|---|---|---|"]
-    for t in report["ranking_compute_matched"]:
-        lines.append(f"| {t['place']} | {t['policy']} | {t['mean_rank']:.2f} | {t['wins']} / "
-                     f"{t['columns']} | {t['mean_accuracy']:.1f} | "
-                     f"{t['mean_train_seconds']:.2f} | {t['time_vs_fastest']:.2f}× |")
-    return lines
+    return [*lines, "", "Ranking by compute-matched accuracy (columns as in the ranking "
+            "above; the train seconds are the compute-matched runs', shown beside, not ranked "
+            "on):", "", *_ranking_table(report["ranking_compute_matched"])]
 
 
-def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
-           title: str) -> str:
+Accuracy = Literal["avg", "matched_avg"]
+"""A row's per-seed accuracies: as measured, or compute-matched."""
+
+Cost = Literal["train_seconds", "relative_cost"]
+"""A row's per-seed cost: training seconds, or relative compute C (exact fractions)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a figure shows: its policies (series), streams (panels) and buffer sizes.
+
+    :param policies: the policies, in legend order.
+    :param streams: the streams, grouped into a panel per family.
+    :param buffer_sizes: the buffer sizes, a point each.
+    """
+
+    policies: Sequence[str]
+    streams: Sequence[str]
+    buffer_sizes: Sequence[int]
+
+    @classmethod
+    def of(cls, protocol: ProtocolRecord) -> Layout:
+        """A report's layout, from its protocol.
+
+        :param protocol: the report's ``protocol``.
+        """
+        return cls(protocol["policies"], [s["name"] for s in protocol["streams"]],
+                   protocol["buffer_sizes"])
+
+
+def figure(rows: Sequence[RowRecord], layout: Layout, path: str, title: str) -> str:
     """Accuracy against cost, one panel per stream family, a series per policy.
 
     With compute-matched runs (``--compute-matched``) the cost is the relative compute
@@ -320,35 +465,47 @@ def figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
     Without, the cost is the training seconds of a run (wall time on this machine).
     A family of several streams (imbalanced sequences) gives, per seed, the mean over its
     streams; points are the means over seeds, error bars their 95 % t intervals.
+
+    :param rows: the report's rows.
+    :param layout: its policies, streams and buffer sizes.
+    :param path: the PNG to write.
+    :param title: the figure's title.
     """
     if not any("matched_avg" in r for r in rows):
-        return plot_panels(_panels(rows, chosen, "avg", "train_seconds", ""), path,
+        return plot_panels(_panels(rows, layout, "avg", "train_seconds", ""), path,
                            title=title)
-    panels = _panels(rows, chosen, "avg", "relative_cost", ", as measured")
-    panels += _panels(rows, chosen, "matched_avg", "relative_cost", ", compute-matched")
+    panels = _panels(rows, layout, "avg", "relative_cost", ", as measured")
+    panels += _panels(rows, layout, "matched_avg", "relative_cost", ", compute-matched")
     return plot_panels(panels, path, title=title, columns=len(panels) // 2, one_legend=True)
 
 
-def time_figure(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], path: str,
-                title: str) -> str:
+def time_figure(rows: Sequence[RowRecord], layout: Layout, path: str, title: str) -> str:
     """Accuracy as measured against the training seconds of a run (wall time).
 
     A second figure beside :func:`figure` when that one plots against C: seconds move with
     the machine's load (read them from runs done idle, in one sweep).
+
+    :param rows: the report's rows.
+    :param layout: its policies, streams and buffer sizes.
+    :param path: the PNG to write.
+    :param title: the figure's title.
     """
-    return plot_panels(_panels(rows, chosen, "avg", "train_seconds", ", as measured"), path,
+    return plot_panels(_panels(rows, layout, "avg", "train_seconds", ", as measured"), path,
                        title=title, columns=None, one_legend=True)
 
 
-def intervals_figure(report: dict[str, Any], path: str) -> str | None:
+def intervals_figure(report: ReportRecord, path: str) -> str | None:
     """Each policy minus the best, with its 95 % interval; the recommended group filled.
 
     One panel as measured and, with compute-matched runs, one compute-matched. ``None``
     (nothing drawn) when the report makes no recommendation.
+
+    :param report: the JSON report, with its statistics.
+    :param path: the PNG to write.
     """
     panels: dict[str, list[Interval]] = {}
-    for way, suffix in (("as measured", ""), ("compute-matched", "_compute_matched")):
-        rec = report.get("recommendation" + suffix)
+    for way, rec in (("as measured", report.get("recommendation")),
+                     ("compute-matched", report.get("recommendation_compute_matched"))):
         if rec is None:
             continue
         rows = [Interval(rec["best"], 0.0, 0.0, 0.0, True)]
@@ -365,11 +522,16 @@ def intervals_figure(report: dict[str, Any], path: str) -> str | None:
 
 
 def figure_title(label: str, n_seeds: int, cost: str = "train time per run") -> str:
-    """The figure's title for data named ``label`` (:func:`~.protocols.data_label`)."""
+    """The figure's title for data named ``label`` (:func:`~.protocols.data_label`).
+
+    :param label: the data's name in titles.
+    :param n_seeds: the seeds the points are means over.
+    :param cost: what the x axis is.
+    """
     return f"Accuracy vs {cost}, {label}, {n_seeds} seed(s)"
 
 
-def draw(report: dict[str, Any], out: str | os.PathLike[str]) -> dict[str, str]:
+def draw(report: ReportRecord, out: str | os.PathLike[str]) -> dict[str, str]:
     """Every figure of a report, in folder ``out``; their paths by kind.
 
     ``png``: :func:`figure`; with compute-matched runs ``time_png``
@@ -381,17 +543,16 @@ def draw(report: dict[str, Any], out: str | os.PathLike[str]) -> dict[str, str]:
     :param out: the folder.
     """
     protocol = report["protocol"]
-    chosen = {"policies": protocol["policies"], "buffer_sizes": protocol["buffer_sizes"],
-              "streams": [s["name"] for s in protocol["streams"]]}
+    layout = Layout.of(protocol)
     label = label_of(report["dataset"], report.get("data_verified_as"))
     n_seeds = len(protocol["seeds"])
     rows = report["rows"]
     matched = bool(rows) and all("matched_avg" in r for r in rows)
-    paths = {"png": figure(rows, chosen, os.path.join(out, f"{STEM}.png"),
+    paths = {"png": figure(rows, layout, os.path.join(out, f"{STEM}.png"),
                            figure_title(label, n_seeds, "relative compute C" if matched
                                         else "train time per run"))}
     if matched:
-        paths["time_png"] = time_figure(rows, chosen, os.path.join(out, f"{STEM}_time.png"),
+        paths["time_png"] = time_figure(rows, layout, os.path.join(out, f"{STEM}_time.png"),
                                         figure_title(label, n_seeds, "train time per run "
                                                      "(wall time, this machine)"))
     intervals = intervals_figure(report, os.path.join(out, f"{STEM}_intervals.png"))
@@ -418,38 +579,54 @@ def redraw(report_path: str | os.PathLike[str], out: str | os.PathLike[str] | No
     return draw(report, Path(report_path).parent if out is None else out)
 
 
-def _panels(rows: Sequence[dict[str, Any]], chosen: dict[str, Any], acc_key: str,
-            seconds_key: str, suffix: str) -> list[Panel]:
-    """One panel per stream family: ``acc_key`` against ``seconds_key`` of the rows."""
+def _point(members: Sequence[RowRecord], acc_key: Accuracy, cost_key: Cost
+           ) -> tuple[float, float, float]:
+    """One point: mean cost, mean accuracy over seeds, the accuracy's half interval.
+
+    Each seed's value is the mean over ``members`` (the streams of a family).
+    """
+    n_seeds = len(members[0]["seeds"])
+    acc = [statistics.fmean(r[acc_key][i] for r in members) for i in range(n_seeds)]
+    sec = [statistics.fmean(float(Fraction(r[cost_key][i])) for r in members)
+           for i in range(n_seeds)]
+    return statistics.fmean(sec), statistics.fmean(acc), _half_interval(acc)
+
+
+def _series(cell: dict[tuple[str, str, int], RowRecord], policy: str, streams: Sequence[str],
+            layout: Layout, acc_key: Accuracy, cost_key: Cost) -> Series | None:
+    """One policy's points over the buffer sizes, on the streams of one panel."""
+    xs, ys, errs, notes = [], [], [], []
+    for m in sorted(layout.buffer_sizes):
+        members = [cell[(policy, s, m)] for s in streams if (policy, s, m) in cell]
+        if not members:
+            continue
+        x, y, err = _point(members, acc_key, cost_key)
+        xs.append(x)
+        ys.append(y)
+        errs.append(err)
+        notes.append(f"M={m}")
+    if not xs:
+        return None
+    return Series(policy, xs, ys, errs, "markers",
+                  notes if len(layout.buffer_sizes) > 1 else None)
+
+
+def _panels(rows: Sequence[RowRecord], layout: Layout, acc_key: Accuracy, cost_key: Cost,
+            suffix: str) -> list[Panel]:
+    """One panel per stream family: ``acc_key`` against ``cost_key`` of the rows."""
     families: dict[str, list[str]] = {}
-    for s in chosen["streams"]:
+    for s in layout.streams:
         families.setdefault(STREAMS[s].family, []).append(s)
-    cell = {(r["policy"], r["stream"], r["buffer_size"]): r for r in rows}
+    cell = _cells(rows)
     panels = []
     for family, streams in families.items():
-        series = []
-        for p in chosen["policies"]:
-            xs, ys, errs, notes = [], [], [], []
-            for m in sorted(chosen["buffer_sizes"]):
-                members = [cell[(p, s, m)] for s in streams if (p, s, m) in cell]
-                if not members:
-                    continue
-                n_seeds = len(members[0]["seeds"])
-                acc = [statistics.fmean(r[acc_key][i] for r in members) for i in range(n_seeds)]
-                sec = [statistics.fmean(float(Fraction(r[seconds_key][i])) for r in members)
-                       for i in range(n_seeds)]
-                xs.append(statistics.fmean(sec))
-                ys.append(statistics.fmean(acc))
-                errs.append(_half_interval(acc))
-                notes.append(f"M={m}")
-            if xs:
-                series.append(Series(p, xs, ys, errs, "markers",
-                                     notes if len(chosen["buffer_sizes"]) > 1 else None))
+        series = [line for p in layout.policies
+                  if (line := _series(cell, p, streams, layout, acc_key, cost_key)) is not None]
         xs_all = [x for s in series for x in s.x if x > 0]
         logx = bool(xs_all) and max(xs_all) > 5 * min(xs_all)
         name = streams[0] if len(streams) == 1 else (
             f"{family} (mean over {len(streams)} streams)")
-        xlabel = ("relative compute C (passes over Reservoir's)" if seconds_key ==
+        xlabel = ("relative compute C (passes over Reservoir's)" if cost_key ==
                   "relative_cost" else "train seconds per run (wall time)")
         panels.append(Panel(name + suffix, xlabel, "final average accuracy (%), 95 % interval",
                             series, logx=logx, data_ticks=False))

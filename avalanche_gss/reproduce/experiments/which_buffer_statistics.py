@@ -23,13 +23,31 @@ import json
 import os
 import statistics
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from avalanche_gss.reproduce.experiments.protocols import label_of
-from avalanche_gss.reproduce.reports.comparisons import ALPHA, MIN_SEEDS, compare, recommend
+from avalanche_gss.reproduce.experiments.which_buffer_records import (
+    AblationRecord,
+    AdviceRecord,
+    ReportRecord,
+    RowRecord,
+    StabilityRecord,
+)
+from avalanche_gss.reproduce.reports.comparisons import (
+    ALPHA,
+    MIN_SEEDS,
+    Comparison,
+    ComparisonRecord,
+    Recommendation,
+    RecommendationRecord,
+    compare,
+    recommend,
+)
 
-__all__ = ["ABLATIONS", "NO_RECOMMENDATION", "add_statistics", "paired_values",
+__all__ = ["ABLATIONS", "AS_MEASURED", "COMPUTE_MATCHED", "NO_RECOMMENDATION", "Ablation",
+           "Advice", "Stability", "Way", "add_statistics", "paired_values",
            "recommendation_sentence", "restate", "stability", "statistics_lines"]
 
 ABLATIONS: tuple[tuple[str, str, str], ...] = (
@@ -51,8 +69,97 @@ NO_RECOMMENDATION = ("one seed is not a ranking: with a single seed, a policy's 
 """Why a report of fewer than :data:`~avalanche_gss.reproduce.reports.comparisons.MIN_SEEDS` seeds
 recommends nothing."""
 
+Accuracy = Literal["avg", "matched_avg"]
+"""A row's per-seed accuracies: as measured, or compute-matched."""
 
-def paired_values(rows: Sequence[dict[str, Any]], key: str = "avg"
+
+@dataclass(frozen=True)
+class Way:
+    """One way of reading the runs, and the report's keys of its statistics.
+
+    :param words: how the Markdown names it.
+    :param value: the rows' per-seed accuracies it compares.
+    :param recommendation: the report's key of its recommendation.
+    :param comparisons: ... of every pair of policies.
+    :param ablations: ... of the ablations.
+    :param stability: ... of the recommendation on each half of the seeds.
+    """
+
+    words: str
+    value: Accuracy
+    recommendation: Literal["recommendation", "recommendation_compute_matched"]
+    comparisons: Literal["comparisons", "comparisons_compute_matched"]
+    ablations: Literal["ablations", "ablations_compute_matched"]
+    stability: Literal["stability", "stability_compute_matched"]
+
+
+AS_MEASURED = Way("as measured", "avg", "recommendation", "comparisons", "ablations",
+                  "stability")
+"""The runs as measured."""
+
+COMPUTE_MATCHED = Way("compute-matched", "matched_avg", "recommendation_compute_matched",
+                      "comparisons_compute_matched", "ablations_compute_matched",
+                      "stability_compute_matched")
+"""The compute-matched runs (``--compute-matched``)."""
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The recommendation for a report's runs, with what its group's policies cost.
+
+    :param recommendation: the rule applied to the runs.
+    :param mean_cost: each policy of the group's cost.
+    :param cost: what the cost is (``"C"``, or the training seconds without pass counts).
+    """
+
+    recommendation: Recommendation
+    mean_cost: dict[str, float]
+    cost: str
+
+    def record(self) -> AdviceRecord:
+        """The recommendation as the report records it: its fields, then the costs."""
+        record = self.recommendation.to_dict()
+        return AdviceRecord(**record, mean_cost=self.mean_cost, cost=self.cost)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """One ablation: what it asks and the paired comparison that answers it.
+
+    :param question: what the first policy adds to the second.
+    :param comparison: the first policy against the second.
+    """
+
+    question: str
+    comparison: Comparison
+
+    def record(self) -> AblationRecord:
+        """The ablation as the report records it: the question, then the comparison."""
+        return AblationRecord(question=self.question, **self.comparison.to_dict())
+
+
+@dataclass(frozen=True)
+class Stability:
+    """The recommendation made on each half of the seeds.
+
+    :param halves: the seeds of each half.
+    :param picks: each half's pick.
+    :param groups: each half's group.
+    :param holds: whether each half's pick lies in the other half's group.
+    """
+
+    halves: list[list[int]]
+    picks: list[str]
+    groups: list[list[str]]
+    holds: bool
+
+    def record(self) -> StabilityRecord:
+        """The check as the report records it."""
+        return StabilityRecord(halves=self.halves, picks=self.picks, groups=self.groups,
+                               holds=self.holds)
+
+
+def paired_values(rows: Sequence[RowRecord], key: Accuracy = "avg"
                   ) -> dict[str, dict[tuple[str, int, int], float]]:
     """Each policy's accuracy per ``(stream, buffer size, seed)``, from a report's rows.
 
@@ -68,7 +175,7 @@ def paired_values(rows: Sequence[dict[str, Any]], key: str = "avg"
     return values
 
 
-def _costs(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, float], str]:
+def _costs(rows: Sequence[RowRecord]) -> tuple[dict[str, float], str]:
     """Each policy's cost: its mean relative compute C, else its mean training seconds."""
     counted = all("relative_cost_mean" in r for r in rows)
     by: dict[str, list[float]] = {}
@@ -79,50 +186,45 @@ def _costs(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, float], str]:
             "C" if counted else "mean train seconds per run")
 
 
-def _data(report: dict[str, Any]) -> str:
+def _data(report: ReportRecord) -> str:
     return label_of(report["dataset"], report.get("data_verified_as"))
 
 
-def _recommendation(report: dict[str, Any], key: str) -> dict[str, Any]:
-    """The recommendation rule applied to the report's runs, as reports record it."""
-    rows = report["rows"]
+def _advice(rows: Sequence[RowRecord], data: str, key: Accuracy) -> Advice:
+    """The recommendation rule applied to the rows' runs, with the group's costs."""
     values = paired_values(rows, key)
     columns: dict[Hashable, Hashable] = {k: (k[0], k[1]) for v in values.values() for k in v}
     cost, cost_name = _costs(rows)
-    rec = recommend(values, columns, cost, _data(report), cost_name)
-    record = rec.to_dict()
-    record["mean_cost"] = {p: cost[p] for p in rec.group}
-    record["cost"] = cost_name
-    return record
+    rec = recommend(values, columns, cost, data, cost_name)
+    return Advice(rec, {p: cost[p] for p in rec.group}, cost_name)
 
 
-def _evaluate(report: dict[str, Any], key: str) -> dict[str, Any]:
-    values = paired_values(report["rows"], key)
-    ablations = [(q, a, b) for q, a, b in ABLATIONS if a in values and b in values]
-    ablated = compare(values, [(a, b) for _, a, b in ablations])
-    return {
-        "recommendation": _recommendation(report, key),
-        "comparisons": [c.to_dict() for c in compare(values)],
-        "ablations": [{"question": q, **c.to_dict()}
-                      for (q, _, _), c in zip(ablations, ablated, strict=True)],
-    }
+def _ablations(values: dict[str, dict[tuple[str, int, int], float]]) -> list[Ablation]:
+    """The ablations whose two policies ran, Holm-corrected over them."""
+    asked = [(q, a, b) for q, a, b in ABLATIONS if a in values and b in values]
+    ablated = compare(values, [(a, b) for _, a, b in asked])
+    return [Ablation(q, c) for (q, _, _), c in zip(asked, ablated, strict=True)]
 
 
-def _half(report: dict[str, Any], seeds: Sequence[int]) -> dict[str, Any]:
-    """The report with only the runs of ``seeds``."""
+def _half(rows: Sequence[RowRecord], seeds: Sequence[int]) -> list[RowRecord]:
+    """The rows with only the runs of ``seeds``."""
     keep = set(seeds)
-    rows = []
-    for r in report["rows"]:
+    half = []
+    for r in rows:
         at = [i for i, s in enumerate(r["seeds"]) if s in keep]
-        row = {**r, "seeds": [r["seeds"][i] for i in at]}
-        for key in ("avg", "matched_avg", "train_seconds"):
-            if key in r:
-                row[key] = [r[key][i] for i in at]
-        rows.append(row)
-    return {**report, "rows": rows, "protocol": {**report["protocol"], "seeds": list(seeds)}}
+        row = r.copy()
+        row["seeds"] = [r["seeds"][i] for i in at]
+        if "avg" in r:
+            row["avg"] = [r["avg"][i] for i in at]
+        if "matched_avg" in r:
+            row["matched_avg"] = [r["matched_avg"][i] for i in at]
+        if "train_seconds" in r:
+            row["train_seconds"] = [r["train_seconds"][i] for i in at]
+        half.append(row)
+    return half
 
 
-def stability(report: dict[str, Any], key: str = "avg") -> dict[str, Any] | None:
+def stability(report: ReportRecord, key: Accuracy = "avg") -> Stability | None:
     """The recommendation made on each half of the seeds, and whether the halves agree.
 
     They agree when each half's pick lies in the other half's group. ``None`` with fewer
@@ -135,13 +237,48 @@ def stability(report: dict[str, Any], key: str = "avg") -> dict[str, Any] | None
     if len(seeds) < 2 * MIN_SEEDS:
         return None
     halves = [seeds[: len(seeds) // 2], seeds[len(seeds) // 2:]]
-    recs = [_recommendation(_half(report, h), key) for h in halves]
-    holds = recs[0]["pick"] in recs[1]["group"] and recs[1]["pick"] in recs[0]["group"]
-    return {"halves": halves, "picks": [r["pick"] for r in recs],
-            "groups": [r["group"] for r in recs], "holds": holds}
+    recs = [_advice(_half(report["rows"], h), _data(report), key).recommendation
+            for h in halves]
+    holds = recs[0].pick in recs[1].group and recs[1].pick in recs[0].group
+    return Stability(halves, [r.pick for r in recs], [list(r.group) for r in recs], holds)
 
 
-def add_statistics(report: dict[str, Any]) -> dict[str, Any]:
+def _ways(report: ReportRecord) -> list[Way]:
+    """As measured, and compute-matched when every row holds compute-matched runs."""
+    rows = report["rows"]
+    matched = bool(rows) and all("matched_avg" in r for r in rows)
+    return [AS_MEASURED, COMPUTE_MATCHED] if matched else [AS_MEASURED]
+
+
+def _add_way(report: ReportRecord, way: Way) -> None:
+    """One way's statistics into the report, or ``None`` and a note saying why not."""
+    for key in (way.recommendation, way.comparisons, way.ablations, way.stability):
+        report.pop(key, None)
+    seeds = report["protocol"]["seeds"]
+    if len(seeds) < MIN_SEEDS or len({r["policy"] for r in report["rows"]}) < 2:
+        report[way.recommendation] = None
+        report["recommendation_note"] = (
+            NO_RECOMMENDATION if len(seeds) < MIN_SEEDS
+            else "a recommendation compares at least two policies")
+        return
+    report.pop("recommendation_note", None)
+    try:
+        values = paired_values(report["rows"], way.value)
+        advice = _advice(report["rows"], _data(report), way.value)
+        comparisons = compare(values)
+        ablations = _ablations(values)
+    except ValueError as err:  # e.g. policies run on different pairs: say it, keep the runs
+        report[way.recommendation] = None
+        report["recommendation_note"] = f"no paired comparison is possible: {err}"
+        return
+    report[way.recommendation] = advice.record()
+    report[way.comparisons] = [c.to_dict() for c in comparisons]
+    report[way.ablations] = [a.record() for a in ablations]
+    half = stability(report, way.value)
+    report[way.stability] = None if half is None else half.record()
+
+
+def add_statistics(report: ReportRecord) -> ReportRecord:
     """Add the recommendation, the pairwise comparisons and the ablations to a report.
 
     With fewer than two seeds or two policies, ``recommendation`` is ``None`` and
@@ -151,44 +288,22 @@ def add_statistics(report: dict[str, Any]) -> dict[str, Any]:
     :param report: a which-buffer report (its ``rows``, ``protocol`` and data fields).
     :return: the same report, updated.
     """
-    seeds = report["protocol"]["seeds"]
-    policies = {r["policy"] for r in report["rows"]}
-    ways = [("", "avg")]
-    if report["rows"] and all("matched_avg" in r for r in report["rows"]):
-        ways.append(("_compute_matched", "matched_avg"))
-    for suffix, key in ways:
-        for name in ("recommendation", "comparisons", "ablations", "stability"):
-            report.pop(name + suffix, None)
-        if len(seeds) < MIN_SEEDS or len(policies) < 2:
-            report["recommendation" + suffix] = None
-            report["recommendation_note"] = (
-                NO_RECOMMENDATION if len(seeds) < MIN_SEEDS
-                else "a recommendation compares at least two policies")
-            continue
-        report.pop("recommendation_note", None)
-        try:
-            evaluated = _evaluate(report, key)
-        except ValueError as err:  # e.g. policies run on different pairs: say it, keep the runs
-            report["recommendation" + suffix] = None
-            report["recommendation_note"] = f"no paired comparison is possible: {err}"
-            continue
-        for name, value in evaluated.items():
-            report[name + suffix] = value
-        report["stability" + suffix] = stability(report, key)
+    for way in _ways(report):
+        _add_way(report, way)
     return report
 
 
-def _interval(c: dict[str, Any]) -> str:
+def _interval(c: ComparisonRecord) -> str:
     return f"{c['mean_difference']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]"
 
 
-def _verdict(c: dict[str, Any]) -> str:
+def _verdict(c: ComparisonRecord) -> str:
     if c["p_holm"] > ALPHA:
         return "tie (not significant)"
     return "higher" if c["mean_difference"] > 0 else "lower"
 
 
-def recommendation_sentence(rec: dict[str, Any], way: str) -> str:
+def recommendation_sentence(rec: RecommendationRecord, way: str) -> str:
     """The recommendation in one sentence, as the README and the results page state it.
 
     :param rec: a report's ``recommendation`` (or ``recommendation_compute_matched``).
@@ -202,77 +317,90 @@ def recommendation_sentence(rec: dict[str, Any], way: str) -> str:
             f"accuracy: {rec['best']}{tied}).")
 
 
-def statistics_lines(report: dict[str, Any]) -> list[str]:
+def _stability_line(half: StabilityRecord, words: str) -> str:
+    """Each half of the seeds' pick and group, and whether they agree."""
+    a, b = (" ".join(map(str, h)) for h in half["halves"])
+    return (f"- Stability ({words}): seeds {a} pick {half['picks'][0]} (group: "
+            f"{', '.join(half['groups'][0])}); seeds {b} pick {half['picks'][1]} "
+            f"(group: {', '.join(half['groups'][1])}): "
+            + ("each pick lies in the other half's group." if half["holds"] else
+               "the halves disagree: a pick lies outside the other half's group, "
+               "so this recommendation is not stable."))
+
+
+def _against_best_lines(rec: AdviceRecord, words: str) -> list[str]:
+    """The Friedman test, then each policy against the best, as a table."""
+    test = rec["friedman"]
+    alike = ("the policies differ" if test["p"] <= ALPHA
+             else "the data cannot reject that all policies are alike")
+    lines = [f"### Each policy against the best ({words})", "",
+             f"Friedman test over the {int(test['columns'])} columns: chi² = "
+             f"{test['statistic']:.1f}, p = {test['p']:.2g} ({alike}). "
+             + ("The group holds fewer than half of the policies."
+                if rec["separates"] else
+                "The group holds half of the policies or more: on these data the "
+                "comparison cannot separate them."), "",
+             f"| policy | minus {rec['best']}: mean [95 % interval] | higher / lower "
+             "pairs | Wilcoxon p | Holm p | in the group |",
+             "|---|---|---|---|---|---|"]
+    for c in sorted(rec["against_best"], key=lambda c: -c["mean_difference"]):
+        lines.append(f"| {c['a']} | {_interval(c)} | {c['wins']} / {c['losses']} | "
+                     f"{c['p']:.2g} | {c['p_holm']:.2g} | "
+                     f"{'yes' if c['a'] in rec['group'] else 'no'} |")
+    return [*lines, ""]
+
+
+def _ablation_lines(report: ReportRecord, both: bool) -> list[str]:
+    """The ablations as a table, as measured and (``both``) compute-matched."""
+    lines = ["### Ablations", "",
+             "What one part adds: the first policy minus the second, paired; Holm over "
+             "the ablations.", "",
+             "| what it adds | policies | as measured: mean [95 % interval], verdict |"
+             + (" compute-matched |" if both else ""),
+             "|---|---|---|" + ("---|" if both else "")]
+    matched = {(c["a"], c["b"]): c for c in report.get("ablations_compute_matched", [])}
+    for c in report["ablations"]:
+        cells = f"{_interval(c)}, {_verdict(c)}"
+        m = matched.get((c["a"], c["b"]))
+        extra = f" {_interval(m)}, {_verdict(m)} |" if m else (" - |" if both else "")
+        lines.append(f"| {c['question']} | {c['a']} − {c['b']} | {cells} |{extra}")
+    return [*lines, ""]
+
+
+def statistics_lines(report: ReportRecord) -> list[str]:
     """The recommendation, the ablations and each policy against the best, as Markdown.
 
     :param report: a report that :func:`add_statistics` completed.
     """
     lines = ["", "## Recommendation", ""]
-    if report.get("recommendation") is None:
+    measured = report.get("recommendation")
+    if measured is None:
         return [*lines, f"No recommendation: {report.get('recommendation_note', '')}."]
-    pairs = report["recommendation"]["against_best"][0]["pairs"]
-    lines += [f"For {report['recommendation']['data']}, these streams and buffer sizes: the "
+    pairs = measured["against_best"][0]["pairs"]
+    lines += [f"For {measured['data']}, these streams and buffer sizes: the "
               f"recommendation holds for data like these, not for every stream. Paired "
               f"over {pairs} (column, seed) pairs per two policies; intervals are 95 % "
               "t intervals of the mean difference in accuracy points; p-values from the "
               "Wilcoxon signed-rank test, Holm-corrected.", ""]
-    ways = [("as measured", "")]
-    if report.get("recommendation_compute_matched") is not None:
-        ways.append(("compute-matched", "_compute_matched"))
-    for way, suffix in ways:
-        rec = report["recommendation" + suffix]
-        lines.append(f"- **{recommendation_sentence(rec, way)}**")
-    for way, suffix in ways:
-        half = report.get("stability" + suffix)
+    ways = [(AS_MEASURED, measured)]
+    matched = report.get("recommendation_compute_matched")
+    if matched is not None:
+        ways.append((COMPUTE_MATCHED, matched))
+    lines += [f"- **{recommendation_sentence(rec, way.words)}**" for way, rec in ways]
+    for way, _ in ways:
+        half = report.get(way.stability)
         if half is not None:
-            a, b = (" ".join(map(str, h)) for h in half["halves"])
-            lines.append(f"- Stability ({way}): seeds {a} pick {half['picks'][0]} (group: "
-                         f"{', '.join(half['groups'][0])}); seeds {b} pick {half['picks'][1]} "
-                         f"(group: {', '.join(half['groups'][1])}): "
-                         + ("each pick lies in the other half's group." if half["holds"] else
-                            "the halves disagree: a pick lies outside the other half's group, "
-                            "so this recommendation is not stable."))
-    lines += ["", f"Rule: {report['recommendation']['rule']}.", ""]
-    for way, suffix in ways:
-        rec = report["recommendation" + suffix]
-        test = rec["friedman"]
-        alike = ("the policies differ" if test["p"] <= ALPHA
-                 else "the data cannot reject that all policies are alike")
-        lines += [f"### Each policy against the best ({way})", "",
-                  f"Friedman test over the {int(test['columns'])} columns: chi² = "
-                  f"{test['statistic']:.1f}, p = {test['p']:.2g} ({alike}). "
-                  + ("The group holds fewer than half of the policies."
-                     if rec["separates"] else
-                     "The group holds half of the policies or more: on these data the "
-                     "comparison cannot separate them."), "",
-                  f"| policy | minus {rec['best']}: mean [95 % interval] | higher / lower "
-                  "pairs | Wilcoxon p | Holm p | in the group |",
-                  "|---|---|---|---|---|---|"]
-        for c in sorted(rec["against_best"], key=lambda c: -c["mean_difference"]):
-            lines.append(f"| {c['a']} | {_interval(c)} | {c['wins']} / {c['losses']} | "
-                         f"{c['p']:.2g} | {c['p_holm']:.2g} | "
-                         f"{'yes' if c['a'] in rec['group'] else 'no'} |")
-        lines.append("")
+            lines.append(_stability_line(half, way.words))
+    lines += ["", f"Rule: {measured['rule']}.", ""]
+    for way, rec in ways:
+        lines += _against_best_lines(rec, way.words)
     if report.get("ablations"):
-        lines += ["### Ablations", "",
-                  "What one part adds: the first policy minus the second, paired; Holm over "
-                  "the ablations.", "",
-                  "| what it adds | policies | as measured: mean [95 % interval], verdict |"
-                  + (" compute-matched |" if len(ways) > 1 else ""),
-                  "|---|---|---|" + ("---|" if len(ways) > 1 else "")]
-        matched = {(c["a"], c["b"]): c for c in report.get("ablations_compute_matched", [])}
-        for c in report["ablations"]:
-            cells = f"{_interval(c)}, {_verdict(c)}"
-            m = matched.get((c["a"], c["b"]))
-            extra = f" {_interval(m)}, {_verdict(m)} |" if m else (
-                " - |" if len(ways) > 1 else "")
-            lines.append(f"| {c['question']} | {c['a']} − {c['b']} | {cells} |{extra}")
-        lines.append("")
+        lines += _ablation_lines(report, len(ways) > 1)
     lines.append("Every pair of policies, with its interval and tests: `comparisons` in the JSON.")
     return lines
 
 
-def restate(report_path: str | os.PathLike[str]) -> dict[str, Any]:
+def restate(report_path: str | os.PathLike[str]) -> ReportRecord:
     """A ``which_buffer.json`` with its statistics computed again, as this version does.
 
     The runs stay what they were; only the comparisons, the ablations and the
@@ -280,4 +408,5 @@ def restate(report_path: str | os.PathLike[str]) -> dict[str, Any]:
 
     :param report_path: the report.
     """
-    return add_statistics(json.loads(Path(report_path).read_text()))
+    report: ReportRecord = json.loads(Path(report_path).read_text())
+    return add_statistics(report)

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypedDict
 
-__all__ = ["ALPHA", "MIN_SEEDS", "Comparison", "Recommendation", "compare", "friedman",
-           "holm", "mean_interval", "rank_average", "recommend", "wilcoxon_signed_rank"]
+__all__ = ["ALPHA", "MIN_SEEDS", "Comparison", "ComparisonRecord", "FriedmanTest",
+           "Recommendation", "RecommendationRecord", "compare", "friedman", "holm",
+           "mean_interval", "rank_average", "recommend", "wilcoxon_signed_rank"]
 
 ALPHA = 0.05
 """The significance level of every test and the miss rate of every interval (95 %)."""
@@ -191,6 +192,22 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
+class ComparisonRecord(TypedDict):
+    """A :class:`Comparison` as reports record it (and read it back): its fields."""
+
+    a: str
+    b: str
+    pairs: int
+    mean_difference: float
+    low: float
+    high: float
+    wins: int
+    losses: int
+    statistic: float
+    p: float
+    p_holm: float
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Policy ``a`` against policy ``b`` over the pairs they share.
@@ -220,9 +237,12 @@ class Comparison:
     p: float
     p_holm: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ComparisonRecord:
         """The comparison as reports record it."""
-        return asdict(self)
+        return ComparisonRecord(a=self.a, b=self.b, pairs=self.pairs,
+                                mean_difference=self.mean_difference, low=self.low,
+                                high=self.high, wins=self.wins, losses=self.losses,
+                                statistic=self.statistic, p=self.p, p_holm=self.p_holm)
 
 
 def _difference(values: Mapping[str, Mapping[Any, float]], a: str, b: str
@@ -254,8 +274,35 @@ def compare(values: Mapping[str, Mapping[Any, float]],
         (a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     raw = [_compare(values, a, b) for a, b in chosen]
     adjusted = holm([c.p for c in raw])
-    return [Comparison(**{**c.to_dict(), "p_holm": p}) for c, p in zip(raw, adjusted,
-                                                                        strict=True)]
+    return [replace(c, p_holm=p) for c, p in zip(raw, adjusted, strict=True)]
+
+
+class FriedmanTest(TypedDict):
+    """The Friedman test of a :class:`Recommendation` (counts as floats, as recorded).
+
+    :param statistic: the chi-square statistic (NaN when not computed).
+    :param p: its p-value (NaN when not computed).
+    :param columns: the number of columns (blocks).
+    :param policies: the number of policies (treatments).
+    """
+
+    statistic: float
+    p: float
+    columns: float
+    policies: float
+
+
+class RecommendationRecord(TypedDict):
+    """A :class:`Recommendation` as reports record it (and read it back): its fields."""
+
+    group: list[str]
+    pick: str
+    best: str
+    rule: str
+    against_best: list[ComparisonRecord]
+    friedman: FriedmanTest
+    separates: bool
+    data: str
 
 
 @dataclass(frozen=True)
@@ -278,15 +325,17 @@ class Recommendation:
     best: str
     rule: str
     against_best: list[Comparison]
-    friedman: dict[str, float]
+    friedman: FriedmanTest
     separates: bool
     data: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RecommendationRecord:
         """The recommendation as reports record it."""
-        record = asdict(self)
-        record["against_best"] = [c.to_dict() for c in self.against_best]
-        return record
+        return RecommendationRecord(group=list(self.group), pick=self.pick, best=self.best,
+                                    rule=self.rule,
+                                    against_best=[c.to_dict() for c in self.against_best],
+                                    friedman=FriedmanTest(**self.friedman),
+                                    separates=self.separates, data=self.data)
 
 
 RULE = ("best: the policy of the highest mean accuracy over every (column, seed) pair; "
@@ -332,8 +381,8 @@ def recommend(values: Mapping[str, Mapping[Any, float]],
                   for rows in blocks.values()]
     stat, p_value = (friedman(per_column) if len(names) >= 3 and len(per_column) >= 2
                      else (math.nan, math.nan))
-    test = {"statistic": stat, "p": p_value, "columns": float(len(per_column)),
-            "policies": float(len(names))}
+    test = FriedmanTest(statistic=stat, p=p_value, columns=float(len(per_column)),
+                        policies=float(len(names)))
     note = "" if cost_name == "C" else f" (here {cost_name}: no pass counts were taken)"
     rule = RULE.format(others=len(names) - 1, alpha=ALPHA, cost_note=note)
     return Recommendation(group, pick, best, rule, against, test,

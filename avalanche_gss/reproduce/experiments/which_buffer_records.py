@@ -1,0 +1,160 @@
+"""The shape of ``which_buffer.json``: what ``which-buffer`` writes and reads back.
+
+The report is written once, then read back by :func:`~avalanche_gss.reproduce.experiments.
+which_buffer_statistics.restate` and :func:`~avalanche_gss.reproduce.experiments.
+which_buffer_report.redraw` (a report of an earlier version, its statistics or figures
+made again), so its parts are typed as the JSON they are: :class:`ReportRecord` and the
+records it holds. Optional keys (a version's additions, ``--compute-matched``'s) may be
+absent. The values are computed as dataclasses (:class:`~avalanche_gss.reproduce.
+experiments.which_buffer_report.PolicyRow`, ``Ranking``, ``Statistics``) that write these.
+
+The standard library only: :mod:`~avalanche_gss.reproduce.experiments.policies` reads
+:data:`Json`.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from avalanche_gss.reproduce.reports.comparisons import ComparisonRecord, RecommendationRecord
+
+Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
+"""A JSON value, for the parts of a record that are written and read back as they are
+(the provenance, a stream's description, a run's extras, a policy's settings)."""
+
+
+class RowRecord(TypedDict, total=False):
+    """A row of the report: one policy on one stream at one buffer size, over seeds.
+
+    Written by :meth:`~avalanche_gss.reproduce.experiments.which_buffer_report.PolicyRow.
+    record`: the keys of :meth:`~avalanche_gss.reproduce.reports.rows.Row.to_dict`, then
+    ``family`` and the training seconds' mean and std, then (``--compute-matched``) the
+    compute-matched runs' ``relative_cost`` ... ``matched_train_seconds_mean``.
+    """
+
+    method: str
+    buffer_size: int
+    policy: str
+    stream: str
+    seeds: list[int]
+    task_accuracy: list[list[float]]
+    avg: list[float]
+    avg_mean: float
+    avg_std: float | None
+    train_seconds: list[float]
+    extras: list[dict[str, Json]]
+    skipped_steps: list[int]
+    diverged: list[bool]
+    family: str
+    train_seconds_mean: float
+    train_seconds_std: float | None
+    relative_cost: list[str]
+    relative_cost_mean: float
+    kept_batches: list[int]
+    batches: list[int]
+    matched_avg: list[float]
+    matched_avg_mean: float
+    matched_avg_std: float | None
+    matched_train_seconds: list[float]
+    matched_train_seconds_mean: float
+
+
+class RankRecord(TypedDict):
+    """A policy's line of a ranking (``which_buffer_report.Placing``)."""
+
+    policy: str
+    mean_rank: float
+    wins: int
+    columns: int
+    mean_accuracy: float
+    mean_train_seconds: float
+    time_vs_fastest: float
+    place: str
+
+
+class StreamRecord(TypedDict, total=False):
+    """A stream as the comparison ran it: its protocol, its settings, its deviations."""
+
+    name: str
+    family: str
+    protocol: str
+    variant: dict[str, Json]
+    blur: float | None
+    traced: bool
+    lr: float
+    n_iter: int
+    stream: dict[str, Json]
+    deviations: list[str]
+
+
+class ProtocolRecord(TypedDict, total=False):
+    """What the comparison ran: policies, streams, buffer sizes, seeds, shared settings."""
+
+    policies: list[str]
+    policy_settings: dict[str, dict[str, Json]]
+    policies_left_out: dict[str, str]
+    streams: list[StreamRecord]
+    buffer_sizes: list[int]
+    seeds: list[int]
+    model: str
+    batch_size: int
+    replay_batch_size: int
+    quick: bool
+    workers: int
+    train_seconds: str
+
+
+class AdviceRecord(RecommendationRecord):
+    """A recommendation as the report records it: with its group's costs and their name."""
+
+    mean_cost: dict[str, float]
+    cost: str
+
+
+class AblationRecord(ComparisonRecord):
+    """An ablation: what it asks, and its comparison."""
+
+    question: str
+
+
+class StabilityRecord(TypedDict):
+    """The recommendation made on each half of the seeds (``Stability``)."""
+
+    halves: list[list[int]]
+    picks: list[str]
+    groups: list[list[str]]
+    holds: bool
+
+
+class ReportRecord(TypedDict, total=False):
+    """``which_buffer.json``.
+
+    With ``--compute-matched`` the statistics' keys each have a ``_compute_matched`` twin.
+    """
+
+    experiment: str
+    title: str
+    dataset: str
+    data_source: str
+    data_sha256: str
+    data_verified_as: str | None
+    data_verification: str
+    command: str
+    protocol: ProtocolRecord
+    provenance: dict[str, Json]
+    rows: list[RowRecord]
+    best: dict[str, list[str]]
+    ranking: list[RankRecord]
+    compute_matched: str
+    ranking_compute_matched: list[RankRecord]
+    best_compute_matched: dict[str, list[str]]
+    wall_seconds: float
+    recommendation: AdviceRecord | None
+    comparisons: list[ComparisonRecord]
+    ablations: list[AblationRecord]
+    stability: StabilityRecord | None
+    recommendation_compute_matched: AdviceRecord | None
+    comparisons_compute_matched: list[ComparisonRecord]
+    ablations_compute_matched: list[AblationRecord]
+    stability_compute_matched: StabilityRecord | None
+    recommendation_note: str
