@@ -59,6 +59,7 @@ from avalanche_gss.reproduce.common import (
     settings_from_dict,
 )
 from avalanche_gss.reproduce.experiments.policies import (
+    BUILTIN_STREAMS,
     COMPOSITION_STREAMS,
     DEFAULT_STREAMS,
     KINDS,
@@ -67,7 +68,7 @@ from avalanche_gss.reproduce.experiments.policies import (
     STREAMS,
     expand_streams,
 )
-from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP, PROTOCOLS, data_label
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, data_label
 from avalanche_gss.reproduce.experiments.which_buffer_composition import (
     traced_streams,
     write_composition,
@@ -109,6 +110,7 @@ from avalanche_gss.reproduce.runs.planning import (
 )
 from avalanche_gss.reproduce.runs.sweep import config_key
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
+from avalanche_gss.streams import REGISTRY
 
 __all__ = ["NAME", "STEM", "check_policies", "choices", "fit_model", "plan", "policy_problem",
            "ranking", "stream_config", "traced_streams", "which_buffer"]
@@ -242,9 +244,10 @@ def stream_config(name: str, chosen: dict[str, Any]) -> dict[str, Any]:
     variant = dict(spec.variant)
     if "samples_per_task" in chosen:
         variant["samples_per_task"] = chosen["samples_per_task"]
-    config: dict[str, Any] = {"protocol": spec.protocol, "variant": variant}
-    if spec.blurred:
-        config["blur"] = BLURRY_KEEP
+    config: dict[str, Any] = {"protocol": spec.protocol, "stream": spec.registered,
+                              "stream_options": PROTOCOLS[spec.protocol].stream.options_of(
+                                  spec.registered, variant),
+                              "variant": variant}
     if name in COMPOSITION_STREAMS or spec.family in COMPOSITION_STREAMS:
         config["trace"] = True  # whichever streams are chosen: the same cache key
     return config
@@ -325,11 +328,13 @@ def _streams(data: Any, runs: Sequence[Run], chosen: dict[str, Any]) -> list[dic
                               f"{PROTOCOLS[STREAMS[s].protocol].paper_ref}'s {full:,}")
         streams.append({"name": s, "family": STREAMS[s].family,
                         "protocol": STREAMS[s].protocol, "variant": config["variant"],
-                        "blur": config.get("blur"), "traced": bool(config.get("trace")),
+                        "blur": STREAMS[s].blur, "traced": bool(config.get("trace")),
                         "lr": settings.lr, "n_iter": settings.n_iter,
                         "stream": {k: v for k, v in split.protocol.items()
                                    if k != "deviations"},
                         "deviations": deviations})
+        if s not in BUILTIN_STREAMS:  # one's own: what it is, in its own words
+            streams[-1]["description"] = REGISTRY[STREAMS[s].registered].description
     return streams
 
 
