@@ -52,7 +52,14 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
     greedy = next(r.settings for r in runs if r.keys["policy"] == "GSS-Greedy")
     assert greedy.options == {"variant": "authors"}
     configs = {r.keys["stream"]: r.job for r in runs}
-    assert configs["blurry"]["blur"] == BLURRY_KEEP and "blur" not in configs["disjoint"]
+    # Each job names the registered stream it builds (part of its cache key); the blurry
+    # stream's definition blurs, nothing else does.
+    assert {s: c["stream"] for s, c in configs.items()} == {
+        "disjoint": "disjoint", "permuted": "permuted", "blurry": "blurry",
+        **{f"imbalanced-{k}": "imbalanced" for k in range(1, 6)}}
+    assert configs["blurry"]["stream_options"]["keep"] == BLURRY_KEEP
+    assert "keep" not in configs["disjoint"]["stream_options"]
+    assert not any("blur" in c for c in configs.values())
     assert configs["imbalanced-4"]["variant"] == {"sequence": 4}
     # Runs on the disjoint and imbalanced streams trace the buffer's composition; the
     # report shows the disjoint stream and the first imbalanced sequence.

@@ -1,7 +1,7 @@
 """The buffer policies and the streams that ``python -m reproduce which-buffer`` compares.
 
-Data only, and the standard library only: the command line reads the labels for
-``--help`` and ``--policies`` / ``--streams`` without importing torch.
+Data only, the standard library and the stream registry only: the command line reads the
+labels for ``--help`` and ``--policies`` / ``--streams`` without importing torch.
 
 **Adding a policy** is one entry in :data:`POLICIES`: its row label, mapped to the
 :class:`Policy` that makes it (its ``method`` names a buffer method of the registry,
@@ -14,16 +14,21 @@ package, one line below. Nothing else changes: the label becomes a ``--policies`
 a row of the table, a series of the figure and a row of the composition report. A policy
 whose method is not in the registry, or that sets an option its method does not take, is
 refused before any run, in one line naming it.
+
+**Adding a stream** is registering it by name
+(:func:`avalanche_gss.streams.register_stream`, in a module given to ``--import``): it
+becomes a ``--streams`` choice (:data:`STREAMS`), run with Table 1's protocol.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from avalanche_gss.reproduce.experiments.which_buffer_records import Json
+from avalanche_gss.streams import REGISTRY
 
 
 @dataclass(frozen=True)
@@ -152,53 +157,107 @@ def policy_label(text: str, methods: Sequence[str] | None = None) -> str:
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """One stream of the comparison, built by a protocol of ``experiments.protocols``.
+    """One stream of the comparison: a registered stream, run with a protocol's settings.
 
     :param family: the figure panel it belongs to (``"imbalanced"`` for sequences 1-5;
         a CIFAR-10 stream shares its family with the digits' stream of the same
         construction: one run never holds both kinds).
-    :param protocol: the protocol whose stream builder, learning rate and iterations per
-        batch the runs use (``"table1"``...).
+    :param protocol: the protocol of ``experiments.protocols`` whose counts, learning rate
+        and iterations per batch the runs use (``"table1"``...).
     :param variant: the protocol's row keys for this stream (Table 4's ``sequence``).
-    :param blurred: blur the task boundaries with
-        :func:`~avalanche_gss.streams.blurry_tasks` (each task keeps the share
-        ``avalanche_gss.reproduce.experiments.protocols.BLURRY_KEEP`` of its samples, the paper
-        appendix's).
+    :param stream: the stream of :data:`avalanche_gss.streams.REGISTRY` it builds (with the
+        protocol's counts); ``None``: the one its ``family`` names.
     :param data: the key of its :data:`KINDS` entry: its protocol's dataset (``"mnist"``:
         the digits with the MLP; ``"cifar10"``: CIFAR-10 with the reduced ResNet-18).
     """
 
     family: str
     protocol: str
-    variant: dict[str, Any] = field(default_factory=dict)
-    blurred: bool = False
+    variant: Mapping[str, int] = field(default_factory=dict)
+    stream: str | None = None
     data: str = "mnist"
 
+    @property
+    def registered(self) -> str:
+        """The name of the stream it builds in :data:`avalanche_gss.streams.REGISTRY`."""
+        return self.stream or self.family
 
-STREAMS: dict[str, StreamSpec] = {
+    @property
+    def blur(self) -> float | None:
+        """The share each task keeps when its stream blurs the boundaries, else ``None``."""
+        blur = REGISTRY[self.registered].facts.get("blur")
+        return None if blur is None else float(blur)
+
+    @property
+    def blurred(self) -> bool:
+        """Whether its stream blurs the task boundaries."""
+        return self.blur is not None
+
+
+BUILTIN_STREAMS: dict[str, StreamSpec] = {
     "disjoint": StreamSpec("disjoint", "table1"),
     "permuted": StreamSpec("permuted", "table2"),
     **{f"imbalanced-{k}": StreamSpec("imbalanced", "table4", {"sequence": k})
        for k in range(1, 6)},
-    "blurry": StreamSpec("blurry", "table1", blurred=True),
+    "blurry": StreamSpec("blurry", "table1"),
     "cifar10-disjoint": StreamSpec("disjoint", "table3", data="cifar10"),
-    "cifar10-blurry": StreamSpec("blurry", "table3", blurred=True, data="cifar10"),
+    "cifar10-blurry": StreamSpec("blurry", "table3", data="cifar10"),
 }
-"""The streams. On the digits, with the MLP: disjoint balanced (Table 1's), permuted
-(Table 2's), imbalanced sequences 1-5 (Table 4's) and blurry disjoint (Table 1's stream,
-boundaries blurred as in the paper's appendix, on MNIST here). On CIFAR-10, with the
-reduced ResNet-18 and Table 3's protocol (2,000 samples per task, learning rate 0.01):
+"""This package's streams. On the digits, with the MLP: disjoint balanced (Table 1's),
+permuted (Table 2's), imbalanced sequences 1-5 (Table 4's) and blurry disjoint (Table 1's
+stream, boundaries blurred as in the paper's appendix, on MNIST here). On CIFAR-10, with
+the reduced ResNet-18 and Table 3's protocol (2,000 samples per task, learning rate 0.01):
 ``cifar10-disjoint`` (Split CIFAR-10, 5 tasks of 2 classes: Table 3's stream) and
 ``cifar10-blurry`` (the same stream blurred as the digits' blurry one; the paper's
 appendix blurs it too, with 1,000 samples per task and M = 500, here Table 3's counts so
 that both CIFAR-10 columns share M)."""
 
-DEFAULT_STREAMS: tuple[str, ...] = tuple(name for name, s in STREAMS.items()
+USER_PROTOCOL = "table1"
+"""The protocol a stream of one's own runs with: Table 1's counts (``samples_per_task``,
+which its definition must take), learning rate, iterations per batch and model, on the
+digits."""
+
+
+class StreamTable(Mapping[str, StreamSpec]):
+    """The streams ``--streams`` offers: this package's, then those registered by name.
+
+    A stream registered from code of one's own
+    (:func:`avalanche_gss.streams.register_stream`, a module given to ``--import``) is one
+    of them from then on: its family is its name, and it runs with :data:`USER_PROTOCOL`.
+    """
+
+    def __init__(self, builtin: Mapping[str, StreamSpec]) -> None:
+        self._builtin = dict(builtin)
+
+    def _user(self) -> tuple[str, ...]:
+        own = set(REGISTRY.builtin_names())
+        return tuple(n for n in REGISTRY.names() if n not in own and n not in self._builtin)
+
+    def __getitem__(self, name: str) -> StreamSpec:
+        if name in self._builtin:
+            return self._builtin[name]
+        if name in self._user():
+            return StreamSpec(name, USER_PROTOCOL, stream=name)
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((*self._builtin, *self._user()))
+
+    def __len__(self) -> int:
+        return len(self._builtin) + len(self._user())
+
+
+STREAMS: Mapping[str, StreamSpec] = StreamTable(BUILTIN_STREAMS)
+"""The streams, by ``--streams`` name: :data:`BUILTIN_STREAMS`, then each stream of
+:data:`avalanche_gss.streams.REGISTRY` registered from code of one's own."""
+
+DEFAULT_STREAMS: tuple[str, ...] = tuple(name for name, s in BUILTIN_STREAMS.items()
                                          if s.data == "mnist")
 """The streams run when ``--streams`` is not given: those on the digits."""
 
 STREAM_GROUPS: dict[str, tuple[str, ...]] = {
-    "imbalanced": tuple(name for name, s in STREAMS.items() if s.family == "imbalanced"),
+    "imbalanced": tuple(name for name, s in BUILTIN_STREAMS.items()
+                        if s.family == "imbalanced"),
 }
 """``--streams`` names that stand for several streams."""
 
@@ -278,6 +337,11 @@ def stream_problem(streams: Sequence[str], data: str | None) -> str | None:
     :return: streams of several kinds (naming each kind's streams), or a ``--data`` name
         that does not fit their kind (naming the value and the names that fit).
     """
+    lacking = [name for name in streams if name not in BUILTIN_STREAMS
+               and "samples_per_task" not in REGISTRY[STREAMS[name].registered].options]
+    if lacking:
+        return (f"argument --streams: {', '.join(lacking)} take(s) no samples_per_task "
+                f"option: a stream of one's own runs with {USER_PROTOCOL}'s counts")
     kinds: dict[str, list[str]] = {}
     for name in streams:
         kinds.setdefault(STREAMS[name].data, []).append(name)

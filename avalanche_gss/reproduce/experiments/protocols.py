@@ -7,18 +7,12 @@ n_iter) and the per-method settings of the authors' scripts (``Disjoint_Mnist.sh
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from avalanche_gss.streams import (
-    ArrayDataset,
-    TaskSplit,
-    blurry_tasks,
-    disjoint_tasks,
-    imbalanced_tasks,
-    permuted_tasks,
-)
+from avalanche_gss import streams
+from avalanche_gss.streams import REGISTRY, ArrayDataset, OptionValue, TaskSplit
 
 # Per-method settings from the authors' scripts (Disjoint_Mnist.sh, Permuted_Mnist.sh):
 # Single and GEM use 1 iteration per batch; iCaRL uses lr 0.1.
@@ -38,8 +32,9 @@ class Protocol:
     :param name: the experiment (``table1``...).
     :param title: one line for the table's heading; ``{data}`` stands for the data used.
     :param paper_ref: where the paper reports it (``"Table 1"``).
-    :param stream: how to build the task sequence from a dataset, given the seed and the
-        row's variant (e.g. the imbalanced sequence).
+    :param stream: the registered stream it runs and its counts (:class:`ProtocolStream`:
+        called with a dataset, the seed and the row's variant, e.g. the imbalanced
+        sequence, it builds the task sequence).
     :param methods: default methods.
     :param buffer_sizes: default buffer sizes.
     :param variants: the row keys beyond method and buffer (e.g. ``{"sequence": k}``);
@@ -62,7 +57,7 @@ class Protocol:
     name: str
     title: str
     paper_ref: str
-    stream: Callable[[ArrayDataset, int, dict[str, Any]], TaskSplit]
+    stream: ProtocolStream
     methods: tuple[str, ...]
     buffer_sizes: tuple[int, ...]
     variants: tuple[dict[str, Any], ...] = ({},)
@@ -167,69 +162,112 @@ def fit_count(wanted: int, available: int, what: str, deviations: list[str],
     return available
 
 
-def disjoint_stream(samples_per_task: int, *, blur: float | None = None
-                    ) -> Callable[..., TaskSplit]:
-    """Disjoint stream: 5 tasks of 2 classes, ``samples_per_task`` each (fewer if absent).
+Variant = Mapping[str, OptionValue]
+"""A protocol's row keys for one row (Table 4's ``sequence``; ``--quick``'s
+``samples_per_task``)."""
 
-    With ``blur``, each task keeps that share of its samples and swaps the rest with the
-    other tasks (appendix, blurry CIFAR-10: 0.9).
+
+@dataclass(frozen=True)
+class ProtocolStream:
+    """A protocol's stream: a registered stream and its counts, fitted to the data.
+
+    Called as ``stream(data, seed, variant)``, it builds the registered stream
+    (:data:`avalanche_gss.streams.REGISTRY`) of that name with the protocol's samples per
+    task, a ``samples_per_task`` in ``variant`` (``--quick`` runs) replacing them, and the
+    variant's other keys as the stream's options. Counts the data cannot give shrink to what
+    they hold, recorded in the split's ``protocol["deviations"]``.
+
+    :param name: the registered stream (``"disjoint"``, ``"permuted"``, ``"imbalanced"``,
+        ``"blurry"``...).
+    :param samples_per_task: the protocol's training samples per task (imbalanced: the
+        sequence's own task's, ``major``).
+    :param minor: imbalanced streams: every other task's samples; a ``samples_per_task``
+        in the variant, or data with fewer than ``samples_per_task`` per task, shrink both
+        by the same factor (the paper's 10:1 imbalance kept).
+    :param pool: what a task draws its samples from: ``"classes"``, its 2 classes' samples
+        (5 tasks of 2 classes), or ``"all"``, the whole training set (permuted tasks).
     """
 
-    def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
+    name: str
+    samples_per_task: int
+    minor: int | None = None
+    pool: Literal["classes", "all"] = "classes"
+
+    def __call__(self, data: ArrayDataset, seed: int, variant: Variant, *,
+                 stream: str | None = None, options: Variant | None = None) -> TaskSplit:
+        """Build the split for one run.
+
+        :param data: the dataset.
+        :param seed: the run's seed.
+        :param variant: the row's keys (:data:`Variant`).
+        :param stream: build this registered stream instead of :attr:`name`, with the
+            protocol's counts (which-buffer's blurry stream is Table 1's, blurred).
+        :param options: options of the stream (:meth:`options_of`); the variant's keys and
+            the protocol's counts replace them.
+        """
         deviations: list[str] = []
-        wanted = int(variant.get("samples_per_task", samples_per_task))
-        n = fit_count(wanted, _class_counts(data, 5, 2), "samples per task", deviations,
-                      samples_per_task)
-        split = disjoint_tasks(data, samples_per_task=n, seed=seed)
-        if blur is not None:
-            split = blurry_tasks(split, keep=blur, seed=seed)
+        definition = REGISTRY[stream or self.name]
+        options = {**(options or {}),
+                   **{k: v for k, v in variant.items()
+                      if k in definition.options and k != "samples_per_task"}}
+        options.update(self.counts(data, variant, deviations))
+        split = definition.build(data, seed=seed, **options)
         split.protocol["deviations"] = deviations
         return split
 
-    return build
+    @property
+    def counted(self) -> tuple[str, ...]:
+        """The options its counts set (:meth:`counts`)."""
+        return ("samples_per_task",) if self.minor is None else ("major", "minor")
 
+    def options_of(self, stream: str, variant: Mapping[str, object]) -> dict[str, OptionValue]:
+        """The options of registered ``stream`` that neither its counts nor ``variant`` set.
 
-def imbalanced_stream(major: int, minor: int) -> Callable[..., TaskSplit]:
-    """Table 4: sequence k gives task k ``major`` samples and the others ``minor``.
+        What a job records of the stream it builds, beside its name and variant.
 
-    A ``samples_per_task`` in the variant (``--quick`` runs) replaces ``major``, and
-    ``minor`` shrinks with it. When the data hold fewer than ``major`` samples per task,
-    both counts shrink by the same factor, keeping the paper's 10:1 imbalance.
-    """
+        :param stream: a name of :data:`avalanche_gss.streams.REGISTRY`.
+        :param variant: the row's keys.
+        """
+        return {k: v for k, v in REGISTRY[stream].options.items()
+                if k not in self.counted and k not in variant}
 
-    def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
-        deviations: list[str] = []
-        available = _class_counts(data, 5, 2)
-        wanted = int(variant.get("samples_per_task", major))
+    def counts(self, data: ArrayDataset, variant: Variant, deviations: list[str]
+               ) -> dict[str, OptionValue]:
+        """The stream's sample counts for ``data``, the shrunk ones named in ``deviations``.
+
+        :param data: the dataset.
+        :param variant: the row's keys (its ``samples_per_task``, if any).
+        :param deviations: where a count the data cannot give is recorded.
+        """
+        wanted = variant.get("samples_per_task", self.samples_per_task)
+        if isinstance(wanted, bool) or not isinstance(wanted, int):
+            raise ValueError(f"samples_per_task must be an int, got {wanted!r}")
+        if self.pool == "all":
+            available = len(data.y_train)
+        else:
+            available = _class_counts(data, 5, 2)
+        if self.minor is None:
+            return {"samples_per_task": fit_count(wanted, available, "samples per task",
+                                                  deviations, self.samples_per_task)}
+        major, minor = self.samples_per_task, self.minor
         big, small = wanted, max(1, round(minor * wanted / major))
         if big > available:
             big, small = available, max(1, round(minor * available / major))
             deviations.append(f"imbalanced counts {big}/{small} instead of the paper's "
-                              f"{major}/{minor} (same ratio; the data have {available} per task)")
-        split = imbalanced_tasks(data, sequence=variant["sequence"], major=big, minor=small,
-                                 seed=seed)
-        split.protocol["deviations"] = deviations
-        return split
-
-    return build
+                              f"{major}/{minor} (same ratio; the data have {available} per "
+                              "task)")
+        return {"major": big, "minor": small}
 
 
-def permuted_stream(samples_per_task: int, n_tasks: int = 10) -> Callable[..., TaskSplit]:
-    """Permuted stream: ``n_tasks`` pixel permutations, ``samples_per_task`` each."""
+def disjoint_stream(samples_per_task: int) -> ProtocolStream:
+    """Disjoint stream: 5 tasks of 2 classes, ``samples_per_task`` each (fewer if absent).
 
-    def build(data: ArrayDataset, seed: int, variant: dict[str, Any]) -> TaskSplit:
-        deviations: list[str] = []
-        wanted = int(variant.get("samples_per_task", samples_per_task))
-        n = fit_count(wanted, len(data.y_train), "samples per task", deviations,
-                      samples_per_task)
-        split = permuted_tasks(data, n_tasks=n_tasks, samples_per_task=n, seed=seed)
-        split.protocol["deviations"] = deviations
-        return split
-
-    return build
+    :param samples_per_task: the protocol's training samples per task.
+    """
+    return ProtocolStream("disjoint", samples_per_task)
 
 
-BLURRY_KEEP = 0.9
+BLURRY_KEEP = streams.BLURRY_KEEP
 """Share of its own samples each task keeps in the blurry streams (paper appendix: 90%)."""
 
 _SELECTION = ("Rand", "Reservoir", "GSS-IQP", "GSS-Clust", "FSS-Clust", "GSS-Greedy")
@@ -246,7 +284,7 @@ PROTOCOLS: dict[str, Protocol] = {
     "table2": Protocol(
         name="table2",
         title="permuted {data}, M = {m}", paper_ref="Table 2",
-        stream=permuted_stream(1000),
+        stream=ProtocolStream("permuted", 1000, pool="all"),
         methods=(*_SELECTION, "Single"),
         buffer_sizes=(300,),
         min_classes=2,
@@ -267,7 +305,7 @@ PROTOCOLS: dict[str, Protocol] = {
         name="table4",
         title="imbalanced disjoint {data}, M = {m}, average accuracy per sequence",
         paper_ref="Table 4",
-        stream=imbalanced_stream(2000, 200),
+        stream=ProtocolStream("imbalanced", 2000, minor=200),
         methods=("Reservoir", "GSS-IQP", "GSS-Greedy"),
         buffer_sizes=(300,),
         variants=tuple({"sequence": k} for k in range(1, 6)),
@@ -277,7 +315,7 @@ PROTOCOLS: dict[str, Protocol] = {
     "blurry": Protocol(
         name="blurry",
         title="blurry disjoint {data} (90% kept per task), M = {m}", paper_ref="appendix",
-        stream=disjoint_stream(1000, blur=BLURRY_KEEP),
+        stream=ProtocolStream("blurry", 1000),
         methods=_SELECTION,
         buffer_sizes=(500,),
         dataset="cifar10", lr=0.01, model="resnet18", standin=True,

@@ -60,6 +60,7 @@ from avalanche_gss.reproduce.common import (
     settings_from_dict,
 )
 from avalanche_gss.reproduce.experiments.policies import (
+    BUILTIN_STREAMS,
     COMPOSITION_STREAMS,
     DEFAULT_STREAMS,
     KINDS,
@@ -68,7 +69,7 @@ from avalanche_gss.reproduce.experiments.policies import (
     STREAMS,
     expand_streams,
 )
-from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP, PROTOCOLS, data_label
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, data_label
 from avalanche_gss.reproduce.experiments.which_buffer_composition import (
     traced_streams,
     write_composition,
@@ -120,7 +121,7 @@ from avalanche_gss.reproduce.runs.planning import (
 )
 from avalanche_gss.reproduce.runs.sweep import config_key
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
-from avalanche_gss.streams import ArrayDataset
+from avalanche_gss.streams import REGISTRY, ArrayDataset
 
 __all__ = ["NAME", "STEM", "Choices", "StreamJob", "check_policies", "choices", "fit_model",
            "plan", "policy_problem", "ranking", "stream_config", "traced_streams",
@@ -247,13 +248,15 @@ class StreamJob(TypedDict, total=False):
 
     :param protocol: the protocol whose stream, learning rate and iterations it runs.
     :param variant: the protocol's row keys (and ``--quick``'s ``samples_per_task``).
-    :param blur: each task keeps this share of its samples (the blurry streams).
+    :param stream: the registered stream it builds (:data:`avalanche_gss.streams.REGISTRY`).
+    :param stream_options: that stream's options beyond the protocol's counts and ``variant``.
     :param trace: record the buffer's composition (the streams the report may show).
     """
 
     protocol: str
+    stream: str
+    stream_options: dict[str, Json]
     variant: dict[str, Json]
-    blur: float
     trace: bool
 
 
@@ -291,9 +294,9 @@ def stream_config(name: str, chosen: Choices) -> StreamJob:
     variant: dict[str, Json] = dict(spec.variant)
     if chosen.samples_per_task is not None:
         variant["samples_per_task"] = chosen.samples_per_task
-    config = StreamJob(protocol=spec.protocol, variant=variant)
-    if spec.blurred:
-        config["blur"] = BLURRY_KEEP
+    options = PROTOCOLS[spec.protocol].stream.options_of(spec.registered, variant)
+    config = StreamJob(protocol=spec.protocol, stream=spec.registered,
+                       stream_options=dict(options), variant=variant)
     if name in COMPOSITION_STREAMS or spec.family in COMPOSITION_STREAMS:
         config["trace"] = True  # whichever streams are chosen: the same cache key
     return config
@@ -370,12 +373,15 @@ def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: Choices,
     if full is not None and isinstance(quick, int) and quick < full:
         deviations.append(f"--quick: {quick:,} samples per task instead of "
                           f"{PROTOCOLS[spec.protocol].paper_ref}'s {full:,}")
-    return StreamRecord(name=name, family=spec.family, protocol=spec.protocol,
-                        variant=config["variant"], blur=config.get("blur"),
+    record = StreamRecord(name=name, family=spec.family, protocol=spec.protocol,
+                        variant=config["variant"], blur=spec.blur,
                         traced=bool(config.get("trace")), lr=settings.lr,
                         n_iter=settings.n_iter,
                         stream={k: v for k, v in split.protocol.items() if k != "deviations"},
                         deviations=deviations)
+    if name not in BUILTIN_STREAMS:  # one's own: what it is, in its own words
+        record["description"] = REGISTRY[spec.registered].description
+    return record
 
 
 # --------------------------------------------------------------------------- run

@@ -85,6 +85,7 @@ class StreamRecord(TypedDict, total=False):
     n_iter: int
     stream: dict[str, Json]
     deviations: list[str]
+    description: str
 
 
 class ProtocolRecord(TypedDict, total=False):

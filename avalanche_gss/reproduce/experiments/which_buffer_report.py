@@ -245,7 +245,9 @@ def protocol_lines(report: ReportRecord) -> list[str]:
              "with its protocol's learning rate and iterations per batch:", ""]
     for s in protocol["streams"]:
         stream = {**s["stream"], "blurry": s.get("blur") and {"keep": s["blur"]}}
-        name = f"- {s['name']} ({PROTOCOLS[s['protocol']].paper_ref}'s {s['family']} stream): "
+        ref = PROTOCOLS[s['protocol']].paper_ref
+        name = (f"- {s['name']} ({s['description']}; {ref}'s settings): " if "description" in s
+                else f"- {s['name']} ({ref}'s {s['family']} stream): ")
         text = protocol_line({"stream": stream, "lr": s["lr"], "n_iter": s["n_iter"]},
                              prefix=name) or name
         if s["deviations"]:

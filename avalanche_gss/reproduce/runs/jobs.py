@@ -14,7 +14,7 @@ from typing import Any
 
 from avalanche.core import SupervisedPlugin
 
-from avalanche_gss.streams import ArrayDataset, TaskSplit, blurry_tasks
+from avalanche_gss.streams import ArrayDataset, TaskSplit
 from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
 from avalanche_gss.reproduce.runs.training import run as run_one
@@ -30,15 +30,15 @@ def build_split(data: ArrayDataset, config: dict[str, Any], seed: int) -> TaskSp
     """The stream a job's config names, for one seed.
 
     :param data: the dataset.
-    :param config: a job's ``experiment`` or ``protocol`` (whose stream builder),
-        ``variant`` (its row keys) and optional ``blur`` (see :func:`run_job`).
+    :param config: a job's ``experiment`` or ``protocol`` (whose stream and counts),
+        ``variant`` (its row keys) and, optionally, ``stream`` and ``stream_options`` (the
+        registered stream built in place of the protocol's own, and its options; see
+        :func:`run_job`).
     :param seed: the run's seed.
     """
     protocol = PROTOCOLS[config["protocol"] if "protocol" in config else config["experiment"]]
-    split = protocol.stream(data, seed, config["variant"])
-    if config.get("blur") is not None:
-        split = blurry_tasks(split, keep=config["blur"], seed=seed)
-    return split
+    return protocol.stream(data, seed, config["variant"], stream=config.get("stream"),
+                           options=config.get("stream_options"))
 
 
 def stream_batches(split: TaskSplit, batch_size: int) -> list[int]:
@@ -85,8 +85,9 @@ def run_job(config: dict[str, Any], *, logged: bool = False) -> dict[str, Any]:
         stream's row keys), ``settings`` (a :class:`RunSettings` as a dict) and, optionally,
         ``label`` (the run's name in its log line, unique in its sweep),
         ``protocol`` (whose stream to build, when
-        it is not the experiment's own), ``blur`` (each task keeps that share of its
-        samples, :func:`~avalanche_gss.streams.blurry_tasks`) and ``trace`` (record
+        it is not the experiment's own), ``stream`` and ``stream_options`` (the stream of
+        :data:`avalanche_gss.streams.REGISTRY` to build with the protocol's counts, and its
+        options: :func:`build_split`) and ``trace`` (record
         the buffer's composition at every task end, into ``extras["trace"]``), ``imports``
         (the user modules that register its method, imported first) and the code hashes
         it was keyed by (:func:`~avalanche_gss.reproduce.common.prepare_job`),
