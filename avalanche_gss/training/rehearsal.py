@@ -23,6 +23,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.training.ace import replay_criterion
 from avalanche_gss.training.finite import finite_loss
 from avalanche_gss.training.retrieval import Retrieval, make_retrieval
 from avalanche_gss.training.step_feed import StepFeed
@@ -138,12 +139,16 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
                      ) -> Tensor:
         """The strategy's loss on a replay batch (``avalanche_forward``: task labels).
 
-        A method whose replay loss differs overrides this (as
+        The loss is the criterion's :func:`~avalanche_gss.training.ace.replay_criterion`
+        (the criterion itself, but for one that learns replayed samples otherwise, as
+        ER-ACE's :class:`~avalanche_gss.training.ace.AsymmetricCrossEntropy`). A method
+        whose replay loss differs overrides this (as
         :class:`~avalanche_gss.training.weighted_replay.GCRReplayPlugin` does).
         """
         x, y, t = batch
         with single_sample_norm(strategy.model, len(y)):
-            loss: Tensor = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
+            criterion = replay_criterion(criterion_of(strategy))
+            loss: Tensor = criterion(avalanche_forward(strategy.model, x, t), y)
         return loss
 
     def _recorded_replay_loss(self, strategy: SupervisedTemplate,
