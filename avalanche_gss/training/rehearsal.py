@@ -148,7 +148,25 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         x, y, t = batch
         with single_sample_norm(strategy.model, len(y)):
             criterion = replay_criterion(criterion_of(strategy))
-            loss: Tensor = criterion(avalanche_forward(strategy.model, x, t), y)
+            out = avalanche_forward(strategy.model, x, t)
+            loss: Tensor = criterion(out, y)
+        return self._with_replay_terms(strategy, loss, x, t, out)
+
+    def _with_replay_terms(self, strategy: SupervisedTemplate, loss: Tensor, x: Tensor,
+                           t: Tensor, out: Tensor) -> Tensor:
+        """``loss`` plus the terms other plugins add to a replay batch's loss.
+
+        A plugin of the strategy with a ``replay_term(strategy, x, t, out)`` method (as
+        :class:`~avalanche_gss.training.mkd.MKDPlugin`) adds what it returns (``None``:
+        nothing) for the replayed inputs ``x`` and the learner's logits ``out`` on them.
+        """
+        for plugin in strategy.plugins:
+            term = getattr(plugin, "replay_term", None)
+            if plugin is self or not callable(term):
+                continue
+            extra = term(strategy, x, t, out)
+            if extra is not None:
+                loss = loss + extra
         return loss
 
     def _recorded_replay_loss(self, strategy: SupervisedTemplate,

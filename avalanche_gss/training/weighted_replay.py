@@ -127,4 +127,4 @@ class GCRReplayPlugin(OnlineRehearsalPlugin):
             sq = torch.where(known, now - z.nan_to_num(), torch.zeros_like(now)) ** 2
             per = sq.sum(dim=1) / known.sum(dim=1).clamp(min=1)
             loss = loss + self.alpha * (w * per).sum()
-        return loss
+        return self._with_replay_terms(strategy, loss, x, t, out)
