@@ -158,7 +158,7 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
         self.refits += 1
         if self.size == 0:
             return
-        dev = model_device(net) or self.x.device
+        dev = model_device(net)
         for p in net.parameters():
             p.requires_grad_(True)
         sgd = torch.optim.SGD([p for p in net.parameters()], lr=self.refit_lr)
@@ -166,13 +166,14 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
         k = min(self.refit_batch_size, self.size)
         for _ in range(self.refit_steps):
             x, y, t = self.rows(self.sample_slots(k))
+            dev = dev or x.device
             x, y = x.to(dev), y.to(dev)
             labels = labels_on(net, t, dev)
             with single_sample_norm(net, k):  # one sample: BatchNorm on running statistics
                 out = net(x) if labels is None else net(x, labels)
-            loss = F.cross_entropy(out, y)
+            loss: Tensor = F.cross_entropy(out, y)
             sgd.zero_grad(set_to_none=True)
-            loss.backward()
+            torch.autograd.backward(loss)
             sgd.step()
         net.eval()
         for p in net.parameters():

@@ -144,8 +144,8 @@ class MKDPlugin(SupervisedPlugin):
         teacher = self._teacher(model)
         for mine, theirs in zip(teacher.parameters(), model.parameters(), strict=True):
             mine.mul_(self.momentum).add_(theirs.detach(), alpha=1.0 - self.momentum)
-        for mine, theirs in zip(teacher.buffers(), model.buffers(), strict=True):
-            mine.copy_(theirs)
+        for kept, current in zip(teacher.buffers(), model.buffers(), strict=True):
+            kept.copy_(current)
         self.updates += 1
 
     def term(self, model: nn.Module, x: Tensor, t: Tensor | None, out: Tensor) -> Tensor:
