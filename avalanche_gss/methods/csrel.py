@@ -23,7 +23,7 @@ __all__ = ["CSReLBuffer", "CSReL", "METHODS"]
 class CSReLBuffer(GradientScored, OnlineBuffer):
     """``CSReL``: samples kept by their reducible loss, the streaming variant, task-free.
 
-    Tong, Liu, Zhang, Xu, Zhang and Wang, "Coreset Selection via Reducible Loss in Continual
+    Tong et al., "Coreset Selection via Reducible Loss in Continual
     Learning", ICLR 2025. A sample's reducible loss is the loss of a model trained on the
     coreset minus the loss of a model trained on all the data
     (:func:`~avalanche_gss.selection.csrel.reducible_loss`): high for a sample the coreset

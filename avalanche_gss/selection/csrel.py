@@ -1,6 +1,6 @@
 """CSReL's selection rule: samples scored by their reducible loss, kept by a weighted reservoir.
 
-Tong, Liu, Zhang, Xu, Zhang, Wang, *Coreset Selection via Reducible Loss in Continual
+Tong et al., *Coreset Selection via Reducible Loss in Continual
 Learning*, ICLR 2025. A sample's reducible loss is what training on the coreset has not
 yet taught about it and training on all the data would:
 ``rl(x, y) = loss(f_coreset(x), y) - loss(f_full(x), y)``, two forward passes (no

@@ -58,10 +58,10 @@ class MKDPlugin(SupervisedPlugin):
     hundred steps ago, so the learner forgets less of it (the paper's argument), at the cost
     of one teacher forward (no backward) per training forward and one copy of the weights.
 
-    Defaults: ``momentum = 0.99`` (the teacher's weight; the student's is 0.01),
-    ``temperature = 4`` and ``weight = 8`` (``lambda``), the authors' defaults as we read
-    them (their code's command-line defaults for the temperature and weight); the paper
-    tunes ``lambda`` per method and dataset.
+    Defaults: ``temperature = 4`` and ``weight = 8`` (``lambda``) are the authors' code's
+    command-line defaults (the paper tunes ``lambda`` per method and dataset);
+    ``momentum = 0.99`` (the teacher's weight, the student's 0.01 per update) is our
+    reading of the paper's setting, not checked against a default of its code.
 
     **Where the term is added.** On the incoming batch, to the strategy's loss before the
     backward pass (``before_backward``): with Avalanche's ``ReplayPlugin``, whose minibatch
