@@ -26,6 +26,8 @@ _LIBRARY = {
     "OnlineRehearsal": "avalanche_gss.training",
     "MIRRetrieval": "avalanche_gss.training",
     "LogitAdjustedLoss": "avalanche_gss.training",
+    "AsymmetricCrossEntropy": "avalanche_gss.training",
+    "MKDPlugin": "avalanche_gss.training",
     "RandomRetrieval": "avalanche_gss.training",
     "quiet_evaluator": "avalanche_gss.training",
     "REGISTRY": "avalanche_gss.methods",

@@ -39,6 +39,18 @@ CBRS+OC and CB-GSS with ``score_from="step"``, each trained with
 :class:`~avalanche_gss.training.LogitAdjustedLoss` (``tau = 1``, a window of 1,000
 labels), ``floor`` the bare reservoir loop.
 
+Cases ``reservoir-joint-mlp-disjoint`` and ``er-ace-mlp-disjoint``: ``library`` is
+:class:`~avalanche_gss.methods.reservoir.Reservoir` with ``joint=True`` (one SGD step on the
+incoming and the replay batch, ER's schedule), trained with the cross-entropy, then with
+ER-ACE's :class:`~avalanche_gss.training.AsymmetricCrossEntropy` (what ER-ACE costs beyond
+ER is the difference of the two). Case ``er-mkd-mlp-disjoint``: ``Reservoir`` with
+:class:`~avalanche_gss.training.MKDPlugin` (an EMA teacher, momentum 0.99, distilled with
+weight 8 at temperature 4). Case ``csrel-mlp-disjoint``: :class:`~avalanche_gss.methods.csrel.CSReL`
+(two forward passes per batch, a coreset model trained on the buffer every ``M // 10``
+stored samples). Cases ``cbrs-oc-ace-mlp-disjoint`` and ``cbrs-oc-la-mkd-mlp-disjoint``:
+CBRS+OC trained with ER-ACE's loss (``joint=True``), and CBRS+OC+LA with MKD on top. Each
+with ``floor`` the bare reservoir loop.
+
 Cases ``ocs-mlp-disjoint`` and ``gcr-mlp-disjoint``: ``library`` is
 :class:`~avalanche_gss.methods.ocs.OCS` (each batch's per-sample Gram with 10 buffer
 gradients, top 2 of the batch into a reservoir) and :class:`~avalanche_gss.methods.gcr.GCR`
@@ -88,6 +100,7 @@ from torch import nn
 
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
+from avalanche_gss.methods.csrel import CSReL
 from avalanche_gss.methods.gcr import GCR
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP
@@ -101,7 +114,7 @@ from avalanche_gss.streams import (
     online_benchmark,
     synthetic_images,
 )
-from avalanche_gss.training import LogitAdjustedLoss
+from avalanche_gss.training import AsymmetricCrossEntropy, LogitAdjustedLoss, MKDPlugin
 
 LR = {"mlp": 0.05, "resnet": 0.01}  # Table 1's and Table 3's SGD learning rates
 DEFAULTS = {"mlp": {"samples_per_task": 1000, "buffer_size": 300},
@@ -277,6 +290,16 @@ def _with_la(cls: Any) -> Callable[..., Any]:
     return lambda **kw: cls(criterion=LogitAdjustedLoss(), **kw)
 
 
+def _with_ace(cls: Any) -> Callable[..., Any]:
+    """``cls`` trained with ER-ACE's loss in ER's joint step, a fresh loss per run."""
+    return lambda **kw: cls(criterion=AsymmetricCrossEntropy(), joint=True, **kw)
+
+
+def _with_mkd(cls: Any) -> Callable[..., Any]:
+    """``cls`` with a fresh :class:`MKDPlugin` (the defaults) per run."""
+    return lambda **kw: cls(plugins=[MKDPlugin()], **kw)
+
+
 CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
     "reservoir-mlp-disjoint": {
         "library": run_library, "floor": run_floor, "avalanche": run_avalanche,
@@ -302,6 +325,17 @@ CASES: dict[str, dict[str, Callable[..., tuple[float, float]]]] = {
         partial(CBRS, retrieval="other-classes"))), "floor": run_floor},
     "cb-gss-step-la-mlp-disjoint": {"library": partial(run_library, cls=_with_la(
         partial(CBGSS, score_from="step"))), "floor": run_floor},
+    "reservoir-joint-mlp-disjoint": {
+        "library": partial(run_library, cls=partial(Reservoir, joint=True)), "floor": run_floor},
+    "er-ace-mlp-disjoint": {"library": partial(run_library, cls=_with_ace(Reservoir)),
+                            "floor": run_floor},
+    "er-mkd-mlp-disjoint": {"library": partial(run_library, cls=_with_mkd(Reservoir)),
+                            "floor": run_floor},
+    "csrel-mlp-disjoint": {"library": partial(run_library, cls=CSReL), "floor": run_floor},
+    "cbrs-oc-ace-mlp-disjoint": {"library": partial(run_library, cls=_with_ace(
+        partial(CBRS, retrieval="other-classes"))), "floor": run_floor},
+    "cbrs-oc-la-mkd-mlp-disjoint": {"library": partial(run_library, cls=_with_mkd(_with_la(
+        partial(CBRS, retrieval="other-classes")))), "floor": run_floor},
     "ocs-mlp-disjoint": {"library": partial(run_library, cls=OCS), "floor": run_floor},
     "gcr-mlp-disjoint": {"library": partial(run_library, cls=GCR), "floor": run_floor},
     "reservoir-resnet-cifar": {"library": _resnet_library, "floor": _resnet_floor},

@@ -191,3 +191,26 @@ def test_gradient_gram_profiles_the_engine_and_has_gss_greedy_s_scoring_batch(mo
     out = capsys.readouterr().out
     assert "mlp-n20: library, 5 calls under torch.profiler, by self_cpu_time_total" in out
     assert "aten::" in out
+
+
+@pytest.mark.parametrize(("case", "criterion", "mkd", "joint"), [
+    ("er-ace-mlp-disjoint", "AsymmetricCrossEntropy", False, True),
+    ("er-mkd-mlp-disjoint", "CrossEntropyLoss", True, False),
+    ("cbrs-oc-ace-mlp-disjoint", "AsymmetricCrossEntropy", False, True),
+    ("cbrs-oc-la-mkd-mlp-disjoint", "LogitAdjustedLoss", True, False),
+])
+def test_online_throughput_gives_each_run_its_own_ace_loss_and_mkd_teacher(
+        case, criterion, mkd, joint, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # its sibling module phases.py
+    from avalanche_gss.training import MKDPlugin
+
+    script = benchmark_script("online_throughput")
+    build = script.CASES[case]["library"].keywords["cls"]
+    model = MLP()
+    a, b = (build(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                  mem_size=12, n_iter=1, seed=0) for _ in range(2))
+    assert type(a._criterion).__name__ == criterion and a._criterion is not b._criterion
+    teachers = [[p for p in s.plugins if isinstance(p, MKDPlugin)] for s in (a, b)]
+    assert [len(t) for t in teachers] == [int(mkd)] * 2
+    assert not mkd or teachers[0][0] is not teachers[1][0]
+    assert a.rehearsal.joint is joint

@@ -41,7 +41,7 @@ __all__ = ["BASELINES", "ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY", "Method"
            "register", "user_imports", "user_modules"]
 
 MODULES: tuple[str, ...] = ("rand", "reservoir", "gss_greedy", "gss_iqp", "clust", "cbrs",
-                            "gdumb", "cb_gss", "ocs", "gcr")
+                            "gdumb", "cb_gss", "ocs", "gcr", "csrel")
 """This package's method files, in the tables' order (for contributors: a new file here,
 its ``METHODS`` naming its methods, and its name in this tuple)."""
 

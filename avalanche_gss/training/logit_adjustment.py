@@ -8,6 +8,8 @@ run's ``logit_adjustment`` is above 0.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -21,7 +23,8 @@ even float16's range; a larger ``tau`` leaves the logits nothing to learn agains
 
 MAX_WINDOW = 10**7
 """The largest ``window``: its ring of int64 labels takes 8 bytes a label, 80 MB here, on
-the training device, and every training call counts the whole window."""
+the training device (a training call updates only the counts of the labels it adds and
+the labels these push out)."""
 
 
 def check_tau(value: object, name: str = "tau") -> float:
@@ -87,7 +90,10 @@ class LogitAdjustedLoss(nn.Module):
     device only, as in the paper.
 
     State (the window of labels) is in :meth:`state_dict`; checkpoints of this library
-    save it with the strategy (:func:`~avalanche_gss.checkpoint.save_state`).
+    save it with the strategy (:func:`~avalanche_gss.checkpoint.save_state`). The counts
+    ``c_k`` are kept as a running tally, updated as labels enter and leave the window
+    (``O(N)`` per call of ``N`` labels, not ``O(window)``); they are not saved but rebuilt
+    from the window when a state is loaded, so the state is the window alone.
 
     **Refused calls.** Logits that are not ``(N, num_classes)``, labels that are not ``N``
     integers in ``[0, num_classes)`` raise a ``ValueError`` naming the bad value, before
@@ -106,6 +112,7 @@ class LogitAdjustedLoss(nn.Module):
 
     recent: Tensor
     filled: Tensor
+    tally: Tensor
 
     def __init__(self, tau: float = 1.0, window: int = 1000) -> None:
         super().__init__()
@@ -113,14 +120,19 @@ class LogitAdjustedLoss(nn.Module):
         self.window = check_window(window)
         self.register_buffer("recent", torch.full((self.window,), -1, dtype=torch.long))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
+        # the count of each label in the window (index = label), grown as labels come;
+        # derived from ``recent``, so not saved (rebuilt in _load_from_state_dict)
+        self.register_buffer("tally", torch.zeros(0, dtype=torch.long), persistent=False)
 
     def counts(self, num_classes: int) -> Tensor:
         """The counts ``c_k`` of each label among the recent training labels, ``(num_classes,)``.
 
         :param num_classes: the number of logits (labels beyond it are not counted).
         """
-        seen = self.recent[self.recent >= 0]
-        return torch.bincount(seen, minlength=num_classes)[:num_classes].to(torch.float32)
+        counts = self.tally[:num_classes]
+        if len(counts) < num_classes:  # classes no label of the window has reached yet
+            counts = torch.cat([counts, counts.new_zeros(num_classes - len(counts))])
+        return counts.to(torch.float32)
 
     def observe(self, y: Tensor) -> None:
         """Add the labels ``y`` to the window (the oldest leave it).
@@ -129,18 +141,35 @@ class LogitAdjustedLoss(nn.Module):
         :raises ValueError: ``y`` is not that, naming the bad value; nothing is counted then.
         """
         _check_labels(y)
-        low = int(y.min()) if len(y) else 0
+        low, high = torch.stack([y.min(), y.max()]).tolist() if len(y) else (0, -1)
         if low < 0:
             raise ValueError(f"labels must be >= 0, got {low}")
-        self._push(y)
+        self._push(y, int(high))
 
-    def _push(self, y: Tensor) -> None:
-        """Write the checked labels ``y`` into the window."""
-        y = y.detach().to(self.recent.device, torch.long)[-self.window:]
+    def _push(self, y: Tensor, high: int) -> None:
+        """Write the checked labels ``y`` (the largest ``high``) into the window and the tally.
+
+        The labels the new ones overwrite leave the tally, the new ones enter it.
+        """
+        device = self.recent.device
+        y = y.detach().to(device, torch.long)[-self.window:]
+        if high >= len(self.tally):  # a label beyond the tally: grow it (rare)
+            self.tally = torch.cat([self.tally, self.tally.new_zeros(high + 1 - len(self.tally))])
         # the positions on the window's device: no read of the count there
-        positions = (self.filled + torch.arange(len(y), device=self.recent.device)) % self.window
+        positions = (self.filled + torch.arange(len(y), device=device)) % self.window
+        old = self.recent[positions]  # -1 where the window was not full yet
+        self.tally.index_add_(0, old.clamp(min=0), -(old >= 0).to(torch.long))
+        self.tally.index_add_(0, y, torch.ones_like(y))
         self.recent[positions] = y
         self.filled += len(y)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any, **kwargs: Any) -> None:
+        """Load the window, then rebuild the tally from it (the tally is not saved)."""
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        seen = self.recent[self.recent >= 0]
+        self.tally = torch.bincount(seen, minlength=0) if len(seen) else \
+            torch.zeros(0, dtype=torch.long, device=self.recent.device)
 
     def adjustment(self, num_classes: int) -> Tensor:
         """``tau * log(c + 1e-3)``, added to the logits in training, ``(num_classes,)``.
@@ -157,9 +186,9 @@ class LogitAdjustedLoss(nn.Module):
         :raises ValueError: ``logits`` or ``y`` is not that, naming the bad value; nothing is
             counted then.
         """
-        _check_call(logits, y)
+        high = _check_call(logits, y)
         if torch.is_grad_enabled() and logits.requires_grad:
-            self._push(y)
+            self._push(y, high)
             logits = logits + self.adjustment(logits.shape[1]).to(logits.device, logits.dtype)
         return F.cross_entropy(logits, y)
 
@@ -179,8 +208,11 @@ def _check_labels(y: Tensor) -> None:
                          f"{tuple(y.shape)}")
 
 
-def _check_call(logits: Tensor, y: Tensor) -> None:
-    """Refuse a call whose labels the logits cannot score (one read of their least and most)."""
+def _check_call(logits: Tensor, y: Tensor) -> int:
+    """Refuse a call whose labels the logits cannot score (one read of their least and most).
+
+    :return: the largest label (``-1`` for no label).
+    """
     if logits.dim() != 2:
         raise ValueError(f"logits must be (N, num_classes), got shape {tuple(logits.shape)}")
     _check_labels(y)
@@ -193,3 +225,5 @@ def _check_call(logits: Tensor, y: Tensor) -> None:
         if bad is not None:
             raise ValueError(f"label {bad} is outside the logits' {classes} classes "
                              f"(0 to {classes - 1})")
+        return int(high)
+    return -1

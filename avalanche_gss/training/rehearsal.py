@@ -23,6 +23,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
+from avalanche_gss.training.ace import replay_criterion
 from avalanche_gss.training.finite import finite_loss
 from avalanche_gss.training.retrieval import Retrieval, make_retrieval
 from avalanche_gss.training.step_feed import StepFeed
@@ -138,12 +139,34 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
                      ) -> Tensor:
         """The strategy's loss on a replay batch (``avalanche_forward``: task labels).
 
-        A method whose replay loss differs overrides this (as
+        The loss is the criterion's :func:`~avalanche_gss.training.ace.replay_criterion`
+        (the criterion itself, but for one that learns replayed samples otherwise, as
+        ER-ACE's :class:`~avalanche_gss.training.ace.AsymmetricCrossEntropy`). A method
+        whose replay loss differs overrides this (as
         :class:`~avalanche_gss.training.weighted_replay.GCRReplayPlugin` does).
         """
         x, y, t = batch
         with single_sample_norm(strategy.model, len(y)):
-            loss: Tensor = criterion_of(strategy)(avalanche_forward(strategy.model, x, t), y)
+            criterion = replay_criterion(criterion_of(strategy))
+            out = avalanche_forward(strategy.model, x, t)
+            loss: Tensor = criterion(out, y)
+        return self._with_replay_terms(strategy, loss, x, t, out)
+
+    def _with_replay_terms(self, strategy: SupervisedTemplate, loss: Tensor, x: Tensor,
+                           t: Tensor, out: Tensor) -> Tensor:
+        """``loss`` plus the terms other plugins add to a replay batch's loss.
+
+        A plugin of the strategy with a ``replay_term(strategy, x, t, out)`` method (as
+        :class:`~avalanche_gss.training.mkd.MKDPlugin`) adds what it returns (``None``:
+        nothing) for the replayed inputs ``x`` and the learner's logits ``out`` on them.
+        """
+        for plugin in strategy.plugins:
+            term = getattr(plugin, "replay_term", None)
+            if plugin is self or not callable(term):
+                continue
+            extra = term(strategy, x, t, out)
+            if extra is not None:
+                loss = loss + extra
         return loss
 
     def _recorded_replay_loss(self, strategy: SupervisedTemplate,

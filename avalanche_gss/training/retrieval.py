@@ -36,6 +36,7 @@ from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.gradients import eval_mode
 from avalanche_gss.streams.online import dataset_tensors
+from avalanche_gss.training.ace import replay_criterion
 
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
@@ -278,7 +279,8 @@ class MIRRetrieval(Retrieval):
         if len(y) <= k:
             self._chosen = batch
             return
-        scores = self.scores(strategy.model, strategy.optimizer, criterion_of(strategy), x, y, t)
+        scores = self.scores(strategy.model, strategy.optimizer,
+                             replay_criterion(criterion_of(strategy)), x, y, t)
         top = torch.argsort(scores, descending=True, stable=True)[:k]
         self._chosen = x[top], y[top], t[top]
 

@@ -17,6 +17,7 @@ from avalanche.models import avalanche_forward
 from torch import Tensor
 
 from avalanche_gss._avalanche import criterion_of
+from avalanche_gss.training.ace import replay_criterion
 from avalanche_gss.training.rehearsal import OnlineRehearsalPlugin, single_sample_norm
 from avalanche_gss.training.retrieval import Batch, RandomRetrieval, draw_slots, per_sample_loss
 
@@ -113,7 +114,8 @@ class GCRReplayPlugin(OnlineRehearsalPlugin):
         total = w.sum()  # normalised on the device: no read of the total (a host sync)
         w = torch.where(torch.isfinite(total) & (total > 0), w / total,
                         torch.full_like(w, 1.0 / len(w)))
-        loss = self.beta * (w * per_sample_loss(criterion_of(strategy), out, y)).sum()
+        criterion = replay_criterion(criterion_of(strategy))
+        loss = self.beta * (w * per_sample_loss(criterion, out, y)).sum()
         logits = buffer.logits
         if self.alpha and logits is not None:
             z = logits[slots.to(logits.device)].to(out.device, out.dtype)
@@ -125,4 +127,4 @@ class GCRReplayPlugin(OnlineRehearsalPlugin):
             sq = torch.where(known, now - z.nan_to_num(), torch.zeros_like(now)) ** 2
             per = sq.sum(dim=1) / known.sum(dim=1).clamp(min=1)
             loss = loss + self.alpha * (w * per).sum()
-        return loss
+        return self._with_replay_terms(strategy, loss, x, t, out)

@@ -25,7 +25,8 @@ from avalanche_gss.testing import _copy as copy_state
 from avalanche_gss.testing import _difference as state_difference
 
 REPO = Path(__file__).resolve().parents[2]
-GRADIENT = ("GSS-Greedy", "GSS-IQP", "GSS-Clust", "CB-GSS", "OCS", "GCR")  # score with the labels
+GRADIENT = ("GSS-Greedy", "GSS-IQP", "GSS-Clust", "CB-GSS", "OCS", "GCR",
+            "CSReL")  # score with the labels (CSReL: with the learner's loss)
 
 
 def build(name, size=12, **kw):

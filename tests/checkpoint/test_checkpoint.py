@@ -32,6 +32,7 @@ from avalanche_gss.checkpoint.model import model_layout
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.cbrs import CBRS
 from avalanche_gss.methods.clust import FSSClust, GSSClust
+from avalanche_gss.methods.csrel import CSReL
 from avalanche_gss.methods.gcr import GCR
 from avalanche_gss.methods.gdumb import GDumb
 from avalanche_gss.methods.gss_greedy import GSSGreedy
@@ -57,6 +58,8 @@ BUILDERS = {
     "CB-GSS-step": lambda **kw: CBGSS(mem_size=30, score_from="step", **kw),
     "GCR": lambda **kw: GCR(mem_size=30, recent_size=20, **kw),
     "GCR-uniform": lambda **kw: GCR(mem_size=30, recent_size=20, replay_loss="uniform", **kw),
+    # CSReL's coreset model (trained on the buffer every few stored samples) resumes too
+    "CSReL": lambda **kw: CSReL(mem_size=30, refit_every=7, refit_steps=3, **kw),
     # Logit Adjusted Softmax's loss keeps a window of labels: it resumes with the run.
     "CBRS+OC+LA": lambda **kw: CBRS(mem_size=30, retrieval="other-classes",
                                     criterion=LogitAdjustedLoss(window=50), **kw),
@@ -111,6 +114,9 @@ def assert_same_run(a, b, split):
         elif key == "clustering":
             assert sa[key]["threshold"] == sb[key]["threshold"]
             assert torch.equal(sa[key]["generator"], sb[key]["generator"])
+        elif key == "coreset_model":  # CSReL's: a network's weights
+            assert sa[key].keys() == sb[key].keys()
+            assert all(torch.equal(v, sb[key][k]) for k, v in sa[key].items()), key
         elif key == "last_result":
             assert (sa[key] is None) == (sb[key] is None)
             if sa[key] is not None:

@@ -58,6 +58,8 @@ ALTERNATIVES: dict[str, Callable[[nn.Module], Any]] = {
     "k": lambda m: 3, "tau": lambda m: 10.0, "lam": lambda m: 0.1,
     "positive": lambda m: False, "per_class": lambda m: False, "class_share": lambda m: "seen",
     "replay_loss": lambda m: "uniform", "alpha": lambda m: 0.2, "beta": lambda m: 0.7,
+    "refit_every": lambda m: 3, "refit_steps": lambda m: 7, "refit_batch_size": lambda m: 8,
+    "refit_lr": lambda m: 0.5,
 }
 
 

@@ -25,7 +25,7 @@ def _loss(logits, y):
 
 
 BUILTIN = ("Rand", "Reservoir", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust", "CBRS",
-           "GDumb", "CB-GSS", "OCS", "GCR")
+           "GDumb", "CB-GSS", "OCS", "GCR", "CSReL")
 
 
 def _builtin(names):
@@ -74,6 +74,7 @@ OPTIONS = {
     "OCS": {"k": 3, "n": 7, "tau": 0.5, "loss_fn": _loss, "params": _PARAMS},
     "GCR": {"recent_size": 7, "lam": 0.1, "positive": False, "per_class": False,
             "class_share": "seen", "loss_fn": _loss, "params": _PARAMS},
+    "CSReL": {"refit_every": 7, "refit_steps": 3, "refit_batch_size": 5, "refit_lr": 0.5},
 }
 
 

@@ -292,3 +292,27 @@ def test_which_buffer_refuses_an_adjustment_beyond_the_bounds_before_any_run(tmp
     assert "prior_window must be at most 10,000,000 labels" in lines[0]
     assert "8,000,000,000,000 bytes" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_running_counts_are_the_windows_recount_after_every_call(seed):
+    # Calls of every size (longer than the window too), labels that grow past the counts
+    # kept so far, a state loaded mid-way: the counts are always the window's recount
+    g = torch.Generator().manual_seed(seed)
+    window = int(torch.randint(1, 12, (1,), generator=g))
+    loss, seen = LogitAdjustedLoss(1.0, window), []
+    for step in range(40):
+        n = int(torch.randint(0, 2 * window + 2, (1,), generator=g))
+        y = torch.randint(0, 3 + step // 5, (n,), generator=g)
+        if step % 3:
+            loss.observe(y)
+        elif n:
+            loss(torch.zeros(n, 3 + step // 5, requires_grad=True), y)
+        seen.extend(y.tolist())
+        if step == 20:
+            fresh = LogitAdjustedLoss(1.0, window)
+            fresh.load_state_dict(loss.state_dict())
+            loss = fresh
+        recent = seen[-window:]
+        width = 12
+        assert loss.counts(width).tolist() == [float(recent.count(k)) for k in range(width)]
