@@ -20,12 +20,14 @@ from helpers.warm import run as warm_python
 from torch import nn
 
 from avalanche_gss.buffers import OnlineBuffer, columns
+from avalanche_gss.buffers.scored import GradientScored
 from avalanche_gss.methods import NAMES, get
 from avalanche_gss.testing import _copy as copy_state
 from avalanche_gss.testing import _difference as state_difference
 
 REPO = Path(__file__).resolve().parents[2]
-GRADIENT = ("GSS-Greedy", "GSS-IQP", "GSS-Clust", "CB-GSS", "OCS", "GCR")  # score with the labels
+GRADIENT = tuple(name for name in NAMES if issubclass(get(name).buffer, GradientScored))
+"""The buffers that score with the model's gradients of the labels' loss."""
 
 
 def build(name, size=12, **kw):
