@@ -37,9 +37,17 @@ class SeededSettings(Protocol):
     A :class:`~avalanche_gss.reproduce.runs.training.RunSettings` has it.
     """
 
-    model: str
-    seed: int
-    lr: float
+    @property
+    def model(self) -> str:
+        """The network's name (``"mlp"``, ``"resnet18"``)."""
+
+    @property
+    def seed(self) -> int:
+        """The run's seed."""
+
+    @property
+    def lr(self) -> float:
+        """The SGD learning rate."""
 
 
 @contextmanager
