@@ -287,7 +287,7 @@ PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_siz
 """Settings that tell one run of an experiment from another (not the protocol's)."""
 
 
-def settings_by_method(settings: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def settings_by_method(settings: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each method's settings as run (``RunSettings`` dicts), beyond those in ``PER_RUN``.
 
     A run's options count as settings of their own (``{"growth": 1.5}``).

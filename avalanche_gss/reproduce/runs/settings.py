@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypedDict, TypeVar, cast
 
 from avalanche_gss import methods
 from avalanche_gss.methods.baselines import BASELINES
@@ -31,8 +31,8 @@ from avalanche_gss.training.retrieval import RETRIEVALS
 
 __all__ = ["BUFFER_METHODS", "BaselineSettings", "BufferSettings", "CONSTRAINED_METHODS",
            "FLAT_NAMES", "LossSettings", "METHODS", "PARTS", "ReplaySettings", "RunSettings",
-           "TrainingSettings", "UPDATES", "VARIANT_METHODS", "default_retrieval",
-           "make_settings", "settings_dict", "split_keywords"]
+           "SettingsRecord", "TrainingSettings", "UPDATES", "VARIANT_METHODS",
+           "default_retrieval", "make_settings", "settings_dict", "split_keywords"]
 
 VARIANT_METHODS: Sequence[str] = methods.NameView(
     lambda: tuple(name for name, m in methods.REGISTRY.items() if m.presets))
@@ -198,11 +198,31 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
 """Each setting's flat name (as :func:`settings_dict` and the flat constructor spell it)
 and its part and name there: ``"replay_batch_size"`` is ``("replay", "batch_size")``."""
 
-_RECORD_ORDER = ("options", "buffer_size", "seed", "n_iter", "lr", "batch_size",
-                 "replay_batch_size", "model", "device", "iid_epochs", "gem_memory_strength",
-                 "update", "constraint_margin", "retrieval", "mir_candidates",
-                 "logit_adjustment", "prior_window")
-"""The flat record's keys after ``method``, in the order every run's record holds them."""
+class SettingsRecord(TypedDict):
+    """A run's settings as its record holds them (:func:`settings_dict`).
+
+    Flat, in this order: part of every run's cache key and of the results users read.
+    """
+
+    method: str
+    options: dict[str, OptionValue]
+    buffer_size: int
+    seed: int
+    n_iter: int
+    lr: float
+    batch_size: int
+    replay_batch_size: int
+    model: str
+    device: str
+    iid_epochs: int
+    gem_memory_strength: float
+    update: str
+    constraint_margin: float
+    retrieval: str
+    mir_candidates: int
+    logit_adjustment: float
+    prior_window: int
+
 
 T = TypeVar("T")
 
@@ -433,13 +453,20 @@ def _method_options(method: str) -> tuple[str, ...]:
     return tuple(methods.get(method).defaults())
 
 
-def settings_dict(settings: RunSettings) -> dict[str, Any]:
+def settings_dict(settings: RunSettings) -> SettingsRecord:
     """The run's settings as a flat JSON-ready dict, a cache key's part.
 
     ``method``, then every setting by its flat name (:data:`FLAT_NAMES`), the options as
-    one dict: ``RunSettings(**d)`` gives the run back.
+    one dict (a copy): ``RunSettings(**d)`` gives the run back.
 
     :param settings: the run's settings.
     """
-    return {"method": settings.method,
-            **{key: copy.deepcopy(getattr(settings, key)) for key in _RECORD_ORDER}}
+    s = settings
+    return SettingsRecord(
+        method=s.method, options=copy.deepcopy(s.options), buffer_size=s.buffer_size,
+        seed=s.seed, n_iter=s.n_iter, lr=s.lr, batch_size=s.batch_size,
+        replay_batch_size=s.replay_batch_size, model=s.model, device=s.device,
+        iid_epochs=s.iid_epochs, gem_memory_strength=s.gem_memory_strength,
+        update=s.update, constraint_margin=s.constraint_margin, retrieval=s.retrieval,
+        mir_candidates=s.mir_candidates, logit_adjustment=s.logit_adjustment,
+        prior_window=s.prior_window)

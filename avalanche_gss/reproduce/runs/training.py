@@ -20,10 +20,13 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
 from avalanche_gss import methods
-from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
-from avalanche_gss.reproduce.runs.seeding import resolve_device, seeded_model_and_optimizer, seeded_rng
+from avalanche_gss.reproduce.runs.seeding import (
+    resolve_device,
+    seeded_model_and_optimizer,
+    seeded_rng,
+)
 from avalanche_gss.reproduce.runs.settings import (
     BUFFER_METHODS,
     CONSTRAINED_METHODS,
@@ -35,6 +38,7 @@ from avalanche_gss.reproduce.runs.settings import (
     make_settings,
     settings_dict,
 )
+from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.training import LogitAdjustedLoss, MIRRetrieval, quiet_evaluator
 from avalanche_gss.training.retrieval import RETRIEVALS
 from avalanche_gss.training.step_feed import feed_problem
