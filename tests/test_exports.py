@@ -15,7 +15,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_every_registered_class_is_a_top_level_name():
-    for method in methods.REGISTRY.values():
+    for _, method in methods.REGISTRY.items():
         if method.name not in methods.NAMES:
             continue  # registered by other code (a test's own policy)
         for cls in (method.buffer, method.strategy, method.constrained):
@@ -65,6 +65,6 @@ def test_the_guides_list_of_ready_strategies_names_every_methods_strategy():
     text = " ".join(guide_page("library").split())
     listed = text[text.index("the ready strategies ("):].split(")", 1)[0]
     names = set(re.findall(r"`(\w+)`", listed))
-    strategies = {cls.__name__ for m in methods.REGISTRY.values() if m.name in methods.NAMES
+    strategies = {cls.__name__ for _, m in methods.REGISTRY.items() if m.name in methods.NAMES
                   for cls in (m.strategy, m.constrained) if cls is not None}
     assert strategies - names == set()

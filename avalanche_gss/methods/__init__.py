@@ -2,9 +2,10 @@
 
 Each method file of this package holds the method's buffer (a storage policy), its named
 presets and its ready strategy, and declares them in ``METHODS``. :data:`REGISTRY` maps
-each name (``"GSS-Greedy"``, ...) to its :class:`~avalanche_gss.methods.spec.Method`:
-this package's methods (:data:`NAMES`, from the files of :data:`MODULES`), then the methods
-registered from other code, in the order they came:
+each name (``"GSS-Greedy"``, ...) to its :class:`~avalanche_gss.methods.spec.Method`
+(a :class:`~avalanche_gss.registry.Registry`): this package's methods (:data:`NAMES`, from
+the method files of this folder, :data:`MODULES`), then the methods registered from other
+code, in the order they came:
 
 - :func:`register` (``register(Method("Newest", NewestBuffer, Newest))``, both from
   ``avalanche_gss.methods``) in one's own module; ``python -m reproduce --import MODULE``
@@ -17,6 +18,12 @@ The names are known without importing any method of this package (:func:`names`)
 file's ``METHODS`` is read as text (a few milliseconds), so that the command line's
 ``--help`` stays instant; the method files are imported when :data:`REGISTRY` or
 :func:`get` is first used.
+
+**Adding a method to this package** is one file in this folder, with no list to edit: it
+declares its methods in ``METHODS = (Method("NAME", Buffer, Strategy), ...)`` and its place
+in the tables' order in ``ORDER = N`` (:data:`MODULES` is found by scanning the folder).
+Its names then reach the registry, the package's exports, the command line's choices and
+the tests that run every method.
 """
 
 from __future__ import annotations
@@ -28,10 +35,14 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import pkgutil
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, overload
+
+from avalanche_gss.registry import Registry
 
 if TYPE_CHECKING:
     from avalanche_gss.methods.spec import Method
@@ -40,10 +51,32 @@ __all__ = ["BASELINES", "ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY", "Method"
            "exported_classes", "get", "import_user", "imports_for", "load_plugins", "names",
            "register", "user_imports", "user_modules"]
 
-MODULES: tuple[str, ...] = ("rand", "reservoir", "gss_greedy", "gss_iqp", "clust", "cbrs",
-                            "gdumb", "cb_gss", "ocs", "gcr", "csrel")
-"""This package's method files, in the tables' order (for contributors: a new file here,
-its ``METHODS`` naming its methods, and its name in this tuple)."""
+_FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+
+def _modules() -> tuple[str, ...]:
+    """:data:`MODULES`, this package's method files, found in its folder on first use.
+
+    A method file is a module of this folder (:mod:`pkgutil`) whose text declares
+    ``METHODS = (...)``; they come in the order of their ``ORDER = N`` (the tables'), those
+    without one last, by name.
+    """
+    found: tuple[str, ...] | None = globals().get("MODULES")
+    if found is None:  # scanned once, on first use
+        files = []
+        for info in pkgutil.iter_modules([_FOLDER]):
+            text = "" if info.ispkg or info.name.startswith("_") else _source(info.name)
+            if re.search(r"^METHODS = \(", text, re.MULTILINE):
+                order = re.search(r"^ORDER = (\d+)$", text, re.MULTILINE)
+                files.append((int(order.group(1)) if order else sys.maxsize, info.name))
+        found = globals()["MODULES"] = tuple(name for _, name in sorted(files))
+    return found
+
+
+def _source(module: str) -> str:
+    with open(os.path.join(_FOLDER, f"{module}.py"), encoding="utf-8") as f:
+        return f.read()
+
 
 BASELINES = ("Single", "iid-online", "iid-offline", "GEM", "iCaRL")
 """The baselines, run through Avalanche's own strategies
@@ -61,9 +94,8 @@ def _declarations(module: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     :return: per method, its name and the names of the classes it gives (buffer, ready
         strategy, constrained strategy), read from ``METHODS`` without importing the file.
     """
-    path = os.path.join(os.path.dirname(__file__), f"{module}.py")
-    with open(path, encoding="utf-8") as f:
-        whole = f.read()
+    path = os.path.join(_FOLDER, f"{module}.py")
+    whole = _source(module)
     text, start, depth = whole, whole.find("\nMETHODS = (") + 1, 0
     for end, char in enumerate(whole[start:] if start else "", start):
         depth += (char in "([{") - (char in ")]}")
@@ -99,7 +131,7 @@ def exported_classes() -> dict[str, str]:
     :data:`MODULES`, read from their ``METHODS`` as text (nothing is imported): the
     package's top-level names derive from it.
     """
-    return {cls: f"avalanche_gss.methods.{module}" for module in MODULES
+    return {cls: f"avalanche_gss.methods.{module}" for module in _modules()
             for _, classes in _declarations(module) for cls in classes}
 
 
@@ -110,7 +142,7 @@ def _names() -> tuple[str, ...]:
     """
     found: tuple[str, ...] | None = globals().get("NAMES")
     if found is None:  # read once, on first use
-        found = globals()["NAMES"] = tuple(n for module in MODULES for n in _declared(module))
+        found = globals()["NAMES"] = tuple(n for module in _modules() for n in _declared(module))
     return found
 
 ENTRY_POINTS = "avalanche_gss.methods"
@@ -125,9 +157,12 @@ _IMPORTED: dict[str, None] = {}  # the import_user specs that succeeded, in orde
 _LOADED: dict[str, None] = {}  # the modules of one's own that imports, entry points loaded
 
 
-def _builtin() -> dict[str, Method]:
-    registry: dict[str, Method] = {}
-    for module in MODULES:
+def _builtin(registry: Registry[Method]) -> None:
+    """Import each method file of :data:`MODULES` and add its ``METHODS`` as the package's own.
+
+    :raises ImportError: a file's ``METHODS`` differs from what its text declares.
+    """
+    for module in _modules():
         defined = importlib.import_module(f"avalanche_gss.methods.{module}").METHODS
         if tuple(m.name for m in defined) != _declared(module):
             raise ImportError(f"avalanche_gss.methods.{module} defines "
@@ -140,18 +175,20 @@ def _builtin() -> dict[str, Method]:
             raise ImportError(f"avalanche_gss.methods.{module}'s METHODS gives the classes "
                               f"{sorted(c.__name__ for c in classes)}, its text names "
                               f"{sorted(named)}: name each class as defined in the file")
-        registry.update((m.name, m) for m in defined)
+        for m in defined:
+            registry.add(m.name, m, builtin=True)
+
+
+def _load() -> Registry[Method]:
+    registry: Registry[Method] = Registry("buffer method")
+    _builtin(registry)
+    for name, method in _USER.items():
+        registry.add(name, method)
     return registry
 
 
-def _load() -> dict[str, Method]:
-    registry = _builtin()
-    registry.update(_USER)
-    return registry
-
-
-def _registry() -> dict[str, Method]:
-    registry: dict[str, Method] | None = globals().get("REGISTRY")
+def _registry() -> Registry[Method]:
+    registry: Registry[Method] | None = globals().get("REGISTRY")
     if registry is None:  # built once, on first use
         registry = globals()["REGISTRY"] = _load()
     load_plugins()  # once: registers into it
@@ -163,6 +200,8 @@ def __getattr__(name: str) -> Any:
         return _registry()
     if name == "NAMES":
         return _names()
+    if name == "MODULES":
+        return _modules()
     if name == "Method":  # imported on use: it needs torch
         from avalanche_gss.methods.spec import Method
 
@@ -204,9 +243,9 @@ def register(method: Method) -> Method:
         raise ValueError(f"method name {name!r} is already registered by "
                          f"{before.strategy.__module__}; choose another")
     _USER[name] = method
-    registry: dict[str, Method] | None = globals().get("REGISTRY")
+    registry: Registry[Method] | None = globals().get("REGISTRY")
     if registry is not None:
-        registry[name] = method
+        registry.add(name, method, replace=True)
     return method
 
 
@@ -434,12 +473,7 @@ def get(name: str) -> Method:
 
     :raises ValueError: no such method; the message lists the choices.
     """
-    registry = _registry()
-    try:
-        return registry[name]
-    except KeyError:
-        raise ValueError(f"unknown buffer method {name!r}; choose from "
-                         f"{', '.join(registry)}") from None
+    return _registry().get(name)
 
 
 class NameView(Sequence[str]):

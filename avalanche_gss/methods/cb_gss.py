@@ -236,4 +236,7 @@ class CBGSS(BufferStrategy):
         self.rehearse(buffer, seed, options)
 
 
+ORDER = 80
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS),)

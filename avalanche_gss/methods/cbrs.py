@@ -71,4 +71,7 @@ class CBRS(BufferStrategy):
     buffer_class = CBRSBuffer
 
 
+ORDER = 60
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("CBRS", CBRSBuffer, CBRS),)

@@ -262,6 +262,9 @@ class FSSClust(BufferStrategy):
         self.rehearse(buffer, seed, options)
 
 
+ORDER = 50
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (
     Method("GSS-Clust", GSSClustBuffer, GSSClust),
     Method("FSS-Clust", FSSClustBuffer, FSSClust),

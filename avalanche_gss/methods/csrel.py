@@ -285,4 +285,7 @@ class CSReL(BufferStrategy):
         self.rehearse(buffer, seed, options)
 
 
+ORDER = 110
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("CSReL", CSReLBuffer, CSReL),)

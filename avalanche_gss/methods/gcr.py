@@ -368,4 +368,7 @@ class GCR(BufferStrategy):
         plugin.replay_loss, plugin.alpha, plugin.beta = replay_loss, float(alpha), float(beta)
 
 
+ORDER = 100
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("GCR", GCRBuffer, GCR),)

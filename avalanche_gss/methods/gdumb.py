@@ -63,4 +63,7 @@ class GDumb(BufferStrategy):
     buffer_class = GDumbBuffer
 
 
+ORDER = 70
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("GDumb", GDumbBuffer, GDumb),)

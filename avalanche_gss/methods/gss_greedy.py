@@ -153,4 +153,7 @@ class GSSGreedy(BufferStrategy):
         self.rehearse(buffer, seed, options)
 
 
+ORDER = 30
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("GSS-Greedy", GSSGreedyBuffer, GSSGreedy),)

@@ -207,4 +207,7 @@ class GSSIQPConstrained(OnlineTemplate):
         return cast(GSSIQPBuffer, self.constrained.storage_policy)  # the one built above
 
 
+ORDER = 40
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("GSS-IQP", GSSIQPBuffer, GSSIQP, constrained=GSSIQPConstrained),)

@@ -151,4 +151,7 @@ class OCS(BufferStrategy):
         self.rehearse(buffer, seed, options)
 
 
+ORDER = 90
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("OCS", OCSBuffer, OCS),)

@@ -38,4 +38,7 @@ class Rand(BufferStrategy):
     buffer_class = RandBuffer
 
 
+ORDER = 10
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("Rand", RandBuffer, Rand),)

@@ -39,4 +39,7 @@ class Reservoir(BufferStrategy):
     buffer_class = ReservoirBuffer
 
 
+ORDER = 20
+"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
+
 METHODS = (Method("Reservoir", ReservoirBuffer, Reservoir),)

@@ -23,6 +23,7 @@ from avalanche_gss.reproduce.experiments.policies import (
     STREAM_GROUPS,
     STREAMS,
     expand_streams,
+    parse_method_text,
     policy_label,
     stream_problem,
 )
@@ -210,10 +211,13 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                              "run, in every worker too: its avalanche_gss.methods.register "
                              "and register_policy calls add --methods and --policies "
                              "choices; repeatable")
-    parser.add_argument("--methods", nargs="+", choices=METHOD_NAMES, default=None,
+    parser.add_argument("--methods", nargs="+", type=_method, default=None,
                         metavar="METHOD",
                         help=f"methods to run: {', '.join(METHOD_NAMES)} (default: the "
-                             "experiment's)")
+                             "experiment's); in the table experiments also "
+                             "METHOD:OPTION=VALUE,... (a buffer method with options of "
+                             "its buffer, bare, and run settings by PART.SETTING, e.g. "
+                             "GSS-Clust:growth=1.5,training.lr=0.1)")
     parser.add_argument("--policies", nargs="+", type=_policy, default=None,
                         metavar="POLICY",
                         help=f"which-buffer: policies to compare: {', '.join(POLICIES)} "
@@ -283,6 +287,21 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="log each buffer method's buffer composition and surrogate "
                              "value every 100 batches to TensorBoard under DIR")
     return parser
+
+
+def _method(text: str) -> str:
+    """A ``--methods`` value: a method, or ``METHOD:OPTION=VALUE,...`` (its syntax checked)."""
+    if text in METHOD_NAMES:
+        return text
+    if ":" not in text:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r} (choose from {', '.join(map(repr, METHOD_NAMES))}, "
+            "or give METHOD:OPTION=VALUE,...)")
+    try:
+        parse_method_text(text, methods.names())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def _policy(text: str) -> str:
@@ -381,6 +400,10 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
         if args.compute_matched:
             parser.error("argument --compute-matched: applies to which-buffer only, not to "
                          f"{args.experiment}")
+    with_options = [m for m in args.methods or () if ":" in m]
+    if args.experiment not in TABLES and with_options:
+        parser.error(f"argument --methods: {with_options[0]}: options apply to the table "
+                     f"experiments ({', '.join(TABLES)}), not to {args.experiment}")
     if args.experiment not in TABLES and args.retrieval is not None:
         parser.error(f"argument --retrieval: applies to the table experiments "
                      f"({', '.join(TABLES)}), not to {args.experiment}")

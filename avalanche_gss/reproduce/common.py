@@ -17,7 +17,12 @@ from avalanche_gss.provenance import numerics_identity
 from avalanche_gss.reproduce.cli import PROG, prog_of  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.experiments.protocols import METHOD_OVERRIDES, Protocol
 from avalanche_gss.reproduce.runs.cache import module_sha256, package_sha256
-from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunSettings, make_settings
+from avalanche_gss.reproduce.runs.settings import (
+    BUFFER_METHODS,
+    RunSettings,
+    make_settings,
+    split_keywords,
+)
 from avalanche_gss.streams import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.streams.datasets import OfflineDigitsWarning
 
@@ -252,24 +257,27 @@ def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
     """Return a run's settings.
 
     The protocol's, then the authors' per-method overrides, then the command line's
-    ``--lr``/``--n-iter``/``--device``, then ``fields``.
+    ``--lr``/``--n-iter``/``--device``, then ``fields``: settings by their flat or
+    namespaced names (``lr``, ``training.lr``) and the method's options, each read as
+    :func:`~avalanche_gss.reproduce.runs.settings.split_keywords` reads it.
     """
-    values: dict[str, Any] = {"lr": protocol.lr, "n_iter": protocol.n_iter,
-                              "device": args.device, "model": protocol.model}
-    values.update(METHOD_OVERRIDES.get(method, {}))
+    values: dict[str, object] = {"training.lr": protocol.lr, "training.n_iter": protocol.n_iter,
+                                 "training.device": args.device,
+                                 "training.model": protocol.model}
+    values.update(split_keywords(method, METHOD_OVERRIDES.get(method, {}))[0])
     if args.n_iter is not None and method in BUFFER_METHODS:
-        values["n_iter"] = args.n_iter
+        values["training.n_iter"] = args.n_iter
     if args.lr is not None:
-        values["lr"] = args.lr
-    values.update(fields)
-    return make_settings(method, **values)  # keywords that are no field: the method's options
+        values["training.lr"] = args.lr
+    settings, options = split_keywords(method, fields)
+    return make_settings(method, options=options, **{**values, **settings})
 
 
 def settings_from_dict(values: Mapping[str, Any]) -> RunSettings:
     """A run's settings from their record (``settings_dict``, as a job receives them).
 
-    Flat keywords work too: a key that is no ``RunSettings`` field is one of the method's
-    options (:func:`~avalanche_gss.reproduce.runs.training.make_settings`).
+    Flat, namespaced keywords and bare options work too, as
+    :func:`~avalanche_gss.reproduce.runs.settings.make_settings` reads them.
     """
     rest = dict(values)
     return make_settings(rest.pop("method"), **rest)
@@ -279,7 +287,7 @@ PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_siz
 """Settings that tell one run of an experiment from another (not the protocol's)."""
 
 
-def settings_by_method(settings: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def settings_by_method(settings: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each method's settings as run (``RunSettings`` dicts), beyond those in ``PER_RUN``.
 
     A run's options count as settings of their own (``{"growth": 1.5}``).

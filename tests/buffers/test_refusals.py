@@ -20,13 +20,15 @@ from helpers.warm import run as warm_python
 from torch import nn
 
 from avalanche_gss.buffers import OnlineBuffer, columns
+from avalanche_gss.buffers.scored import GradientScored
 from avalanche_gss.methods import NAMES, get
 from avalanche_gss.testing import _copy as copy_state
 from avalanche_gss.testing import _difference as state_difference
 
 REPO = Path(__file__).resolve().parents[2]
-GRADIENT = ("GSS-Greedy", "GSS-IQP", "GSS-Clust", "CB-GSS", "OCS", "GCR",
-            "CSReL")  # score with the labels (CSReL: with the learner's loss)
+GRADIENT = (*(name for name in NAMES if issubclass(get(name).buffer, GradientScored)), "CSReL")
+"""The buffers that score with the labels: by the model's gradients of their loss (CSReL: by
+the learner's loss itself)."""
 
 
 def build(name, size=12, **kw):

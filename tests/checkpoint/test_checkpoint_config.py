@@ -100,7 +100,7 @@ def _owners() -> list[tuple[str, list[str], Callable[..., Any]]]:
     # OnlineTemplate's (every ready strategy derives from both, GSSIQPConstrained from the
     # latter), each built through a ready strategy.
     for template in (OnlineRehearsal, OnlineTemplate):
-        assert all(issubclass(m.strategy, template) for m in REGISTRY.values())
+        assert all(issubclass(m.strategy, template) for _, m in REGISTRY.items())
         owners.append((template.__name__, _init_options(template, ("storage_policy",)),
                        _strategy(REGISTRY["Reservoir"].strategy)))
     owners.append(("OnlineRehearsalPlugin", _init_options(OnlineRehearsalPlugin),

@@ -1,5 +1,7 @@
 """The method registry: one entry per paper method, its presets and its ready strategy."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import Tensor
@@ -24,8 +26,11 @@ def _loss(logits, y):
     return torch.nn.functional.cross_entropy(logits, y, reduction="none")
 
 
-BUILTIN = ("Rand", "Reservoir", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust", "CBRS",
-           "GDumb", "CB-GSS", "OCS", "GCR", "CSReL")
+PAPER = ("Rand", "Reservoir", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust")
+"""The paper's buffer methods, in its tables' order: the package's first ones."""
+
+BUILTIN = methods.NAMES
+"""The package's own methods, as its method files declare them (checked below)."""
 
 
 def _builtin(names):
@@ -35,11 +40,13 @@ def _builtin(names):
 
 
 def test_registry_holds_the_papers_buffer_methods_in_table_order():
-    assert methods.NAMES == BUILTIN
+    assert methods.NAMES[:len(PAPER)] == PAPER
+    assert {"CBRS", "GDumb", "CB-GSS", "OCS", "GCR"} <= set(methods.NAMES)
     assert tuple(methods.REGISTRY)[:len(BUILTIN)] == BUILTIN  # registered ones follow
     assert experiments.BUFFER_METHODS == tuple(methods.REGISTRY) == methods.names()
     assert _builtin(experiments.VARIANT_METHODS) == ("GSS-Greedy", "GSS-Clust", "FSS-Clust")
     assert _builtin(experiments.CONSTRAINED_METHODS) == ("GSS-IQP",)
+    assert methods.REGISTRY.builtin_names() == BUILTIN
     for name in BUILTIN:
         method = methods.REGISTRY[name]
         assert method.name == name
@@ -214,3 +221,21 @@ def test_a_file_whose_methods_differ_from_its_text_is_refused(monkeypatch):
                                           "says \\['Random'\\]"):
         methods._load()
 
+
+
+def test_a_method_file_added_to_the_folder_is_found_in_its_order(tmp_path, monkeypatch):
+    # Given the methods' folder with two files more: one placed by its ORDER, one without
+    folder, files = Path(methods.__file__).parent, methods.MODULES
+    for path in folder.glob("*.py"):
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / "zed.py").write_text('ORDER = 15\nMETHODS = (Method("Zed", ZBuffer, Z),)\n')
+    (tmp_path / "last.py").write_text('METHODS = (Method("Last", LBuffer, L),)\n')
+    monkeypatch.setattr(methods, "_FOLDER", str(tmp_path))
+    for name in ("MODULES", "NAMES"):
+        monkeypatch.delattr(methods, name, raising=False)
+    # When the package lists its method files and their names (read as text)
+    found, names = methods.MODULES, methods.NAMES
+    # Then each file declaring METHODS is one, by ORDER (the unplaced last); none else
+    assert found == (files[0], "zed", *files[1:], "last") and files[0] == "rand"
+    assert names == ("Rand", "Zed", *BUILTIN[1:], "Last")
+    assert methods.exported_classes()["ZBuffer"] == "avalanche_gss.methods.zed"

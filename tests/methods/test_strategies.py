@@ -9,9 +9,9 @@ from avalanche_gss.methods import REGISTRY
 from avalanche_gss.training import BufferStrategy
 
 KW, VAR = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD
-STRATEGIES = sorted({(m.strategy.__name__, m.strategy, m.buffer) for m in REGISTRY.values()}
+STRATEGIES = sorted({(m.strategy.__name__, m.strategy, m.buffer) for _, m in REGISTRY.items()}
                     | {(m.constrained.__name__, m.constrained, m.buffer)
-                       for m in REGISTRY.values() if m.constrained is not None},
+                       for _, m in REGISTRY.items() if m.constrained is not None},
                     key=lambda item: item[0])
 
 

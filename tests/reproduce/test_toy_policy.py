@@ -71,14 +71,18 @@ def test_a_policies_value_names_a_label_or_a_method_with_its_options(monkeypatch
 
     monkeypatch.setattr(policies, "POLICIES", dict(policies.POLICIES))
     assert policies.policy_label("GSS-IQP") == "GSS-IQP"  # a label stays one
-    text = "GSS-Clust: growth=1.5, recent_size=50,variant=paper ,retrieval=mir"
+    text = "GSS-Clust: growth=1.5, recent_size=50,variant=paper ,replay.retrieval=mir"
     assert policies.policy_label(text, ("GSS-Clust",)) == text
+    # Bare names are the buffer's options, PART.NAME the run's settings
     assert policies.POLICIES[text] == policies.Policy(
-        "GSS-Clust", {"growth": 1.5, "recent_size": 50, "variant": "paper", "retrieval": "mir"})
+        "GSS-Clust", {"options": {"growth": 1.5, "recent_size": 50, "variant": "paper"},
+                      "replay.retrieval": "mir"})
     for bad, words in (("Nope", ["'Nope'", "'Reservoir'", "METHOD:OPTION=VALUE"]),
                        ("Nope:a=1", ["'Nope'", "GSS-Clust"]),
                        ("GSS-Clust:growth", ["'growth'", "OPTION=VALUE"]),
-                       ("GSS-Clust:a=1,a=2", ["'a=2'", "once"])):
+                       ("GSS-Clust:a=1,a=2", ["'a=2'", "once"]),
+                       ("GSS-Clust:a.b.c=1", ["'a.b.c=1'", "PART.SETTING=VALUE"]),
+                       ("GSS-Clust:options=1", ["'options=1'", "other than method"])):
         with pytest.raises(ValueError) as err:
             policies.policy_label(bad, ("GSS-Clust",))
         assert "\n" not in str(err.value) and all(w in str(err.value) for w in words), err

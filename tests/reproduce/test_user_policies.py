@@ -41,14 +41,20 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def registry():
     """Leave the registry, the policies and ``sys.modules`` as they were found."""
-    tables = (methods.REGISTRY, methods._USER, methods._ORIGIN, policies.POLICIES,
+    tables = (methods._USER, methods._ORIGIN, policies.POLICIES,
               *(getattr(methods, n) for n in ("_IMPORTED", "_LOADED") if hasattr(methods, n)))
     saved = [dict(table) for table in tables]
+    registered = dict(methods.REGISTRY.items())
     plugins, modules = list(methods._PLUGINS), set(sys.modules)
     yield
     for table, before in zip(tables, saved, strict=True):
         table.clear()
         table.update(before)
+    for name in set(methods.REGISTRY.names()) - set(methods.REGISTRY.builtin_names()):
+        methods.REGISTRY.remove(name)
+    for name, method in registered.items():
+        if name not in methods.REGISTRY:
+            methods.REGISTRY.add(name, method)
     methods._PLUGINS[:] = plugins
     for name in set(sys.modules) - modules:
         if name.startswith(("newest_", "ep_", "mine_")):

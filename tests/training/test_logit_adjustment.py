@@ -282,13 +282,14 @@ def test_run_settings_refuse_an_adjustment_beyond_the_bounds(keywords, message):
 @pytest.mark.slow
 def test_which_buffer_refuses_an_adjustment_beyond_the_bounds_before_any_run(tmp_path):
     res = cli("which-buffer", "--quick", "--streams", "disjoint", "--seeds", "0",
-              "--policies", "Reservoir:logit_adjustment=1e39",
-              "Reservoir:logit_adjustment=1.0,prior_window=1000000000000",
+              "--policies", "Reservoir:loss.logit_adjustment=1e39",
+              "Reservoir:loss.logit_adjustment=1.0,loss.prior_window=1000000000000",
               "--out", "o", cwd=tmp_path, warm=True)
     assert res.returncode != 0
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, lines
-    assert "Reservoir:logit_adjustment=1e39 (logit_adjustment must be at most 100" in lines[0]
+    assert ("Reservoir:loss.logit_adjustment=1e39 (logit_adjustment must be at most 100"
+            in lines[0])
     assert "prior_window must be at most 10,000,000 labels" in lines[0]
     assert "8,000,000,000,000 bytes" in lines[0]
     assert not (tmp_path / "o").exists()

@@ -5,9 +5,10 @@ labels for ``--help`` and ``--policies`` / ``--streams`` without importing torch
 
 **Adding a policy** is one entry in :data:`POLICIES`: its row label, mapped to the
 :class:`Policy` that makes it (its ``method`` names a buffer method of the registry,
-``avalanche_gss.methods``; each of its ``settings`` is a
-:class:`~avalanche_gss.reproduce.runs.training.RunSettings` field, or else an option of the method's
-buffer, by the buffer's own parameter name). From one's own module,
+``avalanche_gss.methods``; each of its ``settings`` is a run setting, by its flat or its
+namespaced name (``retrieval``, ``replay.retrieval``), or else an option of the method's
+buffer, by the buffer's own parameter name, or ``options``, a dict of them; see
+``avalanche_gss.reproduce.runs.settings.split_keywords``). From one's own module,
 :func:`register_policy` adds it (give the module to ``python -m reproduce --import``); on
 the command line, ``--policies METHOD:OPTION=VALUE,...`` (:func:`policy_label`); in this
 package, one line below. Nothing else changes: the label becomes a ``--policies`` choice,
@@ -104,8 +105,9 @@ def register_policy(label: str, *, method: str, **settings: Json) -> None:
 
     :param label: the row label and ``--policies`` name.
     :param method: a buffer method of the registry (``avalanche_gss.methods``).
-    :param settings: ``RunSettings`` fields (``retrieval``, ...) and options of the
-        method's buffer (``variant``, ``growth``, ...).
+    :param settings: run settings by their flat or namespaced names (``retrieval``,
+        ``**{"replay.retrieval": "mir"}``), options of the method's buffer (``variant``,
+        ``growth``, ...), or ``options``, a dict of them.
     :raises ValueError: an empty label, or one taken by another policy.
     """
     if not isinstance(label, str) or not label.strip():
@@ -121,38 +123,65 @@ def register_policy(label: str, *, method: str, **settings: Json) -> None:
 def policy_label(text: str, methods: Sequence[str] | None = None) -> str:
     """The policy a ``--policies`` value names: a label of :data:`POLICIES`, or a new one.
 
-    ``METHOD:KEY=VALUE,...`` (``"GSS-Clust:growth=1.5,recent_size=50"``) registers the
-    policy of that method with those keywords (:func:`register_policy`), labelled by the
-    text itself. Each value is read as a Python literal (``1.5``, ``3``, ``True``,
-    ``None``, ``'a'``) where it is one, else as the string written.
+    ``METHOD:OPTION=VALUE,...`` (``"GSS-Clust:growth=1.5,replay.retrieval=mir"``)
+    registers the policy of that method with those options and settings
+    (:func:`parse_method_text`, :func:`register_policy`), labelled by the text itself.
 
     :param text: the command line's value.
     :param methods: the buffer methods a new policy may name (``None``: any, checked later).
     :return: the policy's label.
-    :raises ValueError: neither a label nor ``METHOD:KEY=VALUE,...`` of one of ``methods``,
+    :raises ValueError: neither a label nor ``METHOD:OPTION=VALUE,...`` of one of ``methods``,
         in one line.
     """
     if text in POLICIES:
         return text
-    method, colon, rest = (part.strip() for part in text.partition(":"))
-    if not colon:
+    if ":" not in text:
         raise ValueError(f"unknown policy {text!r}; choose from "
                          f"{', '.join(map(repr, POLICIES))}, or give METHOD:OPTION=VALUE,...")
-    if methods is not None and method not in methods:
-        raise ValueError(f"no buffer method {method!r} in policy {text!r}; choose from "
-                         f"{', '.join(methods)}")
-    keywords: dict[str, Json] = {}
-    for item in rest.split(","):
-        key, equals, value = (part.strip() for part in item.partition("="))
-        if not equals or not key.isidentifier() or key == "method" or key in keywords:
-            raise ValueError(f"policy {text!r}: {item.strip()!r} is not OPTION=VALUE (each "
-                             "option once, an identifier other than method)")
-        try:
-            keywords[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            keywords[key] = value
+    method, keywords = parse_method_text(text, methods)
     register_policy(text, method=method, **keywords)
     return text
+
+
+def parse_method_text(text: str, methods: Sequence[str] | None = None
+                      ) -> tuple[str, dict[str, Json]]:
+    """Read ``METHOD:OPTION=VALUE,...``: the method and the keywords that make its run.
+
+    A bare name is one of the method's options (its buffer's own parameter,
+    ``growth=1.5``); ``PART.NAME`` is a run setting of that part (``training.lr=0.1``,
+    ``replay.batch_size=64``, ``replay.retrieval=mir``, ``loss.logit_adjustment=1``; the
+    parts and their settings: ``avalanche_gss.reproduce.runs.settings``), so that an
+    option never lands among the run settings, nor a setting among the options. Each
+    value is read as a Python literal (``1.5``, ``3``, ``True``, ``None``, ``'a'``) where
+    it is one, else as the string written.
+
+    :param text: ``METHOD`` alone, or ``METHOD:KEY=VALUE,...``.
+    :param methods: the buffer methods it may name (``None``: any, checked later).
+    :return: the method and its keywords: ``{"options": {...}}`` where it sets any, and
+        each setting by its ``PART.NAME``.
+    :raises ValueError: a method not in ``methods``, or an item that is not
+        ``OPTION=VALUE`` or ``PART.NAME=VALUE`` (each once), in one line.
+    """
+    method, colon, rest = (part.strip() for part in text.partition(":"))
+    if methods is not None and method not in methods:
+        raise ValueError(f"no buffer method {method!r} in {text!r}; choose from "
+                         f"{', '.join(methods)}")
+    options: dict[str, Json] = {}
+    keywords: dict[str, Json] = {}
+    for item in rest.split(",") if colon else ():
+        key, equals, value = (part.strip() for part in item.partition("="))
+        names = key.split(".")
+        if (not equals or len(names) > 2 or not all(n.isidentifier() for n in names)
+                or key in ("method", "options") or key in options or key in keywords):
+            raise ValueError(f"{text!r}: {item.strip()!r} is not OPTION=VALUE or "
+                             "PART.SETTING=VALUE (each once, an identifier other than "
+                             "method and options)")
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parsed = value
+        (keywords if len(names) == 2 else options)[key] = parsed
+    return method, {**({"options": options} if options else {}), **keywords}
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from avalanche_gss.reproduce.common import (
     settings_by_method,
     settings_for,
 )
+from avalanche_gss.reproduce.experiments.policies import parse_method_text
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, Protocol
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
 from avalanche_gss.reproduce.reports.outputs import show_outputs
@@ -56,7 +57,12 @@ log = logging.getLogger("reproduce")
 
 
 def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[Run], dict[str, Any]]:
-    """List the runs to do (their stream ``variant``, row keys, settings) and the choices."""
+    """List the runs to do (their stream ``variant``, row keys, settings) and the choices.
+
+    A ``--methods`` value ``METHOD:OPTION=VALUE,...`` runs that method with those options
+    and settings (:func:`~avalanche_gss.reproduce.experiments.policies.parse_method_text`),
+    in rows of their own: the row key ``options`` holds the text after the colon.
+    """
     chosen = resolve_choices(
         args, {"methods": protocol.methods, "buffer_sizes": protocol.buffer_sizes,
                "seeds": protocol.seeds, "variants": protocol.variants},
@@ -66,22 +72,45 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[Run], dict[
                     if "samples_per_task" in chosen else {})
     for variant in chosen["variants"]:
         for seed in chosen["seeds"]:
-            for method in chosen["methods"]:
-                flavours: list[dict[str, Any]] = list(protocol.flavours.get(method, ({},)))
-                if method in VARIANT_METHODS:
-                    flavours = [{**f, "variant": v} for f in flavours for v in args.variants]
-                if method in BUFFER_METHODS:
-                    flavours = [r for f in flavours for r in _retrievals(args, method, f)]
-                for flavour in flavours:
-                    row = {**variant, **flavour}
+            for text in chosen["methods"]:
+                method, keywords = parse_method_text(text)
+                own = {"options": text.partition(":")[2].strip()} if keywords else {}
+                for flavour in _flavours(args, protocol, method):
+                    row = {**variant, **flavour, **own}
                     extra = ({"mir_candidates": args.mir_candidates}
                              if flavour.get("retrieval") == "mir" and args.mir_candidates
                              else {})
                     for m in chosen["buffer_sizes"]:
-                        runs.append(Run(settings_for(args, protocol, method, buffer_size=m,
-                                                     seed=seed, **flavour, **extra),
-                                        row, {"variant": {**variant, **stream_extra}}))
+                        settings = _settings(args, protocol, text, buffer_size=m, seed=seed,
+                                             **flavour, **extra, **keywords)
+                        runs.append(Run(settings, row,
+                                        {"variant": {**variant, **stream_extra}}))
     return runs, chosen
+
+
+def _flavours(args: argparse.Namespace, protocol: Protocol, method: str
+              ) -> list[dict[str, Any]]:
+    """A method's rows beyond its stream: the protocol's flavours, variants, retrievals."""
+    flavours: list[dict[str, Any]] = list(protocol.flavours.get(method, ({},)))
+    if method in VARIANT_METHODS:
+        flavours = [{**f, "variant": v} for f in flavours for v in args.variants]
+    if method in BUFFER_METHODS:
+        flavours = [r for f in flavours for r in _retrievals(args, method, f)]
+    return flavours
+
+
+def _settings(args: argparse.Namespace, protocol: Protocol, text: str,
+              **keywords: object) -> RunSettings:
+    """A run's settings (:func:`settings_for`) of a ``--methods`` value.
+
+    :raises SystemExit: the settings are refused (an option the method lacks, a bad
+        value), in one line naming the value.
+    """
+    try:
+        return settings_for(args, protocol, text.partition(":")[0].strip(), **keywords)
+    except ValueError as err:
+        raise SystemExit(f"{prog_of(args)}: error: argument --methods: {text}: "
+                         f"{' '.join(str(err).split())}") from None
 
 
 def _retrievals(args: argparse.Namespace, method: str, flavour: dict[str, Any]
@@ -123,7 +152,8 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], chosen: dict[str, An
     for r in runs:
         s = r.settings
         # Methods without a buffer give the same run for every buffer size: run them once.
-        base = (dataclasses.replace(s, buffer_size=chosen["buffer_sizes"][0])
+        base = (dataclasses.replace(s, buffer=dataclasses.replace(
+                    s.buffer, size=chosen["buffer_sizes"][0]))
                 if _bufferless(s.method) else s)
         label = job_label(base, {k: v for k, v in r.job["variant"].items() if k in r.keys})
         config = job_config(args, args.experiment, data_name, identity, **r.job,
@@ -177,7 +207,7 @@ def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
                        for r, result in zip(runs, results, strict=True)])
     sample_split = protocol.stream(data, chosen["seeds"][0], runs[0].job["variant"])
     title, paper_data = protocol.heading(data, tuple(chosen["buffer_sizes"]))
-    by_method = settings_by_method([dataclasses.asdict(r.settings) for r in runs])
+    by_method = settings_by_method([settings_dict(r.settings) for r in runs])
     buffer_like = [m for m in by_method if not _bufferless(m)] or list(by_method)
     base = by_method[buffer_like[0]]
     overrides = {m: {k: s[k] for k in ("lr", "n_iter") if s[k] != base[k]}

@@ -40,7 +40,6 @@ compute-matched section and a second ranking, by compute-matched accuracy.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import time
@@ -120,7 +119,7 @@ from avalanche_gss.reproduce.runs.planning import (
     training_problems,
 )
 from avalanche_gss.reproduce.runs.sweep import config_key
-from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, settings_dict
 from avalanche_gss.streams import REGISTRY, ArrayDataset
 
 __all__ = ["NAME", "STEM", "Choices", "StreamJob", "check_policies", "choices", "fit_model",
@@ -129,8 +128,8 @@ __all__ = ["NAME", "STEM", "Choices", "StreamJob", "check_policies", "choices", 
 
 log = logging.getLogger("reproduce")
 
-_PER_RUN = ("method", "buffer_size", "seed", "device")
-"""RunSettings fields the experiment sets per run: a policy may not set them."""
+_PER_RUN = ("method", "buffer_size", "seed", "device", "buffer.size", "training.device")
+"""Run settings the experiment sets per run (flat or namespaced): a policy may not set them."""
 
 
 # --------------------------------------------------------------------------- policies
@@ -347,7 +346,7 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
         s = r.settings
         label = job_label(r)
         config = job_config(args, NAME, data_name, identity, **r.job,
-                            settings=dataclasses.asdict(s), label=label,
+                            settings=settings_dict(s), label=label,
                             **method_code(s.method))
         if getattr(args, "compute_matched", False):
             config["count_passes"] = True

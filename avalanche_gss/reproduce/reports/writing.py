@@ -173,7 +173,7 @@ def table_markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_k
     :param command: end with the command line (``False``: the caller adds more first).
     """
     def label(row: dict[str, Any]) -> str:
-        tags = [str(row[k]) for k in ("variant", "update", "retrieval") if k in row]
+        tags = [str(row[k]) for k in ("variant", "update", "retrieval", "options") if k in row]
         return row["method"] + (f" ({', '.join(tags)})" if tags else "")
 
     methods = list(dict.fromkeys(label(r) for r in report["rows"]))
@@ -301,7 +301,8 @@ def table_csv(report: dict[str, Any]) -> str:
     n_tasks = max((len(a) for r in report["rows"] for a in r["task_accuracy"]), default=0)
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
-    extra = [k for k in ("sequence", "variant", "n", "batch_size", "update", "retrieval")
+    extra = [k for k in ("sequence", "variant", "n", "batch_size", "update", "retrieval",
+                         "options")
              if any(k in r for r in report["rows"])]
     steps = any("skipped_steps" in r for r in report["rows"])
     prov = report.get("provenance") or {}

@@ -30,7 +30,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
 from avalanche.training.templates import SupervisedTemplate
 
-from avalanche_gss.streams import TaskSplit, online_benchmark
+from avalanche_gss.reproduce.runs.seeding import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.reproduce.runs.training import (
     BUFFER_METHODS,
     RunResult,
@@ -41,7 +41,7 @@ from avalanche_gss.reproduce.runs.training import (
     run,
     run_label,
 )
-from avalanche_gss.reproduce.runs.seeding import seeded_model_and_optimizer, seeded_rng
+from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.training import RepeatedBatchMixin
 
 __all__ = [
@@ -82,7 +82,8 @@ class PeriodicEvalPlugin(SupervisedPlugin):
 
     - a :class:`~avalanche_gss.training.RepeatedBatchMixin` strategy
       (:class:`~avalanche_gss.training.OnlineTemplate` and the task-aware GEM and
-      iCaRL of :mod:`avalanche_gss.reproduce.runs.training`) learns each mini-batch ``n_iter`` times:
+      iCaRL of :mod:`avalanche_gss.reproduce.runs.training`) learns each mini-batch
+      ``n_iter`` times:
       its samples count after the mini-batch's last iteration (``after_training_iteration``,
       after the plugins before this one, e.g. the replay step), so the points fall inside
       task-level experiences too;
@@ -296,7 +297,7 @@ def mean_curve(curves: Sequence[CurveResult], *, seen: bool = False
 
 def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 100,
               label: str | None = None) -> CurveResult:
-    """Train as :func:`~avalanche_gss.reproduce.runs.training.run` does, measuring accuracy on the way.
+    """Train as :func:`~avalanche_gss.reproduce.runs.training.run` does, measuring accuracy.
 
     The test accuracy along the stream is the paper's Figure 4.
 
@@ -339,7 +340,7 @@ def run_curve(settings: RunSettings, split: TaskSplit, *, every_samples: int = 1
 
 def _run_baseline_curve(s: RunSettings, split: TaskSplit, every_samples: int,
                         ends: list[int]) -> tuple[RunResult, PeriodicEvalPlugin]:
-    """Train ``Single``, ``GEM`` or ``iCaRL`` as :func:`~avalanche_gss.reproduce.runs.training.run` does.
+    """Train ``Single``, ``GEM`` or ``iCaRL`` as ``runs.training.run`` does.
 
     With a :class:`PeriodicEvalPlugin` attached (``run`` takes plugins for the buffer
     methods only).

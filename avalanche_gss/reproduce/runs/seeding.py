@@ -1,6 +1,7 @@
 """The start of a run: its device, its forked random state, its network and its optimizer.
 
-:func:`~avalanche_gss.reproduce.runs.training.run` and :func:`~avalanche_gss.reproduce.runs.evaluation.run_curve`
+:func:`~avalanche_gss.reproduce.runs.training.run` and
+:func:`~avalanche_gss.reproduce.runs.evaluation.run_curve`
 must start the same settings from the same network and draw the same random numbers
 while training, so that a curve's last point equals the run's result. Both use these
 helpers:
@@ -37,9 +38,17 @@ class SeededSettings(Protocol):
     A :class:`~avalanche_gss.reproduce.runs.training.RunSettings` has it.
     """
 
-    model: str
-    seed: int
-    lr: float
+    @property
+    def model(self) -> str:
+        """The network's name (``"mlp"``, ``"resnet18"``)."""
+
+    @property
+    def seed(self) -> int:
+        """The run's seed."""
+
+    @property
+    def lr(self) -> float:
+        """The SGD learning rate."""
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -20,156 +20,36 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
 from avalanche_gss import methods
-from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
-from avalanche_gss.reproduce.runs.seeding import resolve_device, seeded_model_and_optimizer, seeded_rng
+from avalanche_gss.reproduce.runs.seeding import (
+    resolve_device,
+    seeded_model_and_optimizer,
+    seeded_rng,
+)
+from avalanche_gss.reproduce.runs.settings import (
+    BUFFER_METHODS,
+    CONSTRAINED_METHODS,
+    METHODS,
+    UPDATES,
+    VARIANT_METHODS,
+    RunSettings,
+    default_retrieval,
+    make_settings,
+    settings_dict,
+)
+from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.training import LogitAdjustedLoss, MIRRetrieval, quiet_evaluator
-from avalanche_gss.training.logit_adjustment import check_tau, check_window
 from avalanche_gss.training.retrieval import RETRIEVALS
 from avalanche_gss.training.step_feed import feed_problem
 
-__all__ = ["BUFFER_METHODS", "BASELINES", "METHODS", "RETRIEVALS", "default_retrieval",
-           "TASK_AWARE", "VARIANTS", "VARIANT_METHODS", "RunSettings", "RunResult",
+__all__ = ["BUFFER_METHODS", "BASELINES", "CONSTRAINED_METHODS", "METHODS", "RETRIEVALS",
+           "UPDATES", "default_retrieval", "TASK_AWARE", "VARIANTS", "VARIANT_METHODS",
+           "RunSettings", "RunResult",
            "build_strategy", "make_buffer", "make_settings", "resolve_device", "run", "run_label",
            "settings_dict", "training_problem"]
 
 logger = logging.getLogger(__name__)
-
-VARIANT_METHODS: Sequence[str] = methods.NameView(
-    lambda: tuple(name for name, m in methods.REGISTRY.items() if m.presets))
-"""Methods with named presets ``"paper"`` / ``"authors"`` (see :class:`RunSettings`): those
-whose authors' code departs from the paper's text. Like the other name lists here, a live
-view of the registry: it holds the methods registered later too."""
-
-
-BUFFER_METHODS: Sequence[str] = methods.NameView(lambda: tuple(methods.REGISTRY))
-"""Task-free buffer policies, trained with the paper's online rehearsal: the registry's,
-this package's then the registered ones (:func:`avalanche_gss.methods.register`)."""
-
-UPDATES = ("rehearsal", "constrained")
-"""How a buffer method uses its buffer: replay steps, or GEM-style constraints (appendix C)."""
-
-CONSTRAINED_METHODS: Sequence[str] = methods.NameView(
-    lambda: tuple(name for name, m in methods.REGISTRY.items() if m.constrained))
-"""Buffer methods that :func:`run` also trains with ``update="constrained"``."""
-
-METHODS: Sequence[str] = methods.NameView(lambda: (*BUFFER_METHODS, *BASELINES))
-"""Every method name :func:`run` accepts (the names used in tables, JSON and CLI)."""
-
-
-@dataclass
-class RunSettings:
-    """Everything that defines one run (hashable into a cache key by :func:`settings_dict`).
-
-    :param method: one of :data:`METHODS`.
-    :param options: a buffer method's options, by its buffer's own parameter names
-        (``{"growth": 1.01, "recent_size": 100}`` for GSS-Clust); those left out take the
-        buffer's defaults. A method's named preset is its option ``"variant"``:
-        ``"authors"`` (the authors' code, which gave the paper's published numbers; the
-        default) or ``"paper"`` (the paper's text), for GSS-Greedy, GSS-Clust and FSS-Clust
-        (:data:`VARIANT_METHODS`). Checked against the buffer's signature; the baselines
-        take none.
-    :param buffer_size: replay buffer size ``M`` (GEM: split evenly over the tasks;
-        iCaRL: its total memory). Ignored by Single and the i.i.d. baselines.
-    :param seed: seeds the model's initialisation, the buffer and the replay draws.
-    :param n_iter: iterations per incoming batch (the paper's 1-5; 3 for MNIST).
-    :param lr: SGD learning rate (0.05 MNIST, 0.01 CIFAR-10).
-    :param batch_size: incoming batch size (10).
-    :param replay_batch_size: buffer samples per replay step (10).
-    :param model: ``"mlp"`` or ``"resnet18"``.
-    :param device: where to train.
-    :param iid_epochs: epochs of the ``iid-offline`` baseline.
-    :param gem_memory_strength: GEM's margin (0.5 in the authors' scripts).
-    :param update: ``"rehearsal"`` (the paper's replay steps) or ``"constrained"``
-        (appendix C: each step projected so as not to increase any buffer sample's loss;
-        GSS-IQP only).
-    :param constraint_margin: the constrained update's GEM ``memory_strength`` (0: the
-        plain projection; see ``ConstrainedUpdatePlugin``).
-    :param retrieval: which buffer samples each replay step learns: ``"random"`` (uniform
-        draws, the paper's), ``"mir"`` (Maximally Interfered Retrieval, Aljundi, Caccia
-        et al., NeurIPS 2019; see ``MIRRetrieval``) or ``"other-classes"`` (the classes
-        the incoming batch does not hold first; see ``OtherClassesRetrieval``). Buffer
-        methods with ``update="rehearsal"`` only. ``None`` (the default): the method's own
-        (:func:`default_retrieval`: ``"other-classes"`` for CB-GSS, else ``"random"``);
-        the settings then hold that name.
-    :param mir_candidates: MIR's ``C``, buffer samples scored per replay step (the MIR
-        authors' 50 on MNIST and CIFAR-10); at least ``replay_batch_size``.
-    :param logit_adjustment: train with Logit Adjusted Softmax's loss, of this ``tau``
-        (:class:`~avalanche_gss.training.LogitAdjustedLoss`; Huang et al., TMLR 2024):
-        the cross-entropy of the logits shifted by ``tau`` times the log of the recent
-        training labels' counts, in the incoming and the replay steps alike. ``0`` (the
-        default): the plain cross-entropy. Buffer methods with ``update="rehearsal"``
-        only. At most 100 (``MAX_TAU`` of :mod:`~avalanche_gss.training.logit_adjustment`).
-    :param prior_window: how many recent training labels that prior counts (with
-        ``logit_adjustment`` above 0), at most ``MAX_WINDOW`` (10,000,000: 8 bytes each).
-    """
-
-    method: str
-    options: dict[str, Any] = field(default_factory=dict)
-    buffer_size: int = 300
-    seed: int = 0
-    n_iter: int = 3
-    lr: float = 0.05
-    batch_size: int = 10
-    replay_batch_size: int = 10
-    model: str = "mlp"
-    device: str = "cpu"
-    iid_epochs: int = 5
-    gem_memory_strength: float = 0.5
-    update: str = "rehearsal"
-    constraint_margin: float = 0.0
-    retrieval: str | None = None
-    mir_candidates: int = 50
-    logit_adjustment: float = 0.0
-    prior_window: int = 1000
-
-    def __post_init__(self) -> None:
-        self.options = dict(self.options)
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
-        if self.buffer_size < 1:
-            raise ValueError(f"buffer_size must be >= 1, got {self.buffer_size}")
-        if self.n_iter < 1:
-            raise ValueError(f"n_iter must be >= 1, got {self.n_iter}")
-        if self.batch_size < 1 or self.replay_batch_size < 1:
-            raise ValueError("batch sizes must be >= 1")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.method in BUFFER_METHODS:
-            methods.get(self.method).check_options(self.options)
-        elif self.options:
-            raise ValueError(f"{self.method} takes no options, got {', '.join(self.options)}")
-        if self.update not in UPDATES:
-            raise ValueError(f"unknown update {self.update!r}; choose from {', '.join(UPDATES)}")
-        if self.update == "constrained" and self.method not in CONSTRAINED_METHODS:
-            raise ValueError(
-                f"update='constrained' is implemented for {', '.join(CONSTRAINED_METHODS)}, "
-                f"not {self.method!r}"
-            )
-        if self.retrieval is None:
-            self.retrieval = default_retrieval(self.method, self.update)
-        if self.retrieval not in RETRIEVALS:
-            raise ValueError(f"unknown retrieval {self.retrieval!r}; choose from "
-                             f"{', '.join(RETRIEVALS)}")
-        if self.mir_candidates < 1 or (self.retrieval == "mir"
-                                       and self.mir_candidates < self.replay_batch_size):
-            raise ValueError(f"mir_candidates must be >= replay_batch_size "
-                             f"({self.replay_batch_size}), got {self.mir_candidates}")
-        if self.retrieval != "random" and (self.method not in BUFFER_METHODS
-                                           or self.update != "rehearsal"):
-            what = (f"update={self.update!r}" if self.method in BUFFER_METHODS
-                    else repr(self.method))
-            raise ValueError(f"retrieval={self.retrieval!r} chooses the replay batches of the "
-                             f"buffer methods' rehearsal, not of {what}")
-        check_tau(self.logit_adjustment, "logit_adjustment")
-        check_window(self.prior_window, "prior_window")
-        if self.logit_adjustment and (self.method not in BUFFER_METHODS
-                                      or self.update != "rehearsal"):
-            raise ValueError(f"logit_adjustment={self.logit_adjustment} is the loss of the "
-                             f"buffer methods' rehearsal, not of {self.method!r} with "
-                             f"update={self.update!r}")
-
 
 @dataclass
 class RunResult:
@@ -190,51 +70,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {**asdict(self), "settings": asdict(self.settings)}
-
-
-def default_retrieval(method: str, update: str = "rehearsal") -> str:
-    """The retrieval a run of ``method`` uses when its settings name none.
-
-    A buffer method's ready strategy's ``default_retrieval`` (``"other-classes"`` for
-    CB-GSS, ``"random"`` for the paper's methods) under ``update="rehearsal"``; else
-    ``"random"`` (no replay batch to choose).
-
-    :param method: one of :data:`METHODS`.
-    :param update: the run's update.
-    """
-    if method in BUFFER_METHODS and update == "rehearsal":
-        name: str = methods.REGISTRY[method].strategy.default_retrieval
-        return name
-    return "random"
-
-
-def make_settings(method: str, **keywords: Any) -> RunSettings:
-    """A run's settings from flat keywords: :class:`RunSettings` fields, and options.
-
-    Each keyword that names a ``RunSettings`` field sets it; every other is one of the
-    method's options (``make_settings("GSS-Clust", seed=1, growth=1.5)`` is
-    ``RunSettings("GSS-Clust", {"growth": 1.5}, seed=1)``); an ``options`` keyword adds its
-    options to them.
-
-    :param method: one of :data:`METHODS`.
-    :param keywords: fields and options.
-    :raises ValueError: an option the method does not take (:class:`RunSettings`).
-    """
-    names = {f.name for f in fields(RunSettings)}
-    options = {**keywords.pop("options", {}),
-               **{k: keywords.pop(k) for k in list(keywords) if k not in names}}
-    return RunSettings(method=method, options=options, **keywords)
-
-
-def settings_dict(settings: RunSettings) -> dict[str, Any]:
-    """The run's settings as a JSON-ready dict, a cache key's part.
-
-    Every field, the options included: ``RunSettings(**d)`` gives the run back.
-
-    :param settings: the run's settings.
-    """
-    return asdict(settings)
+        return {**asdict(self), "settings": settings_dict(self.settings)}
 
 
 def run_label(settings: RunSettings) -> str:
