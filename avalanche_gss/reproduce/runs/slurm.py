@@ -80,7 +80,13 @@ class SchedulerUnavailable(RuntimeError):
 
 
 class JobLost(RuntimeError):
-    """A run's cluster job ended without its result (cancelled, killed, timed out)."""
+    """A run's cluster job ended without its result (cancelled, killed, timed out).
+
+    Its job's line in the log names it already (``reported``): the sweep logs no line of
+    its own for it.
+    """
+
+    reported = True
 
 
 class _Job(Protocol):
@@ -336,19 +342,43 @@ def run_on_cluster(todo: Mapping[str, Config], run: RunOne, cache_dir: Path,
     tasks = _submit(executor, rest, run, str(cache_dir), options) if rest else []
     if slurm and tasks:
         ledgers.append(_write_ledger(executor.folder, tasks))
-    logger.info("sweep: %d run(s) in %d %s job(s) of at most %d run(s), %d at a time%s",
-                len(todo) - len(taken), len(tasks), executor.cluster, options.runs_per_job,
-                runs_at_once(options), f"; {len(taken)} run(s) in {len(adopted)} job(s) of "
-                "an earlier sweep still out: waiting for them" if adopted else "")
+    _log_plan(len(todo) - len(taken), len(tasks), executor.cluster, options, adopted)
     try:
         _watch(adopted + tasks, cache_dir, collect, labels or {}, slurm=slurm)
-    except BaseException:
-        for task in adopted + tasks:  # stopped (Ctrl-C, the scheduler gone): end the rest
-            if not task.job.done():
-                task.job.cancel(check=False)
+    except SchedulerUnavailable:  # nothing to cancel with: the jobs may still finish
+        raise
+    except BaseException:  # Ctrl-C, an error here: end the jobs
+        _cancel([task.job for task in adopted + tasks], slurm=slurm)
         raise
     for ledger in ledgers:  # every job listed there has ended
         ledger.unlink(missing_ok=True)
+
+
+def _log_plan(runs: int, jobs: int, cluster: str, options: ClusterOptions,
+              adopted: Sequence[_Task]) -> None:
+    """Log where the sweep's runs go: new jobs, and jobs of an earlier sweep waited for."""
+    parts = [f"{runs} run(s) in {jobs} {cluster} job(s) of at most {options.runs_per_job} "
+             f"run(s), {runs_at_once(options)} at a time"] if jobs else []
+    if adopted:
+        waited = sum(len(set(task.keys) - task.skip) for task in adopted)
+        parts.append(f"{waited} run(s) in {len(adopted)} job(s) of an earlier sweep still "
+                     "out: waiting for them")
+    logger.info("sweep: %s", "; ".join(parts))
+
+
+def _cancel(jobs: Sequence[_Job], *, slurm: bool) -> None:
+    """Cancel the jobs (those that ended are not affected): one ``scancel`` on SLURM."""
+    if not slurm:
+        for job in jobs:
+            job.cancel(check=False)
+        return
+    try:
+        subprocess.run(["scancel", *(job.job_id for job in jobs)], capture_output=True,
+                       timeout=SCHEDULER_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        logger.warning("could not cancel the sweep's SLURM jobs: %s", err)
+    else:
+        logger.info("cancelled the sweep's SLURM jobs that had not ended")
 
 
 def _write_ledger(folder: Path, tasks: Sequence[_Task]) -> Path:

@@ -435,7 +435,9 @@ class _Jobs:
         try:
             self.results[key], uncached = result()
         except Exception as err:  # reported together in SweepError
-            if traceback:
+            if getattr(err, "reported", False):
+                pass  # logged already, in one line with the other runs it took down
+            elif traceback:
                 logger.exception("job %s failed", name)
             else:
                 logger.error("job %s failed: %r", name, err)
