@@ -9,6 +9,7 @@ is missing or no cluster answers. The others use submitit's local executor or a 
 import json
 import os
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -179,8 +180,11 @@ def test_job_options_need_the_submitit_launcher(tmp_path):
 # --- on a real SLURM cluster ---------------------------------------------------------------
 
 def _cluster_problem():
-    """Why no SLURM cluster can take jobs here (``None``: one answers)."""
-    problem = slurm._sinfo_problem()
+    """Why no SLURM cluster can take jobs here (``None``: one answers).
+
+    A running controller answers at once; a stopped one makes sinfo retry for 9 s.
+    """
+    problem = slurm._sinfo_problem(timeout=3)
     if problem is None:
         states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
                                 timeout=30, check=False).stdout.split()
@@ -189,18 +193,29 @@ def _cluster_problem():
     return problem
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster():
     problem = _cluster_problem()
     if problem is not None:
         pytest.skip(f"no SLURM cluster answers ({problem}); make slurm-up starts one")
 
 
-def sacct_tasks(job_name):
-    """``(job id, state)`` of the array tasks named ``job_name`` that accounting lists."""
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "--name", job_name],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    return [tuple(line.split("|")) for line in out.splitlines() if line]
+def sacct_tasks(job_name, count):
+    """``(job id, state)`` of the array tasks named ``job_name`` that accounting lists.
+
+    slurmctld hands its records to slurmdbd as it can: up to 20 s are given for ``count``
+    tasks to be listed as ended.
+    """
+    for _ in range(80):
+        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "--name",
+                              job_name], capture_output=True, text=True, timeout=30,
+                             check=True).stdout
+        tasks = [tuple(line.split("|")) for line in out.splitlines() if line]
+        if len(tasks) >= count and all(state not in ("PENDING", "RUNNING", "COMPLETING")
+                                       for _, state in tasks):
+            return tasks
+        time.sleep(0.25)
+    return tasks
 
 
 @pytest.mark.slurm
@@ -216,7 +231,7 @@ def test_on_slurm_runs_are_packed_into_ceil_n_over_k_array_tasks(cluster, tmp_pa
     _, lines = starts(tmp_path)
     jobs_seen = {line["job"] for line in lines}
     assert len(jobs_seen) == 3 and None not in jobs_seen
-    tasks = sacct_tasks(f"avalanche-gss-{cache.name}")
+    tasks = sacct_tasks(f"avalanche-gss-{cache.name}", 3)
     assert len(tasks) == 3 and {state for _, state in tasks} == {"COMPLETED"}, tasks
 
 
@@ -246,3 +261,43 @@ def test_on_slurm_a_cancelled_job_is_one_line_and_the_rerun_trains_its_runs(
     run_sweep(jobs, jobs_module.record, cache_dir=cache, launcher="submitit", cluster="slurm",
               progress=False, submitit_params={"time_min": 5})
     assert starts(tmp_path)[0] - before == Counter({1: 1})
+
+
+DRIVER = """
+import json
+import sys
+
+import slurm_jobs
+from avalanche_gss.reproduce.runs.sweep import run_sweep
+
+run_sweep(json.loads(sys.argv[1]), slurm_jobs.record, cache_dir=sys.argv[2],
+          launcher="submitit", cluster="slurm", progress=False,
+          submitit_params={"time_min": 5})
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_on_slurm_a_sweep_killed_then_started_again_trains_no_run_twice(
+        cluster, tmp_path, jobs_module, caplog):
+    # Given a sweep of 2 runs of 2 s whose submitting process is killed (SIGKILL) once
+    # its jobs are submitted
+    jobs = make_jobs(tmp_path, 2, sleep=2.0)
+    cache = tmp_path / f"cache-{os.getpid()}-{time.time_ns()}"
+    (tmp_path / "driver.py").write_text(DRIVER)
+    driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), json.dumps(jobs),
+                               str(cache)], start_new_session=True)
+    while not list((cache / "_submitit").glob("sweep-*.json")):  # its ledger: submitted
+        assert driver.poll() is None, "the sweep ended before it was killed"
+        time.sleep(0.1)
+    driver.kill()
+    driver.wait()
+    # When it is started again, its jobs still out
+    with caplog.at_level("INFO", logger=LOG):
+        results = run_sweep(jobs, jobs_module.record, cache_dir=cache, launcher="submitit",
+                            cluster="slurm", progress=False, submitit_params={"time_min": 5})
+    # Then it waits for them instead of training their runs a second time
+    assert [r["square"] for r in results] == [0, 1]
+    assert starts(tmp_path)[0] == Counter({0: 1, 1: 1})
+    assert any("of an earlier sweep still out" in r.getMessage() for r in caplog.records)
+    assert not list((cache / "_submitit").glob("sweep-*.json"))  # all its jobs ended

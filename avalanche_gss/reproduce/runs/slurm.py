@@ -243,15 +243,18 @@ def run_group(run: RunOne, configs: Sequence[Config], cache_dir: str, at_once: i
     return [outcomes[i] for i in range(len(configs))]
 
 
-def _sinfo_problem() -> str | None:
-    """Why ``sinfo`` does not answer (its first line), or ``None`` when it does."""
+def _sinfo_problem(timeout: float = SCHEDULER_TIMEOUT_S) -> str | None:
+    """Why ``sinfo`` does not answer (its first line), or ``None`` when it does.
+
+    :param timeout: how long it may take, in seconds.
+    """
     if shutil.which("sinfo") is None:
         return "sinfo is not installed here"
     try:
         done = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True,
-                              timeout=SCHEDULER_TIMEOUT_S, check=False)
+                              timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return f"sinfo did not answer in {SCHEDULER_TIMEOUT_S} s"
+        return f"sinfo did not answer in {timeout:g} s"
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
         return f"sinfo failed: {lines[0].strip()}"
