@@ -331,12 +331,11 @@ def run_on_cluster(todo: Mapping[str, Config], run: RunOne, cache_dir: Path,
         check_scheduler()
     executor = submitit.AutoExecutor(folder=cache_dir / "_submitit", cluster=options.cluster)
     params = {**options.submitit_params(), "name": f"avalanche-gss-{cache_dir.name}"}
-    if executor.cluster == "slurm":
-        if options.cluster != "slurm":  # chosen by submitit: not checked yet
-            check_scheduler()
-        params.setdefault("timeout_min", partition_minutes(options.partition))
-    else:
-        params.setdefault("timeout_min", UNLIMITED_MIN)
+    if executor.cluster == "slurm" and options.cluster != "slurm":  # chosen by submitit
+        check_scheduler()
+    if "timeout_min" not in params:
+        params["timeout_min"] = (partition_minutes(options.partition)
+                                 if executor.cluster == "slurm" else UNLIMITED_MIN)
     executor.update_parameters(**params)
     slurm = executor.cluster == "slurm"
     adopted, ledgers = _adopt(todo, executor.folder) if slurm else ([], [])
