@@ -110,6 +110,16 @@ def test_packed_runs_share_jobs_and_a_rerun_submits_nothing(tmp_path, jobs_modul
     assert starts(tmp_path)[0] == count  # all cached: no job submitted
 
 
+def test_a_job_with_two_cpus_trains_two_runs_at_a_time(tmp_path, jobs_module):
+    jobs = make_jobs(tmp_path, 4, sleep=0.5)
+    results = run_sweep(jobs, jobs_module.record, cache_dir=tmp_path / "cache",
+                        launcher="submitit", cluster="local", runs_per_job=4, progress=False,
+                        submitit_params={"cpus_per_job": 2})
+    assert [r["square"] for r in results] == [0, 1, 4, 9]
+    _, lines = starts(tmp_path)
+    assert len({line["pid"] for line in lines}) == 2  # one job, two processes of its own
+
+
 def test_a_job_killed_midway_is_one_line_naming_its_unfinished_runs(
         tmp_path, jobs_module, caplog, monkeypatch):
     # Given 4 runs in 2 jobs, [0, 2] and [1, 3], and run 3 kills its job (as the OOM killer)
