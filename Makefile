@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: reproduce test quality bench mutation clean py310-check wheel wheel-check docs
+.PHONY: reproduce test quality bench mutation clean py310-check wheel wheel-check docs \
+	slurm-up slurm-down
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -84,6 +85,15 @@ wheel-check: wheel
 # docs/api/_build/html.
 docs: $(STAMP)
 	$(PY) -m sphinx -E -W --keep-going -q -b html docs/api docs/api/_build/html
+
+# A single-node SLURM cluster with accounting on this machine (Debian/Ubuntu, root or sudo),
+# for --launcher submitit --cluster slurm and its tests (docs/api/guide/cluster.rst): slurm-up installs
+# what is missing and waits for an idle node; slurm-down stops what slurm-up started.
+slurm-up:
+	.ci/slurm.sh up
+
+slurm-down:
+	.ci/slurm.sh down
 
 clean:
 	rm -rf $(VENV) $(VENV_MIN) results .pytest_cache mutants dist build docs/api/_build

@@ -29,6 +29,7 @@ from avalanche_gss.reproduce.experiments.policies import (
 )
 from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.runs.cache import module_sha256
+from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS
 
 EXPERIMENTS: dict[str, str] = {
     "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
@@ -283,6 +284,7 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="submitit: send the runs to a SLURM cluster")
     parser.add_argument("--cluster", default=None,
                         help="submitit cluster: slurm, local or debug (default: auto)")
+    add_cluster_options(parser)
     parser.add_argument("--tensorboard", default=None, metavar="DIR",
                         help="log each buffer method's buffer composition and surrogate "
                              "value every 100 batches to TensorBoard under DIR")
@@ -302,6 +304,48 @@ def _method(text: str) -> str:
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text
+
+
+MAX_TIME_MIN = 366 * 24 * 60
+"""The longest ``--time`` (minutes)."""
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the jobs ``--launcher submitit`` sends (the user guide's "On a cluster").
+
+    :param parser: the parser to add them to.
+    """
+    group = parser.add_argument_group("cluster jobs (--launcher submitit)")
+    group.add_argument("--runs-per-job", type=_procs, default=1, metavar="N",
+                       help="runs packed into one job (one task of a SLURM job array): "
+                            "the runs are dealt round-robin into ceil(runs / N) jobs")
+    group.add_argument("--partition", default=None,
+                       help="SLURM partition (default: the cluster's default one)")
+    group.add_argument("--time", type=_count(MAX_TIME_MIN), default=None, metavar="MIN",
+                       dest="time_min",
+                       help="each job's time limit in minutes (default: the partition's)")
+    group.add_argument("--mem", type=_positive_float, default=None, metavar="GB",
+                       dest="mem_gb", help="each job's memory in GB (default: the cluster's)")
+    group.add_argument("--cpus-per-job", type=_procs, default=None, metavar="C",
+                       help="each job's CPUs (default: --threads); a job trains C / --threads "
+                            "of its runs at a time, sharing its GPUs")
+    group.add_argument("--gpus-per-job", type=_count(64), default=None, metavar="G",
+                       help="each job's GPUs (default: none); use with --device cuda")
+
+
+def _check_cluster_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse the job options without ``--launcher submitit``, and ``--cluster`` with it."""
+    given = [key for key in ("runs_per_job", *JOB_OPTIONS)
+             if getattr(args, key) not in (None, 1 if key == "runs_per_job" else None)]
+    if args.launcher != "submitit":
+        if given or args.cluster is not None:
+            flag = "--" + (given[0].removesuffix("_min").removesuffix("_gb").replace("_", "-")
+                           if given else "cluster")
+            parser.error(f"argument {flag}: applies to --launcher submitit")
+        return
+    if args.cluster not in (None, "slurm", "local", "debug"):
+        parser.error(f"argument --cluster: unknown cluster {args.cluster!r}; choose slurm, "
+                     "local or debug")
 
 
 def _policy(text: str) -> str:
@@ -417,5 +461,6 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
             args.root is not None or args.download):
         parser.error("argument --root/--download: they apply to mnist and cifar10, not to "
                      f"an .npz file ({args.data})")
+    _check_cluster_options(parser, args)
     check_paths(parser, args)
     return args

@@ -18,6 +18,8 @@ import torch
 from avalanche_gss.reproduce.runs.training import RunResult, RunSettings, training_problem
 from avalanche_gss.models import make_model
 from avalanche_gss.reproduce.common import code_identity
+from avalanche_gss.reproduce.cli import prog_of
+from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS, SchedulerUnavailable
 from avalanche_gss.reproduce.runs.sweep import run_sweep
 
 
@@ -57,14 +59,20 @@ def sweep(args: argparse.Namespace, experiment: str, configs: list[dict[str, Any
     """Run (or find in the cache) every job; their results, in order.
 
     :param args: the parsed command line (``cache``, ``out``, ``workers``, ``launcher``,
-        ``cluster``, ``threads``).
+        ``cluster``, ``threads`` and the cluster jobs' options, ``runs_per_job``...).
     :param experiment: the experiment's name (its cache folder under ``--out``).
     :param configs: the jobs.
     :param job: the module-level function that runs one job.
+    :raises SystemExit: SLURM does not answer (one line).
     """
     cache_dir = args.cache or os.path.join(args.out, "cache", experiment)
-    return run_sweep(configs, job, cache_dir=cache_dir, workers=args.workers,
-                     launcher=args.launcher, cluster=args.cluster, threads=args.threads)
+    options = {key: getattr(args, key, None) for key in JOB_OPTIONS}
+    try:
+        return run_sweep(configs, job, cache_dir=cache_dir, workers=args.workers,
+                         launcher=args.launcher, cluster=args.cluster, threads=args.threads,
+                         submitit_params=options, runs_per_job=getattr(args, "runs_per_job", 1))
+    except SchedulerUnavailable as err:  # one line, as the command line's own errors
+        raise SystemExit(f"{prog_of(args)}: error: {err}") from None
 
 
 def run_result(settings: RunSettings, result: dict[str, Any],

@@ -227,6 +227,7 @@ def run_sweep(
     cluster: str | None = None,
     submitit_params: Mapping[str, Any] | None = None,
     threads: int | None = None,
+    runs_per_job: int = 1,
 ) -> list[dict[str, Any]]:
     """Run every job that has no stored result; return all results, in job order.
 
@@ -258,9 +259,13 @@ def run_sweep(
     :param cluster: submitit's executor: ``None`` (auto: SLURM when ``srun`` exists, else
         local processes), ``"slurm"``, ``"local"`` or ``"debug"`` (in this process; it
         opens ``pdb`` when a job fails).
-    :param submitit_params: passed to ``AutoExecutor.update_parameters`` (e.g.
-        ``timeout_min``, ``slurm_partition``, ``gpus_per_node``, ``cpus_per_task``). The
-        local executor's 2-minute default ``timeout_min`` is raised to 7 days.
+    :param submitit_params: the fields of
+        :class:`~avalanche_gss.reproduce.runs.slurm.ClusterOptions` beyond ``cluster``,
+        ``runs_per_job`` and ``threads``: ``partition``, ``time_min`` (default: the
+        partition's limit; the local executor's: 7 days), ``mem_gb``, ``cpus_per_job``,
+        ``gpus_per_job``.
+    :param runs_per_job: ``"submitit"``: the most runs one job (one task of the job
+        array) trains (:func:`~avalanche_gss.reproduce.runs.slurm.share_out`).
     :param threads: torch threads of each job run in a worker process or a submitit job
         (``None``: :func:`worker_threads` in worker processes, the cluster's default in
         submitit jobs). Jobs run in this process (``workers=1``) use this process's
@@ -276,6 +281,8 @@ def run_sweep(
         raise ValueError(f"launcher must be 'local' or 'submitit', got {launcher!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
+    if isinstance(runs_per_job, bool) or not isinstance(runs_per_job, int) or runs_per_job < 1:
+        raise ValueError(f"runs_per_job must be a positive int, got {runs_per_job!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
@@ -327,7 +334,8 @@ def run_sweep(
     try:
         with _remember_interrupts(jobs_to_run):
             if todo and launcher == "submitit":
-                _run_submitit(jobs_to_run, fn, cache, cluster, submitit_params, threads)
+                _run_submitit(jobs_to_run, fn, cache, cluster, submitit_params, threads,
+                              runs_per_job)
             elif todo and workers > 1:
                 _run_pool(jobs_to_run, fn, cache, workers, threads)
             else:
@@ -427,7 +435,9 @@ class _Jobs:
         try:
             self.results[key], uncached = result()
         except Exception as err:  # reported together in SweepError
-            if traceback:
+            if getattr(err, "reported", False):
+                pass  # logged already, in one line with the other runs it took down
+            elif traceback:
                 logger.exception("job %s failed", name)
             else:
                 logger.error("job %s failed: %r", name, err)
@@ -500,22 +510,25 @@ def _run_pool(jobs: _Jobs, fn: JobFn, cache: ResultCache, workers: int,
 
 
 def _run_submitit(jobs: _Jobs, fn: JobFn, cache: ResultCache, cluster: str | None,
-                  params: Mapping[str, Any] | None, threads: int | None = None) -> None:
-    """Send the jobs to submitit's ``AutoExecutor`` as one job array and wait for them."""
-    import submitit  # optional dependency (the "cluster" extra)
+                  params: Mapping[str, Any] | None, threads: int | None = None,
+                  runs_per_job: int = 1) -> None:
+    """Send the jobs to submitit's ``AutoExecutor``, packed, as one job array; wait for them.
 
-    executor = submitit.AutoExecutor(folder=cache.dir / "_submitit", cluster=cluster)
-    options = dict(params or {})
-    if executor.cluster == "local":
-        options.setdefault("timeout_min", 7 * 24 * 60)
-    if options:
-        executor.update_parameters(**options)
-    with executor.batch():
-        handles = [
-            (key, executor.submit(_execute, fn, cfg, str(cache.dir), threads))
-            for key, cfg in jobs.todo.items()
-        ]
-    logger.info("sweep: submitted %d jobs to submitit (%s)", len(handles), executor.cluster)
-    by_job = {id(job): key for key, job in handles}
-    for job in submitit.helpers.as_completed([job for _, job in handles], poll_frequency=1):
-        jobs.collect(by_job[id(job)], job.result)
+    :func:`~avalanche_gss.reproduce.runs.slurm.run_on_cluster` (how runs are packed and
+    lost jobs reported).
+    """
+    from avalanche_gss.reproduce.runs.slurm import ClusterOptions, run_on_cluster
+
+    options = ClusterOptions(cluster=cluster, runs_per_job=runs_per_job, threads=threads,
+                             **dict(params or {}))
+    labels = {key: name for key, cfg in jobs.todo.items() if (name := job_name(cfg))}
+
+    def collect(key: str, result: Callable[[], tuple[Mapping[str, Any], str | None]]) -> None:
+        def as_dict() -> tuple[dict[str, Any], str | None]:
+            value, uncached = result()
+            return dict(value), uncached
+
+        jobs.collect(key, as_dict)
+
+    run_on_cluster(jobs.todo, partial(_execute, fn, cache_dir=str(cache.dir), threads=threads),
+                   cache.dir, options, collect, labels)
