@@ -9,7 +9,7 @@
 
     register_stream("gradual", gradual_drift(REGISTRY["disjoint"], window=0.5))
 
-A definition builds its split from an :class:`~avalanche_gss.streams.ArrayDataset`, a
+A definition builds its split from an :class:`~avalanche_gss.streams.arrays.ArrayDataset`, a
 seed and its options (``REGISTRY["disjoint"].build(data, seed=0, samples_per_task=50)``)
 and describes itself: a one-line :attr:`~StreamDefinition.description` and
 :attr:`~StreamDefinition.facts` for reports. Transforms (:func:`blurred`,
