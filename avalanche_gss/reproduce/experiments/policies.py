@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from avalanche_gss.reproduce.experiments.which_buffer_records import Json
 from avalanche_gss.streams import REGISTRY
@@ -309,7 +309,24 @@ SEEDS = (0, 1, 2, 3)
 two seeds each (each half's pick in the other half's group) and the paired comparisons
 rest on 2 x 4 = 8 pairs per column (96 over the default 24 columns)."""
 
-QUICK: dict[str, Any] = {
+
+class QuickChoices(TypedDict, total=False):
+    """What ``--quick`` replaces (or adds) among which-buffer's choices.
+
+    :param seeds: the seeds.
+    :param buffer_sizes: the buffer sizes ``M``.
+    :param samples_per_task: training samples per task (the imbalanced sequence's largest
+        task's).
+    :param streams: the streams (names of :data:`STREAMS`).
+    """
+
+    seeds: tuple[int, ...]
+    buffer_sizes: tuple[int, ...]
+    samples_per_task: int
+    streams: tuple[str, ...]
+
+
+QUICK: QuickChoices = {
     "seeds": (0,), "buffer_sizes": (100,), "samples_per_task": 50,
     "streams": ("disjoint", "permuted", "imbalanced-1", "blurry"),
 }
@@ -321,7 +338,7 @@ CIFAR_BUFFER_SIZES = (1000,)
 """Default buffer sizes ``M`` on the CIFAR-10 streams: Table 3's (the paper found no
 sensible accuracy below 1,000)."""
 
-CIFAR_QUICK: dict[str, Any] = {"seeds": (0,), "buffer_sizes": (20,), "samples_per_task": 10}
+CIFAR_QUICK: QuickChoices = {"seeds": (0,), "buffer_sizes": (20,), "samples_per_task": 10}
 """What ``--quick`` runs on the CIFAR-10 streams: one seed, M = 20 and 10 samples per task
 (one batch; Table 3: 2,000 and M = 1,000; ``table3 --quick``: 20 and M = 40), so that a
 policy's quick run of the ResNet-18 takes about a second on one CPU core (on the generated
@@ -345,7 +362,7 @@ class StreamKind:
     label: str
     datasets: tuple[str, ...]
     buffer_sizes: tuple[int, ...]
-    quick: dict[str, Any]
+    quick: QuickChoices
     paper_samples_per_task: int | None = None
 
 

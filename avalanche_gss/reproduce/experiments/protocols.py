@@ -9,20 +9,59 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from avalanche_gss import streams
 from avalanche_gss.streams import REGISTRY, ArrayDataset, OptionValue, TaskSplit
 
+
+class MethodOverrides(TypedDict, total=False):
+    """Settings of one method that replace its protocol's (the authors' scripts' own).
+
+    :param lr: SGD learning rate.
+    :param n_iter: iterations per batch.
+    """
+
+    lr: float
+    n_iter: int
+
+
 # Per-method settings from the authors' scripts (Disjoint_Mnist.sh, Permuted_Mnist.sh):
 # Single and GEM use 1 iteration per batch; iCaRL uses lr 0.1.
-METHOD_OVERRIDES: dict[str, dict[str, Any]] = {
+METHOD_OVERRIDES: dict[str, MethodOverrides] = {
     "Single": {"n_iter": 1},
     "GEM": {"n_iter": 1},
     "iCaRL": {"lr": 0.1},
     "iid-online": {"n_iter": 1},
     "iid-offline": {"n_iter": 1},
 }
+
+
+Variant = Mapping[str, OptionValue]
+"""A protocol's row keys for one row (Table 4's ``sequence``; ``--quick``'s
+``samples_per_task``); the keys its stream takes as options (any registered stream's, so
+not a closed set) are passed on to it."""
+
+Flavour = dict[str, OptionValue]
+"""A method's extra row: run settings, by their flat or namespaced names, or options of the
+method (``{"update": "constrained"}``), that also become the row's keys."""
+
+
+class QuickSettings(TypedDict, total=False):
+    """What ``--quick`` replaces (or adds) among a protocol's defaults.
+
+    :param methods: the methods.
+    :param buffer_sizes: the buffer sizes.
+    :param seeds: the seeds.
+    :param variants: the rows' keys (Table 4: its sequences).
+    :param samples_per_task: training samples per task (a shorter stream).
+    """
+
+    methods: tuple[str, ...]
+    buffer_sizes: tuple[int, ...]
+    seeds: tuple[int, ...]
+    variants: tuple[Variant, ...]
+    samples_per_task: int
 
 
 @dataclass(frozen=True)
@@ -60,15 +99,15 @@ class Protocol:
     stream: ProtocolStream
     methods: tuple[str, ...]
     buffer_sizes: tuple[int, ...]
-    variants: tuple[dict[str, Any], ...] = ({},)
+    variants: tuple[Variant, ...] = ({},)
     columns_by: str = "buffer_size"
-    quick: dict[str, Any] = field(default_factory=dict)
+    quick: QuickSettings = field(default_factory=QuickSettings)
     dataset: str = "mnist"
     lr: float = 0.05
     n_iter: int = 3
     seeds: tuple[int, ...] = (0, 1, 2)
     model: str = "mlp"
-    flavours: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    flavours: dict[str, tuple[Flavour, ...]] = field(default_factory=dict)
     standin: bool = False
     min_classes: int = 10
 
@@ -160,11 +199,6 @@ def fit_count(wanted: int, available: int, what: str, deviations: list[str],
     deviations.append(f"{what}: {available} instead of {whose} {wanted} (the data have "
                       f"no more)")
     return available
-
-
-Variant = Mapping[str, OptionValue]
-"""A protocol's row keys for one row (Table 4's ``sequence``; ``--quick``'s
-``samples_per_task``)."""
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ def group_rows(runs: Sequence[tuple[dict[str, Any], RunResult]],
             avg=[r.avg for _, r in members],
             train_seconds=[r.train_seconds for _, r in members],
             extras=[r.extras for _, r in members if r.extras],
-            skipped_steps=([int(r.extras.get("skipped_steps", 0)) for _, r in members]
+            skipped_steps=([r.skipped_steps for _, r in members]
                            if counted else None),
             diverged=[diverged(r.extras) for _, r in members] if counted else None))
     return rows

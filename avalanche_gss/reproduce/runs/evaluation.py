@@ -21,18 +21,20 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
 from avalanche.training.templates import SupervisedTemplate
 
+from avalanche_gss.reproduce.jsontypes import Json, JsonObject
 from avalanche_gss.reproduce.runs.seeding import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.reproduce.runs.training import (
     BUFFER_METHODS,
+    RunRecord,
     RunResult,
     RunSettings,
     _evaluator,
@@ -47,6 +49,7 @@ from avalanche_gss.training import RepeatedBatchMixin
 __all__ = [
     "EvalPoint",
     "PeriodicEvalPlugin",
+    "CurveRecord",
     "CurveResult",
     "SCHEDULES",
     "schedule_of",
@@ -259,19 +262,43 @@ class CurveResult:
         return [statistics.fmean(a[: seen_tasks(s, self.task_ends)])
                 for s, a in zip(self.samples, self.task_accuracy, strict=True)]
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (:meth:`from_dict` reads it back)."""
+    def to_dict(self) -> JsonObject:
+        """JSON-ready form (:class:`CurveRecord`; :meth:`from_dict` reads it back)."""
         return {**asdict(self), "result": self.result.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CurveResult:
+    def from_dict(cls, data: Mapping[str, Json]) -> CurveResult:
         """Rebuild a result from :meth:`to_dict`'s output (e.g. a cached sweep result).
 
-        :param data: the dict.
+        :param data: the dict, as :meth:`to_dict` wrote it (:class:`CurveRecord`).
         """
-        res = dict(data["result"])
-        res["settings"] = RunSettings(**res["settings"])
-        return cls(**{**data, "result": RunResult(**res)})
+        record = cast(CurveRecord, data)
+        res = record["result"]
+        result = RunResult(settings=RunSettings(**res["settings"]),
+                           task_accuracy=res["task_accuracy"], avg=res["avg"],
+                           train_seconds=res["train_seconds"], extras=res["extras"])
+        return cls(result=result, samples=record["samples"],
+                   task_accuracy=record["task_accuracy"], schedule=record["schedule"],
+                   task_ends=record["task_ends"], eval_seconds=record["eval_seconds"])
+
+
+class CurveRecord(TypedDict):
+    """A :class:`CurveResult` as :meth:`CurveResult.to_dict` writes it.
+
+    :param result: the final result (:class:`~avalanche_gss.reproduce.runs.training.RunRecord`).
+    :param samples: training samples seen at each point.
+    :param task_accuracy: per point, every task's accuracy (percent).
+    :param schedule: one of :data:`SCHEDULES`.
+    :param task_ends: cumulative samples at each task's end.
+    :param eval_seconds: time spent evaluating.
+    """
+
+    result: RunRecord
+    samples: list[int]
+    task_accuracy: list[list[float]]
+    schedule: str
+    task_ends: list[int]
+    eval_seconds: float
 
 
 def mean_curve(curves: Sequence[CurveResult], *, seen: bool = False

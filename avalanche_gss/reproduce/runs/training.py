@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 from avalanche.evaluation.metrics import accuracy_metrics
@@ -22,6 +22,7 @@ from torch import nn
 from avalanche_gss import methods
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
+from avalanche_gss.reproduce.jsontypes import JsonObject
 from avalanche_gss.reproduce.runs.seeding import (
     resolve_device,
     seeded_model_and_optimizer,
@@ -34,6 +35,7 @@ from avalanche_gss.reproduce.runs.settings import (
     UPDATES,
     VARIANT_METHODS,
     RunSettings,
+    SettingsRecord,
     default_retrieval,
     make_settings,
     settings_dict,
@@ -45,7 +47,7 @@ from avalanche_gss.training.step_feed import feed_problem
 
 __all__ = ["BUFFER_METHODS", "BASELINES", "CONSTRAINED_METHODS", "METHODS", "RETRIEVALS",
            "UPDATES", "default_retrieval", "TASK_AWARE", "VARIANTS", "VARIANT_METHODS",
-           "RunSettings", "RunResult",
+           "RunSettings", "RunRecord", "RunResult", "StrategyKeywords",
            "build_strategy", "make_buffer", "make_settings", "resolve_device", "run", "run_label",
            "settings_dict", "training_problem"]
 
@@ -59,18 +61,51 @@ class RunResult:
     :param task_accuracy: final accuracy on each task's test set, in task order.
     :param avg: their unweighted mean (the authors' "Final Accuracy").
     :param train_seconds: wall time of training (evaluation excluded).
-    :param extras: method-specific facts (e.g. the buffer's final class counts).
+    :param extras: method-specific facts (e.g. the buffer's final class counts), as JSON:
+        each method reports its own.
     """
 
     settings: RunSettings
     task_accuracy: list[float]
     avg: float
     train_seconds: float
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: JsonObject = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {**asdict(self), "settings": settings_dict(self.settings)}
+    def to_dict(self) -> JsonObject:
+        """JSON-ready form (:class:`RunRecord`): ``settings`` as :func:`settings_dict` has them."""
+        # A SettingsRecord holds JSON values only; mypy sees no TypedDict as a JSON object.
+        settings = cast(JsonObject, settings_dict(self.settings))
+        return {**asdict(self), "settings": settings}
+
+    @property
+    def skipped_steps(self) -> int:
+        """Training steps skipped for a non-finite loss: ``extras["skipped_steps"]``, or 0.
+
+        A run that did not count them (a method without a buffer) has 0.
+
+        :raises TypeError: the extras hold something else than a count there.
+        """
+        value = self.extras.get("skipped_steps", 0)
+        if not isinstance(value, int | float):
+            raise TypeError(f"extras['skipped_steps'] is not a count: {value!r}")
+        return int(value)
+
+
+class RunRecord(TypedDict):
+    """A :class:`RunResult` as :meth:`RunResult.to_dict` writes it (and a cache holds it).
+
+    :param settings: the run's settings (:func:`settings_dict`).
+    :param task_accuracy: final accuracy on each task's test set, in task order.
+    :param avg: their unweighted mean.
+    :param train_seconds: wall time of training.
+    :param extras: method-specific facts.
+    """
+
+    settings: SettingsRecord
+    task_accuracy: list[float]
+    avg: float
+    train_seconds: float
+    extras: JsonObject
 
 
 def run_label(settings: RunSettings) -> str:
@@ -130,6 +165,36 @@ def training_problem(settings: RunSettings, model: nn.Module) -> str | None:
     return feed_problem(make_buffer(settings), model)
 
 
+class _StrategyKeywords(TypedDict):
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    n_iter: int
+    train_mb_size: int
+    device: str
+    evaluator: Any
+    plugins: list[Any]
+    mem_size: int
+    seed: int
+
+
+class StrategyKeywords(_StrategyKeywords, total=False):
+    """What :func:`build_strategy` gives every buffer method's strategy, beside its options.
+
+    :param model: the network.
+    :param optimizer: its optimizer.
+    :param n_iter: iterations per batch.
+    :param train_mb_size: the stream's batch size.
+    :param device: where it trains.
+    :param evaluator: the strategy's ``EvaluationPlugin``.
+    :param plugins: extra plugins.
+    :param mem_size: the buffer size.
+    :param seed: the run's seed.
+    :param criterion: the loss, where it is not the strategy's own (logit adjustment).
+    """
+
+    criterion: nn.Module
+
+
 def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.optim.Optimizer,
                    *, evaluator: Any = None, plugins: Sequence[Any] = ()) -> SupervisedTemplate:
     """The ready strategy of a buffer method, as :func:`run` trains it.
@@ -145,20 +210,20 @@ def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.opt
     """
     s = settings
     method = methods.get(s.method)
-    common: dict[str, Any] = {
-        "model": model, "optimizer": optimizer, "n_iter": s.n_iter,
-        "train_mb_size": s.batch_size, "device": s.device, "evaluator": evaluator,
-        "plugins": list(plugins), "mem_size": s.buffer_size, "seed": s.seed, **s.options,
-    }
+    common = StrategyKeywords(
+        model=model, optimizer=optimizer, n_iter=s.n_iter, train_mb_size=s.batch_size,
+        device=s.device, evaluator=evaluator, plugins=list(plugins), mem_size=s.buffer_size,
+        seed=s.seed)
     if s.update == "constrained":
         assert method.constrained is not None  # RunSettings checked it
-        strategy: SupervisedTemplate = method.constrained(margin=s.constraint_margin, **common)
+        strategy: SupervisedTemplate = method.constrained(margin=s.constraint_margin, **common,
+                                                          **s.options)
         return strategy
     retrieval = MIRRetrieval(s.mir_candidates) if s.retrieval == "mir" else s.retrieval
     if s.logit_adjustment:
         common["criterion"] = LogitAdjustedLoss(s.logit_adjustment, s.prior_window)
     strategy = method.strategy(replay_batch_size=s.replay_batch_size, retrieval=retrieval,
-                               **common)
+                               **common, **s.options)
     return strategy
 
 
@@ -179,10 +244,10 @@ def _task_accuracies(strategy: SupervisedTemplate, test_stream: Any) -> list[flo
     return accs
 
 
-def _buffer_extras(strategy: Any, split: TaskSplit) -> dict[str, Any]:
+def _buffer_extras(strategy: Any, split: TaskSplit) -> JsonObject:
     """What a buffer method's run reports beyond accuracy (class counts, skipped steps)."""
     buffer = strategy.storage_policy
-    extras: dict[str, Any] = {}
+    extras: JsonObject = {}
     # A buffer may end empty: one whose samples wait in a recent buffer until it fills
     # (GSS-IQP, the clusterings, GCR) stores nothing from a shorter stream.
     by = buffer.tensors()[1].cpu() if len(buffer) else torch.zeros(0, dtype=torch.long)
@@ -234,7 +299,7 @@ def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
     bench = online_benchmark(split, batch_size=s.batch_size)
     evaluator = _evaluator(metrics, loggers)
     test_stream = bench.test_stream
-    extras: dict[str, Any] = {}
+    extras: JsonObject = {}
     strategy: SupervisedTemplate
     with seeded_rng(s.seed):
         start = time.perf_counter()
