@@ -9,7 +9,7 @@ import shlex
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import avalanche_gss
 from avalanche_gss import methods
@@ -225,8 +225,12 @@ def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, Arr
         raise SystemExit(f"{prog}: error: --data {name}: {_one_line(err)}") from None
 
 
+Choices: TypeAlias = "dict[str, Any]"
+"""An experiment's choices (methods, buffer sizes, seeds...: :func:`resolve_choices`)."""
+
+
 def resolve_choices(args: argparse.Namespace, defaults: Mapping[str, Any],
-                    quick: Mapping[str, Any], options: Sequence[str]) -> dict[str, Any]:
+                    quick: Mapping[str, Any], options: Sequence[str]) -> Choices:
     """What an experiment runs: its defaults, ``--quick``'s, then the command line's.
 
     The command line's ``options`` replace the choice of the same name where it is given
