@@ -115,8 +115,9 @@ def curve_rows(pairs: Sequence[tuple[RowKeys, CurveResult]]) -> list[CurveRow]:
 
 
 def plan(args: argparse.Namespace, chosen: Choices) -> list[tuple[RowKeys, RunSettings]]:
-    """Every method (and variant) x buffer size x seed, on Table 1's protocol: row keys and
-    settings.
+    """Every method (and variant) x buffer size x seed, on Table 1's protocol.
+
+    :return: each run's row keys and settings.
     """
     runs: list[tuple[RowKeys, RunSettings]] = []
     for seed in chosen["seeds"]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from avalanche_gss.reproduce.common import (
+    Choices,
     data_identity,
     prog_of,
     resolve_choices,
@@ -25,6 +26,7 @@ from avalanche_gss.reproduce.experiments.protocols import (
     disjoint_stream,
 )
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.reports.rows import RowKeys
 from avalanche_gss.reproduce.runs.evaluation import run_curve
 from avalanche_gss.reproduce.runs.planning import CodeIdentity, DataSource, Job, job_base
 from avalanche_gss.reproduce.runs.sweep import job_name
@@ -32,14 +34,14 @@ from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, VARIANTS, Run
 from avalanche_gss.reproduce.runs.training import run as run_one
 from avalanche_gss.streams import ArrayDataset, TaskSplit
 
-FIGURE2: dict[str, Any] = {
+FIGURE2: dict[str, object] = {
     "dim": 200, "ks": (5, 10, 20), "n_sets": 200, "n_samples": 1_000_000,
     "correlation_range": (0.0, 0.9), "jitter": 0.5, "seeds": (0,),
     "quick": {"ks": (5, 10), "n_sets": 60, "n_samples": 50_000},
 }
 """Figure 2: vectors per set ``k`` (the buffer size of Eq. 4), sets, Monte Carlo draws."""
 
-FIGURE4: dict[str, Any] = {
+FIGURE4: dict[str, object] = {
     "methods": ("GSS-Greedy", "GSS-IQP", "GEM", "iCaRL", "Single", "iid-online",
                 "iid-offline"),
     "buffer_sizes": (300,), "seeds": (0, 1, 2), "samples_per_task": 1000,
@@ -49,7 +51,7 @@ FIGURE4: dict[str, Any] = {
 """Figure 4 (disjoint MNIST, 1k samples per task, accuracy every 100 samples; ``--quick``:
 100 samples per task, accuracy every 50)."""
 
-FIGURE5: dict[str, Any] = {
+FIGURE5: dict[str, object] = {
     "methods": ("GSS-Greedy",), "buffer_sizes": (300,), "seeds": (0, 1, 2),
     "samples_per_task": 1000, "n_values": (1, 2, 5, 10, 20, 50),
     "batch_sizes": (1, 5, 10, 20, 50, 100), "n": 10, "batch_size": 10,
@@ -129,10 +131,11 @@ def figure_job(job: FigureJob | Mapping[str, Json]) -> JsonObject:
     return run_one(settings, split, label=job.label).to_dict()
 
 
-def chosen_for(args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:
+def chosen_for(args: argparse.Namespace, spec: Mapping[str, object]) -> Choices:
     """The spec's settings, its ``quick`` ones under ``--quick``, then the command line's."""
     return resolve_choices(args, {k: v for k, v in spec.items() if k != "quick"},
-                           spec["quick"], ("methods", "seeds", "buffer_sizes"))
+                           cast(Mapping[str, object], spec["quick"]),
+                           ("methods", "seeds", "buffer_sizes"))
 
 
 def figure_jobs(args: argparse.Namespace, data_name: str, data: ArrayDataset,
@@ -164,7 +167,7 @@ def figure_data_label(data: ArrayDataset) -> tuple[str, bool]:
 
 
 def stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: int,
-                    seed: int) -> tuple[ArrayDataset, TaskSplit, dict[str, Any]]:
+                    seed: int) -> tuple[ArrayDataset, TaskSplit, JsonObject]:
     """The data (checked for the disjoint protocol), the first seed's stream, its protocol.
 
     :raises SystemExit: one line naming the data, when they do not fit the protocol.
@@ -179,12 +182,12 @@ def stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: 
     return data, split, {"stream": stream, "deviations": split.protocol.get("deviations", [])}
 
 
-def row_label(method: str, keys: dict[str, Any]) -> str:
+def row_label(method: str, keys: RowKeys) -> str:
     """A row's method, with its variant in parentheses where it has one."""
     return method + (f" ({keys['variant']})" if "variant" in keys else "")
 
 
-def flavours(args: argparse.Namespace, method: str) -> list[dict[str, Any]]:
+def flavours(args: argparse.Namespace, method: str) -> list[RowKeys]:
     """A method with variants once per ``--variants`` entry; other methods once."""
     if method in VARIANT_METHODS:
         return [{"variant": v} for v in (getattr(args, "variants", None) or VARIANTS)]

@@ -14,9 +14,9 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from avalanche_gss.reproduce.common import (
+    Choices,
     command,
     data_identity,
     prog_of,
@@ -64,10 +64,6 @@ from avalanche_gss.reproduce.runs.training import (
 from avalanche_gss.streams import ArrayDataset
 
 log = logging.getLogger("reproduce")
-
-Choices = dict[str, Any]
-"""An experiment's choices (:func:`~avalanche_gss.reproduce.common.resolve_choices`)."""
-
 
 def plan(args: argparse.Namespace, protocol: Protocol
          ) -> tuple[list[PlannedRun[StreamSpec]], Choices]:
