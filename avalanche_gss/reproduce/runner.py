@@ -25,6 +25,7 @@ from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.reports.outputs import show_outputs
 from avalanche_gss.reproduce.reports.report import Report
 from avalanche_gss.reproduce.reports.writing import output_paths, write_report
+from avalanche_gss.reproduce.runs.jobs import run_job, run_logged_job
 from avalanche_gss.reproduce.runs.planning import Job, sweep
 
 __all__ = ["Experiment", "Rendered", "run"]
@@ -91,8 +92,6 @@ class Experiment(ABC, Generic[P]):
 
         :param args: the parsed command line (``--tensorboard``: the logged job).
         """
-        from avalanche_gss.reproduce.runs.jobs import run_job, run_logged_job
-
         return run_logged_job if args.tensorboard else run_job
 
     def after_sweep(self, args: argparse.Namespace, plan: P,

@@ -6,9 +6,10 @@ stored samples per task, the stored-score quantiles (GSS-Greedy) and the share o
 offered samples the buffer took in, then writes ``composition.json``, ``.csv`` and ``.md``.
 ``--quick`` runs 200 samples per task and records every 100 (:data:`QUICK`).
 
-The helpers below (:func:`task_end_trace`, :func:`trace_records`, :func:`task_shares`,
-:func:`at_task_ends`) are the same diagnosis for other experiments' runs
-(``which-buffer`` traces its runs with them).
+The helpers below (:func:`task_shares`, :func:`at_task_ends`, and
+:func:`~avalanche_gss.reproduce.runs.traces.task_end_trace` and
+:func:`~avalanche_gss.reproduce.runs.traces.trace_records`, re-exported) are the same
+diagnosis for other experiments' runs (``which-buffer`` traces its runs with them).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -40,30 +40,12 @@ from avalanche_gss.reproduce.reports.writing import (
     provenance_line,
 )
 from avalanche_gss.reproduce.runner import Experiment, Rendered
+from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, RunSettings, run
 from avalanche_gss.streams import ArrayDataset, TaskSplit
 
-
-def task_end_trace(split: TaskSplit) -> BufferTrace:
-    """A :class:`BufferTrace` whose records fall on every task end of ``split``.
-
-    It records every ``gcd`` of the task sizes (e.g. every 800 samples on 5 tasks of 800,
-    every 80 on Table 4's 800/80 sequences), so each task end is a record.
-
-    :param split: a class-disjoint split (the trace reads a sample's task from its label).
-    """
-    return BufferTrace(None, split.task_classes, every=math.gcd(*split.train_sizes))
-
-
-def trace_records(trace: BufferTrace) -> list[dict[str, Any]]:
-    """The trace's records after a run, ending with the buffer at the end of the stream.
-
-    :param trace: a trace that watched a finished run.
-    """
-    buf = trace.buffer
-    if buf is not None and (not trace.records or trace.records[-1]["samples"] != buf.n_seen):
-        trace.records.append(trace.snapshot())
-    return trace.records
+__all__ = ["COLUMNS", "COMPOSITION", "Composition", "CompositionRow", "at_task_ends",
+           "task_end_trace", "task_shares", "trace_records"]
 
 
 def task_shares(record: dict[str, Any]) -> list[float]:

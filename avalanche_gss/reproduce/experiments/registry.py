@@ -10,16 +10,28 @@ registers an :class:`~avalanche_gss.reproduce.runner.Experiment` with :func:`reg
 
 from __future__ import annotations
 
+import argparse
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol, TypeVar
 
 from avalanche_gss.registry import Registry
 
-if TYPE_CHECKING:
-    from avalanche_gss.reproduce.runner import Experiment
+__all__ = ["EXPERIMENTS", "ExperimentEntry", "LazyExperiment", "Runnable", "register"]
 
-__all__ = ["EXPERIMENTS", "ExperimentEntry", "LazyExperiment", "register"]
+
+class Runnable(Protocol):
+    """An experiment as the command line runs it (a :class:`.runner.Experiment`)."""
+
+    name: str
+
+    def run(self, args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+        """Run it on the parsed command line; the exit status.
+
+        :param args: the parsed command line.
+        :param argv: the command line (for the record).
+        """
 
 
 class ExperimentEntry(Protocol):
@@ -29,7 +41,7 @@ class ExperimentEntry(Protocol):
     def summary(self) -> str:
         """One line: what the experiment shows."""
 
-    def load(self) -> Experiment:
+    def load(self) -> Runnable:
         """The experiment (its module imported)."""
 
 
@@ -44,7 +56,7 @@ class LazyExperiment:
     summary: str
     target: str
 
-    def load(self) -> Experiment:
+    def load(self) -> Runnable:
         """The experiment, its module imported."""
         module, attribute = self.target.split(":")
         return getattr(importlib.import_module(module), attribute)
@@ -78,17 +90,21 @@ for _name, _summary, _target in (
     EXPERIMENTS.add(_name, LazyExperiment(_summary, f"{_HERE}.{_target}"), builtin=True)
 
 
-def register(name: str, experiment: Experiment, *, replace: bool = True) -> Experiment:
+E = TypeVar("E", bound=ExperimentEntry)
+
+
+def register(name: str, experiment: E, *, replace: bool = True) -> E:
     """Register an experiment of one's own under ``name``; return it.
 
     Its module, given to ``--import``, makes ``name`` an experiment of the command line.
 
     :param name: the name the command line runs it by (not one of the package's).
-    :param experiment: the experiment (its :attr:`~Experiment.summary` is its ``--help``
-        line).
+    :param experiment: the experiment
+        (:class:`~avalanche_gss.reproduce.runner.Experiment`: its ``summary`` is its
+        ``--help`` line).
     :param replace: allow the name to be registered again (the module imported twice).
     :raises ValueError: an empty name, or one of the package's experiments.
     """
-    experiment.name = name
+    experiment.load().name = name
     EXPERIMENTS.add(name, experiment, replace=replace)
     return experiment

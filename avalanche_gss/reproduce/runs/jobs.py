@@ -18,13 +18,13 @@ from avalanche.core import SupervisedPlugin
 
 from avalanche_gss.metrics import buffer_metrics, class_task_map
 from avalanche_gss.reproduce.common import settings_from_dict
-from avalanche_gss.reproduce.experiments.composition import task_end_trace, trace_records
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
 from avalanche_gss.reproduce.reports.event_logs import RESULT_KEY, ScalarRecorder
 from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
 from avalanche_gss.reproduce.runs.planning import CodeIdentity, DataSource, Job
 from avalanche_gss.reproduce.runs.sweep import job_name
+from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult
 from avalanche_gss.reproduce.runs.training import run as run_one
 from avalanche_gss.streams import ArrayDataset, TaskSplit, blurry_tasks
