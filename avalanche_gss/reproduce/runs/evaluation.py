@@ -21,15 +21,16 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
 from avalanche.training.templates import SupervisedTemplate
 
+from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.streams import TaskSplit, online_benchmark
 from avalanche_gss.reproduce.runs.training import (
     BUFFER_METHODS,
@@ -258,19 +259,19 @@ class CurveResult:
         return [statistics.fmean(a[: seen_tasks(s, self.task_ends)])
                 for s, a in zip(self.samples, self.task_accuracy, strict=True)]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-ready form (:meth:`from_dict` reads it back)."""
         return {**asdict(self), "result": self.result.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CurveResult:
+    def from_dict(cls, data: Mapping[str, Json]) -> CurveResult:
         """Rebuild a result from :meth:`to_dict`'s output (e.g. a cached sweep result).
 
         :param data: the dict.
         """
-        res = dict(data["result"])
+        res = dict(cast(Mapping[str, Any], data["result"]))
         res["settings"] = RunSettings(**res["settings"])
-        return cls(**{**data, "result": RunResult(**res)})
+        return cls(**{**cast(Mapping[str, Any], data), "result": RunResult(**res)})
 
 
 def mean_curve(curves: Sequence[CurveResult], *, seen: bool = False
