@@ -27,24 +27,15 @@ from avalanche_gss.reproduce.experiments.policies import (
     policy_label,
     stream_problem,
 )
+from avalanche_gss.reproduce.experiments.registry import EXPERIMENTS as EXPERIMENT_REGISTRY
 from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.runs.cache import module_sha256
 from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS
 
-EXPERIMENTS: dict[str, str] = {
-    "table1": "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
-    "table2": "permuted MNIST, M = 300 (paper Table 2)",
-    "table3": "disjoint CIFAR-10, M = 1000, ResNet-18 (paper Table 3)",
-    "table4": "imbalanced disjoint MNIST, M = 300, five sequences (paper Table 4)",
-    "blurry": "blurry disjoint CIFAR-10, M = 500 (paper appendix)",
-    "constrained": "GSS-IQP constrained vs rehearsal update (paper appendix C)",
-    "figure2": "surrogate vs Monte Carlo solid angle of random vector sets (paper Figure 2)",
-    "figure4": "test accuracy along disjoint MNIST vs GEM, iCaRL, i.i.d. (paper Figure 4a)",
-    "figure5": "GSS-Greedy vs n and vs batch size (paper Figure 5)",
-    "composition": "what each buffer holds along disjoint MNIST (our diagnosis, not the paper)",
-    "which-buffer": "which buffer policy for which stream: accuracy beside train time (ours)",
-}
-"""Every experiment, with the line ``--help`` shows for it."""
+EXPERIMENTS = EXPERIMENT_REGISTRY
+"""Every experiment (:data:`~avalanche_gss.reproduce.experiments.registry.EXPERIMENTS`),
+the package's, then those registered by ``--import`` modules, with the line ``--help``
+shows for each."""
 
 METHOD_NAMES = methods.NameView(lambda: (*methods.names(), *methods.BASELINES))
 """``avalanche_gss.reproduce.runs.training.METHODS``: the registry's buffer methods (this package's,
@@ -187,16 +178,30 @@ def _device(text: str) -> str:
 def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """Return the parser of ``python -m reproduce``.
 
+    Its experiments are the registry's at the time it is made (after ``--import``).
+
     :param prog: the command, as usage and error lines name it.
     """
-    width = max(map(len, EXPERIMENTS))
-    listing = "\n".join(f"  {name:<{width}}  {line}" for name, line in EXPERIMENTS.items())
+    names = EXPERIMENTS.names()
+    width = max(map(len, names))
+    listing = "\n".join(f"  {name:<{width}}  {EXPERIMENTS[name].summary}" for name in names)
     parser = _Parser(
         prog=prog, formatter_class=_Formatter, epilog=_EPILOG,
         description="The paper's tables and figures from this library; each experiment "
                     "writes\nOUT/<experiment>.json, .csv and .md.\n\nexperiments:\n" + listing)
-    parser.add_argument("experiment", choices=list(EXPERIMENTS), metavar="experiment",
+    parser.add_argument("experiment", choices=list(names), metavar="experiment",
                         help="one of the experiments above")
+    _data_options(parser)
+    _method_options(parser)
+    _which_buffer_options(parser)
+    _run_options(parser)
+    _retrieval_options(parser)
+    _sweep_options(parser)
+    return parser
+
+
+def _data_options(parser: argparse.ArgumentParser) -> None:
+    """``--data``, ``--root``, ``--download``, ``--import``."""
     parser.add_argument("--data", type=_dataset, default=None,
                         help="mnist | mnist-5k | cifar10 | PATH.npz (default: the "
                              "experiment's own dataset)")
@@ -211,7 +216,12 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                              "folder or PYTHONPATH, or a path to a .py file) before the "
                              "run, in every worker too: its avalanche_gss.methods.register "
                              "and register_policy calls add --methods and --policies "
-                             "choices; repeatable")
+                             "choices, its experiment registrations add experiments; "
+                             "repeatable")
+
+
+def _method_options(parser: argparse.ArgumentParser) -> None:
+    """``--methods``, ``--policies``."""
     parser.add_argument("--methods", nargs="+", type=_method, default=None,
                         metavar="METHOD",
                         help=f"methods to run: {', '.join(METHOD_NAMES)} (default: the "
@@ -226,6 +236,10 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                              "METHOD:OPTION=VALUE,... (a buffer "
                              "method with options of its buffer or run settings, e.g. "
                              "GSS-Clust:growth=1.5,recent_size=50)")
+
+
+def _which_buffer_options(parser: argparse.ArgumentParser) -> None:
+    """``--streams``, ``--compute-matched``."""
     stream_names = [*STREAMS, *STREAM_GROUPS]
     parser.add_argument("--streams", nargs="+", choices=stream_names, default=None,
                         metavar="STREAM",
@@ -241,6 +255,10 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                              "Reservoir's; it trains only on batches floor(j*C), the rest "
                              "unseen (Ghunaim et al., CVPR 2023); adds C, that accuracy and "
                              "a ranking by it")
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    """``--seeds``, ``--buffer-sizes``, ``--n-iter``, ``--lr``, ``--variants``."""
     parser.add_argument("--seeds", nargs="+", type=_seed, default=None, metavar="SEED",
                         help="seeds (default: the experiment's: 0 1 2; which-buffer: 0 1 2 3)")
     parser.add_argument("--buffer-sizes", nargs="+", type=_buffer_size, default=None,
@@ -256,6 +274,10 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="paper and/or authors: GSS-Greedy, GSS-Clust and FSS-Clust as "
                              "the paper writes them (paper) and as the authors' code does "
                              "them (authors); each is its own row")
+
+
+def _retrieval_options(parser: argparse.ArgumentParser) -> None:
+    """``--retrieval``, ``--mir-candidates``."""
     parser.add_argument("--retrieval", nargs="+", choices=RETRIEVAL_NAMES,
                         default=None, metavar="RETRIEVAL",
                         help="table experiments: which buffer samples each replay step of "
@@ -268,6 +290,10 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--mir-candidates", type=_count(MAX_BUFFER), default=None, metavar="C",
                         help="buffer samples MIR scores per replay step (default: 50, the "
                              "MIR authors' on MNIST and CIFAR-10)")
+
+
+def _sweep_options(parser: argparse.ArgumentParser) -> None:
+    """``--out``, ``--quick``, ``--device``, the sweep's and the logs' options."""
     parser.add_argument("--out", default="results", help="output folder")
     parser.add_argument("--quick", action="store_true", help="a short version of the run")
     parser.add_argument("--device", type=_device, default="auto", help=DEVICE_HELP)
@@ -288,7 +314,6 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--tensorboard", default=None, metavar="DIR",
                         help="log each buffer method's buffer composition and surrogate "
                              "value every 100 batches to TensorBoard under DIR")
-    return parser
 
 
 def _method(text: str) -> str:

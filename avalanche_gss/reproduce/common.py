@@ -9,13 +9,14 @@ import shlex
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.provenance import numerics_identity
 from avalanche_gss.reproduce.cli import PROG, prog_of  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.experiments.protocols import METHOD_OVERRIDES, Protocol
+from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.runs.cache import module_sha256, package_sha256
 from avalanche_gss.reproduce.runs.settings import (
     BUFFER_METHODS,
@@ -73,7 +74,7 @@ def data_identity(data: ArrayDataset) -> dict[str, str]:
     return {"data_sha256": _FINGERPRINTS[id(data)], "data_source": data.source}
 
 
-def code_identity() -> dict[str, Any]:
+def code_identity() -> JsonObject:
     """What identifies the code of every run in its cache key, and what it computes on.
 
     The package's version and the hash of its source
@@ -96,7 +97,7 @@ def code_identity() -> dict[str, Any]:
             **numerics_identity(), **user_code()}
 
 
-def user_code() -> dict[str, Any]:
+def user_code() -> JsonObject:
     """The code of one's own this process runs, as a run's cache key holds it.
 
     ``user_code``: the SHA-256 of the source of each module of
@@ -109,7 +110,7 @@ def user_code() -> dict[str, Any]:
     :raises ValueError: a module has no source file to hash (a ``.pyc`` alone, a zip
         import), in one line naming the module and its file.
     """
-    identity: dict[str, Any] = {}
+    identity: JsonObject = {}
     modules = methods.user_modules()
     if modules:
         identity["user_code"] = {name: module_sha256(name) for name in modules}
@@ -119,7 +120,7 @@ def user_code() -> dict[str, Any]:
     return identity
 
 
-def method_code(method: str) -> dict[str, Any]:
+def method_code(method: str) -> JsonObject:
     """What a run's cache key and its worker process need of a method from user code.
 
     Empty for this package's methods and the baselines (:func:`code_identity` holds what
@@ -135,15 +136,16 @@ def method_code(method: str) -> dict[str, Any]:
         return {}
     spec = methods.get(method)
     identity = user_code()
-    identity["user_code"] = {**identity.get("user_code", {}),
+    identity["user_code"] = {**cast(dict[str, str], identity.get("user_code", {})),
                              **{name: module_sha256(name) for name in spec.code_modules()}}
-    imports = list(dict.fromkeys([*identity.get("imports", ()), *methods.imports_for(method)]))
+    imports = list(dict.fromkeys([*cast(list[str], identity.get("imports", ())),
+                                  *methods.imports_for(method)]))
     if imports:
         identity["imports"] = imports
     return identity
 
 
-def prepare_job(config: dict[str, Any]) -> None:
+def prepare_job(config: Mapping[str, Json]) -> None:
     """Make a job's process ready for it: import its user modules, check its code.
 
     Imports the modules of ``config["imports"]`` (a worker process starts without them),
@@ -155,13 +157,13 @@ def prepare_job(config: dict[str, Any]) -> None:
     :raises ValueError: the code changed since the sweep started, or this process runs on
         another torch or CPU capability than the key's, naming what differs.
     """
-    for spec in config.get("imports", ()):
+    for spec in cast(list[str], config.get("imports", ())):
         methods.import_user(spec)
     methods.names()  # the entry points' methods, imported
     changed = []
     if config.get("code_sha256") not in (None, package_sha256()):
         changed.append("avalanche_gss")
-    changed += [name for name, digest in config.get("user_code", {}).items()
+    changed += [name for name, digest in cast(dict[str, str], config.get("user_code", {})).items()
                 if name not in sys.modules or module_sha256(name) != digest]
     if changed:
         raise ValueError(f"the code of {', '.join(changed)} changed during the sweep (its "
@@ -176,13 +178,13 @@ def prepare_job(config: dict[str, Any]) -> None:
                          "one that started the sweep")
 
 
-def data_fields(data: ArrayDataset) -> dict[str, Any]:
+def data_fields(data: ArrayDataset) -> JsonObject:
     """What every report says of its data: name, source, content hash, verification."""
     return {"dataset": data.name, "data_source": data.source, **data_identity(data),
             "data_verified_as": data.verified_as, "data_verification": data.verification}
 
 
-def load_checked(config: dict[str, Any]) -> ArrayDataset:
+def load_checked(config: Mapping[str, Json]) -> ArrayDataset:
     """Load a job's data and check that they are the data its cache key names.
 
     :raises ValueError: the data changed since the sweep started (e.g. the file was
@@ -192,13 +194,14 @@ def load_checked(config: dict[str, Any]) -> ArrayDataset:
         # The command that planned the sweep loaded these data first, and said so if the
         # offline digits stand in for MNIST: its worker processes do not say it again.
         warnings.simplefilter("ignore", OfflineDigitsWarning)
-        data = load(config["data"], config["root"], config["download"])
+        data = load(str(config["data"]), cast(str | None, config["root"]),
+                    bool(config["download"]))
     expected = config.get("data_sha256")
     if expected is not None:
         found = data_identity(data)["data_sha256"]
         if found != expected:
             raise ValueError(f"the data {config['data']!r} changed during the sweep (content "
-                             f"hash {found[:12]}, the sweep started with {expected[:12]}); "
+                             f"hash {found[:12]}, the sweep started with {str(expected)[:12]}); "
                              "run the command again")
     return data
 
@@ -230,8 +233,12 @@ def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, Arr
         raise SystemExit(f"{prog}: error: --data {name}: {_one_line(err)}") from None
 
 
+Choices: TypeAlias = "dict[str, Any]"
+"""An experiment's choices (methods, buffer sizes, seeds...: :func:`resolve_choices`)."""
+
+
 def resolve_choices(args: argparse.Namespace, defaults: Mapping[str, Any],
-                    quick: Mapping[str, Any], options: Sequence[str]) -> dict[str, Any]:
+                    quick: Mapping[str, Any], options: Sequence[str]) -> Choices:
     """What an experiment runs: its defaults, ``--quick``'s, then the command line's.
 
     The command line's ``options`` replace the choice of the same name where it is given
@@ -281,22 +288,6 @@ def settings_from_dict(values: Mapping[str, Any]) -> RunSettings:
     """
     rest = dict(values)
     return make_settings(rest.pop("method"), **rest)
-
-
-PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_size", "retrieval")
-"""Settings that tell one run of an experiment from another (not the protocol's)."""
-
-
-def settings_by_method(settings: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each method's settings as run (``RunSettings`` dicts), beyond those in ``PER_RUN``.
-
-    A run's options count as settings of their own (``{"growth": 1.5}``).
-    """
-    by_method: dict[str, dict[str, Any]] = {}
-    for s in settings:
-        flat = {**{k: v for k, v in s.items() if k != "options"}, **s.get("options", {})}
-        by_method.setdefault(s["method"], {k: v for k, v in flat.items() if k not in PER_RUN})
-    return by_method
 
 
 def command(argv: Sequence[str] | None = None, prog: str = PROG) -> str:

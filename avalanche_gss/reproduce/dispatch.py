@@ -24,10 +24,7 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
         args.device = resolve_device(args.device)
     except ValueError as err:
         raise SystemExit(f"{prog}: error: argument --device: {err}") from None
-    from avalanche_gss.reproduce.experiments.composition import composition
-    from avalanche_gss.reproduce.experiments.figures import FIGURES
-    from avalanche_gss.reproduce.experiments.tables import table
-    from avalanche_gss.reproduce.experiments.which_buffer import which_buffer
+    from avalanche_gss.reproduce.experiments.registry import EXPERIMENTS
     from avalanche_gss.reproduce.reports.outputs import (
         failed,
         interrupted,
@@ -41,13 +38,7 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
     # The command line's own setting (--threads, default 1), not a library side effect.
     torch.set_num_threads(args.threads)
     try:
-        if args.experiment == "composition":
-            return composition(args, argv)
-        if args.experiment == "which-buffer":
-            return which_buffer(args, argv)
-        if args.experiment in FIGURES:
-            return FIGURES[args.experiment](args, argv)
-        return table(args, argv)
+        return EXPERIMENTS.get(args.experiment).load().run(args, argv)
     except SweepError as err:
         return failed(err, prog)
     except SweepInterrupted as err:  # Ctrl-C during a sweep: no run started after it

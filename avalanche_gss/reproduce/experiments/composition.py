@@ -6,9 +6,10 @@ stored samples per task, the stored-score quantiles (GSS-Greedy) and the share o
 offered samples the buffer took in, then writes ``composition.json``, ``.csv`` and ``.md``.
 ``--quick`` runs 200 samples per task and records every 100 (:data:`QUICK`).
 
-The helpers below (:func:`task_end_trace`, :func:`trace_records`, :func:`task_shares`,
-:func:`at_task_ends`) are the same diagnosis for other experiments' runs
-(``which-buffer`` traces its runs with them).
+The helpers below (:func:`task_shares`, :func:`at_task_ends`, and
+:func:`~avalanche_gss.reproduce.runs.traces.task_end_trace` and
+:func:`~avalanche_gss.reproduce.runs.traces.trace_records`, re-exported) are the same
+diagnosis for other experiments' runs (``which-buffer`` traces its runs with them).
 """
 
 from __future__ import annotations
@@ -16,53 +17,35 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.reproduce.common import (
+    Choices,
     command,
-    data_fields,
     prog_of,
     resolve_choices,
     resolve_data,
     settings_from_dict,
 )
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, data_label
-from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.reports.report import DataFacts, Report, jsonable, shared_setting
 from avalanche_gss.reproduce.reports.writing import (
     data_lines,
-    output_paths,
     protocol_line,
     provenance,
     provenance_line,
-    write_report,
 )
-from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, run
-from avalanche_gss.streams import TaskSplit
+from avalanche_gss.reproduce.runner import Experiment, Rendered
+from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
+from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, RunSettings, run
+from avalanche_gss.streams import ArrayDataset, TaskSplit
 
-
-def task_end_trace(split: TaskSplit) -> BufferTrace:
-    """A :class:`BufferTrace` whose records fall on every task end of ``split``.
-
-    It records every ``gcd`` of the task sizes (e.g. every 800 samples on 5 tasks of 800,
-    every 80 on Table 4's 800/80 sequences), so each task end is a record.
-
-    :param split: a class-disjoint split (the trace reads a sample's task from its label).
-    """
-    return BufferTrace(None, split.task_classes, every=math.gcd(*split.train_sizes))
-
-
-def trace_records(trace: BufferTrace) -> list[dict[str, Any]]:
-    """The trace's records after a run, ending with the buffer at the end of the stream.
-
-    :param trace: a trace that watched a finished run.
-    """
-    buf = trace.buffer
-    if buf is not None and (not trace.records or trace.records[-1]["samples"] != buf.n_seen):
-        trace.records.append(trace.snapshot())
-    return trace.records
+__all__ = ["COLUMNS", "COMPOSITION", "Composition", "CompositionRow", "at_task_ends",
+           "task_end_trace", "task_shares", "trace_records"]
 
 
 def task_shares(record: dict[str, Any]) -> list[float]:
@@ -125,7 +108,35 @@ QUICK = {"samples_per_task": 200, "every": 100}
 """What ``--quick`` changes: 200 samples per task instead of Table 1's, a record every 100."""
 
 
-def _csv(rows: Sequence[dict[str, Any]], n_tasks: int) -> str:
+@dataclass
+class CompositionRow:
+    """One run's buffer along the stream, and its final accuracy.
+
+    :param method: the method.
+    :param seed: the seed.
+    :param variant: its variant (``None``: a method without variants).
+    :param buffer_size: the buffer size.
+    :param avg: its final average accuracy.
+    :param task_accuracy: its final accuracy per task.
+    :param trace: the buffer's records along the stream (:class:`BufferTrace`).
+    """
+
+    method: str
+    seed: int
+    variant: str | None
+    buffer_size: int
+    avg: float
+    task_accuracy: list[float]
+    trace: list[JsonObject]
+
+    def to_dict(self) -> JsonObject:
+        """The row as the report records it."""
+        return {"method": self.method, "seed": self.seed, "variant": self.variant,
+                "buffer_size": self.buffer_size, "avg": self.avg,
+                "task_accuracy": jsonable(self.task_accuracy), "trace": jsonable(self.trace)}
+
+
+def _csv(rows: Sequence[CompositionRow], n_tasks: int) -> str:
     """One line per record of every run: the buffer's composition along the stream."""
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
@@ -133,91 +144,138 @@ def _csv(rows: Sequence[dict[str, Any]], n_tasks: int) -> str:
                      *[f"stored_T{k + 1}" for k in range(n_tasks)], "score_q10", "score_q50",
                      "score_q90", "admitted_share"])
     for r in rows:
-        for rec in r["trace"]:
+        for rec in r.trace:
             q = rec.get("score_q10_q50_q90") or ["", "", ""]
-            writer.writerow([r["method"], r["variant"] or "", r["seed"], r["buffer_size"],
-                             rec["samples"], rec["size"], *rec["task_counts"], *q,
+            writer.writerow([r.method, r.variant or "", r.seed, r.buffer_size,
+                             rec["samples"], rec["size"], *cast(list[int], rec["task_counts"]),
+                             *cast(list[str], q),
                              f"{rec['admitted_share']:.4f}"])
     return buffer.getvalue()
 
 
-def _markdown(report: dict[str, Any], label: str) -> str:
-    protocol = report["protocol"]
-    m = protocol["buffer_sizes"][0]
+def _markdown(report: Report, rows: Sequence[CompositionRow], label: str) -> str:
+    protocol = report.protocol
+    m = cast(list[int], protocol["buffer_sizes"])[0]
     lines = [f"# composition: buffer composition along disjoint {label} (M={m}; ours, not a "
-             "table of the paper)", "", *data_lines(report)]
+             "table of the paper)", "", *data_lines(report.to_json())]
     line = protocol_line(protocol)
     if line:
         lines += [line, ""]
-    if protocol["deviations"]:
+    deviations = cast(list[str], protocol["deviations"])
+    if deviations:
         lines += ["Deviations from the paper's protocol:", ""]
-        lines += [f"- {d}" for d in protocol["deviations"]] + [""]
+        lines += [f"- {d}" for d in deviations] + [""]
     lines += ["Columns: " + COLUMNS.format(every=protocol["every"]), "",
               "| method | seed | samples | stored per task | score q10/q50/q90 | admitted |",
               "|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        name = r["method"] + (f" ({r['variant']})" if r["variant"] else "")
-        for rec in r["trace"]:
-            lines.append(f"| {name} | {r['seed']} | {rec['samples']} | "
+    for r in rows:
+        name = r.method + (f" ({r.variant})" if r.variant else "")
+        for rec in r.trace:
+            lines.append(f"| {name} | {r.seed} | {rec['samples']} | "
                          f"{rec.get('task_counts')} | {rec.get('score_q10_q50_q90', '-')} | "
-                         f"{100 * rec['admitted_share']:.1f}% |")
-        lines.append(f"| {name} | {r['seed']} | final accuracy | "
-                     f"{[round(a, 1) for a in r['task_accuracy']]} | avg {r['avg']:.1f} | |")
-    lines += ["", provenance_line(report["provenance"]), "",
-              f"Command: `{report['command']}`", ""]
+                         f"{100 * cast(float, rec['admitted_share']):.1f}% |")
+        lines.append(f"| {name} | {r.seed} | final accuracy | "
+                     f"{[round(a, 1) for a in r.task_accuracy]} | avg {r.avg:.1f} | |")
+    lines += ["", provenance_line(report.provenance or {}), "",
+              f"Command: `{report.command}`", ""]
     return "\n".join(lines)
 
 
-def composition(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
-    """Trace each method's buffer along Table 1's stream; write and print the outputs.
+@dataclass
+class CompositionPlan:
+    """The runs to trace: each seed's stream, each method (and variant)'s settings.
 
-    :param args: the parsed command line.
-    :param argv: the command line (for the record; ``sys.argv`` by default).
-    :return: the exit status (0).
+    :param chosen: the choices.
+    :param data: the loaded data.
+    :param splits: each seed's stream.
+    :param runs: each run's variant (``None``: none) and settings, with its seed's stream.
     """
-    protocol = PROTOCOLS["table1"]
-    data_name, data = resolve_data(args, protocol)
-    chosen = resolve_choices(args, CHOICES, QUICK, ("methods", "seeds", "buffer_sizes"))
-    methods, seeds, m = chosen["methods"], chosen["seeds"], chosen["buffer_sizes"][0]
+
+    chosen: Choices
+    data: ArrayDataset
+    splits: list[TaskSplit]
+    runs: list[tuple[str | None, RunSettings, TaskSplit]]
+
+
+class Composition(Experiment[CompositionPlan]):
+    """Trace each method's buffer along Table 1's stream (no cache: each run is traced)."""
+
+    def plan(self, args: argparse.Namespace) -> CompositionPlan:
+        """Each seed's stream, each method and variant's settings.
+
+        :param args: the parsed command line.
+        """
+        protocol = PROTOCOLS["table1"]
+        _, data = resolve_data(args, protocol)
+        chosen = resolve_choices(args, CHOICES, QUICK, ("methods", "seeds", "buffer_sizes"))
+        quick = ({"samples_per_task": chosen["samples_per_task"]}
+                 if "samples_per_task" in chosen else {})
+        lr, n_iter = args.lr or protocol.lr, args.n_iter or protocol.n_iter
+        splits, runs = [], []
+        for seed in chosen["seeds"]:
+            split = protocol.stream(data, seed, quick)
+            splits.append(split)
+            for method in chosen["methods"]:
+                for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
+                    settings = settings_from_dict({
+                        "method": method, "buffer_size": chosen["buffer_sizes"][0],
+                        "seed": seed, "n_iter": n_iter, "lr": lr, "device": args.device,
+                        **({"variant": variant} if method in VARIANT_METHODS else {})})
+                    runs.append((variant if method in VARIANT_METHODS else None, settings,
+                                 split))
+        return CompositionPlan(chosen, data, splits, runs)
+
+    def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
+               plan: CompositionPlan, results: Sequence[JsonObject]) -> Report:
+        """Run and trace each run; the buffers' records and the final accuracies.
+
+        :param args: the parsed command line.
+        :param argv: the command line.
+        :param plan: the plan.
+        :param results: none (the runs are traced here).
+        """
+        rows = []
+        for variant, settings, split in plan.runs:
+            trace = BufferTrace(None, split.task_classes, every=plan.chosen["every"])
+            result = run(settings, split, plugins=[trace])
+            rows.append(CompositionRow(settings.method, settings.seed, variant,
+                                       settings.buffer_size, result.avg,
+                                       result.task_accuracy, trace.records))
+        return Report("composition", None, DataFacts.of(plan.data),
+                      command(argv, prog_of(args)), _protocol(args, plan), rows,
+                      provenance(args.device, args.threads))
+
+    def render(self, report: Report, plan: CompositionPlan,
+               paths: Mapping[str, str]) -> Rendered:
+        """The records' CSV and Markdown.
+
+        :param report: the report.
+        :param plan: the plan.
+        :param paths: the output files.
+        """
+        rows = [r for r in report.rows if isinstance(r, CompositionRow)]
+        return Rendered(_markdown(report, rows, data_label(plan.data)),
+                        _csv(rows, len(plan.splits[0].train_sizes)))
+
+
+def _protocol(args: argparse.Namespace, plan: CompositionPlan) -> JsonObject:
+    """The protocol as run: the choices, the runs' settings, the first seed's stream."""
+    chosen, split = plan.chosen, plan.splits[0]
+    settings = [s for _, s, _ in plan.runs]
     every = chosen["every"]
-    quick = ({"samples_per_task": chosen["samples_per_task"]}
-             if "samples_per_task" in chosen else {})
-    lr, n_iter = args.lr or protocol.lr, args.n_iter or protocol.n_iter
-    rows: list[dict[str, Any]] = []
-    splits = []
-    settings = None
-    for seed in seeds:
-        split = protocol.stream(data, seed, quick)
-        splits.append(split)
-        for method in methods:
-            for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
-                settings = settings_from_dict({
-                    "method": method, "buffer_size": m, "seed": seed, "n_iter": n_iter,
-                    "lr": lr, "device": args.device,
-                    **({"variant": variant} if method in VARIANT_METHODS else {})})
-                trace = BufferTrace(None, split.task_classes, every=every)
-                result = run(settings, split, plugins=[trace])
-                rows.append({"method": method, "seed": seed,
-                             "variant": variant if method in VARIANT_METHODS else None,
-                             "buffer_size": m, "avg": result.avg,
-                             "task_accuracy": result.task_accuracy,
-                             "trace": trace.records})
-    assert settings is not None  # the command line gives at least one method and seed
-    split = splits[0]
-    report: dict[str, Any] = {
-        "experiment": "composition", **data_fields(data), "command": command(argv, prog_of(args)),
-        "protocol": {
-            "methods": list(methods), "variants": list(args.variants), "seeds": list(seeds),
-            "buffer_sizes": [m], "lr": lr, "n_iter": n_iter,
-            "batch_size": settings.batch_size, "replay_batch_size": settings.replay_batch_size,
-            "every": every, "quick": args.quick,
-            "stream": {k: v for k, v in split.protocol.items() if k != "deviations"},
-            "deviations": [*split.protocol.get("deviations", []),
-                           *([f"--quick: {quick['samples_per_task']} samples per task, a "
-                              f"record every {every}"] if quick else [])],
-            "columns": COLUMNS.format(every=every)},
-        "provenance": provenance(args.device, args.threads),
-        "rows": rows}
-    paths = write_report(output_paths(args.out, "composition", "json", "csv", "md"), report,
-                         _csv(rows, len(split.train_sizes)), _markdown(report, data_label(data)))
-    return show_outputs(paths, prog=prog_of(args))
+    quick = ([f"--quick: {chosen['samples_per_task']} samples per task, a record every "
+              f"{every}"] if "samples_per_task" in chosen else [])
+    return {
+        "methods": list(chosen["methods"]), "variants": list(args.variants),
+        "seeds": list(chosen["seeds"]), "buffer_sizes": [chosen["buffer_sizes"][0]],
+        "lr": shared_setting(settings, "lr"), "n_iter": shared_setting(settings, "n_iter"),
+        "batch_size": shared_setting(settings, "batch_size"),
+        "replay_batch_size": shared_setting(settings, "replay_batch_size"),
+        "every": every, "quick": args.quick,
+        "stream": {k: v for k, v in split.protocol.items() if k != "deviations"},
+        "deviations": [*split.protocol.get("deviations", []), *quick],
+        "columns": COLUMNS.format(every=every)}
+
+
+COMPOSITION = Composition("composition", "")
+"""The ``composition`` experiment."""

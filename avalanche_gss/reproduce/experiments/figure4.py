@@ -11,53 +11,51 @@ import csv
 import io
 import logging
 import os
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
-from avalanche_gss.reproduce.common import (
-    command,
-    data_fields,
-    method_code,
-    prog_of,
-    settings_by_method,
-    settings_for,
-)
+from avalanche_gss.reproduce.common import Choices, command, prog_of, settings_for
 from avalanche_gss.reproduce.experiments.figure_runs import (
     DISJOINT,
     FIGURE4,
-    base_config,
+    FigureJob,
     chosen_for,
     figure_data_label,
-    figure_sweep,
+    figure_job,
+    figure_jobs,
     flavours,
-    method_overrides,
     row_label,
     stream_protocol,
 )
-from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.plotting import Series, plot_curves
-from avalanche_gss.reproduce.reports.rows import Row, group_rows
+from avalanche_gss.reproduce.reports.report import (
+    DataFacts,
+    Report,
+    SettingsFacts,
+    jsonable,
+    shared_setting,
+)
+from avalanche_gss.reproduce.reports.rows import Row, RowKeys, group_rows
 from avalanche_gss.reproduce.reports.writing import (
-    output_paths,
     provenance,
     provenance_line,
     table_csv,
     table_markdown,
-    write_report,
     write_text,
 )
+from avalanche_gss.reproduce.runner import Experiment, JobFunction, Rendered
 from avalanche_gss.reproduce.runs.evaluation import CurveResult, mean_curve
-from avalanche_gss.reproduce.runs.planning import Run
+from avalanche_gss.reproduce.runs.planning import PlannedRun
 from avalanche_gss.reproduce.runs.training import (
     BUFFER_METHODS,
     METHODS,
     TASK_AWARE,
     RunSettings,
     run_label,
-    settings_dict,
 )
+from avalanche_gss.streams import ArrayDataset
 
 log = logging.getLogger("reproduce")
 
@@ -84,10 +82,10 @@ class CurveRow(Row):
     curve_seen_mean: list[float] = field(default_factory=list)
     curve_avg: list[list[float]] = field(default_factory=list)
     curve_seen_avg: list[list[float]] = field(default_factory=list)
-    curve_task_accuracy: list[Any] = field(default_factory=list)
+    curve_task_accuracy: list[list[list[float]]] = field(default_factory=list)
     eval_seconds: list[float] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """:meth:`Row.to_dict`, then the curves."""
         return {**super().to_dict(), "schedule": self.schedule, "samples": self.samples,
                 "curve_mean": self.curve_mean, "curve_std": self.curve_std,
@@ -97,7 +95,7 @@ class CurveRow(Row):
                 "eval_seconds": self.eval_seconds}
 
 
-def curve_rows(pairs: list[tuple[dict[str, Any], CurveResult]]) -> list[CurveRow]:
+def curve_rows(pairs: Sequence[tuple[RowKeys, CurveResult]]) -> list[CurveRow]:
     """Rows of the final accuracies, each with its seeds' curves."""
     rows = group_rows([(keys, c.result) for keys, c in pairs], CurveRow)
     for row in rows:
@@ -116,15 +114,18 @@ def curve_rows(pairs: list[tuple[dict[str, Any], CurveResult]]) -> list[CurveRow
     return rows
 
 
-def plan(args: argparse.Namespace, chosen: dict[str, Any]) -> list[Run]:
-    """Every method (and variant) x buffer size x seed, on Table 1's protocol."""
-    runs = []
+def plan(args: argparse.Namespace, chosen: Choices) -> list[tuple[RowKeys, RunSettings]]:
+    """Every method (and variant) x buffer size x seed, on Table 1's protocol.
+
+    :return: each run's row keys and settings.
+    """
+    runs: list[tuple[RowKeys, RunSettings]] = []
     for seed in chosen["seeds"]:
         for method in chosen["methods"]:
             for flavour in flavours(args, method):
-                for m in chosen["buffer_sizes"]:
-                    runs.append(Run(settings_for(args, DISJOINT, method, buffer_size=m,
-                                                 seed=seed, **flavour), dict(flavour)))
+                runs += [(dict(flavour), settings_for(args, DISJOINT, method, buffer_size=m,
+                                                      seed=seed, **flavour))
+                         for m in chosen["buffer_sizes"]]
     return runs
 
 
@@ -140,7 +141,7 @@ def _job_label(settings: RunSettings) -> str:
     return f"{label}-M{settings.buffer_size}"
 
 
-def _curves_csv(pairs: list[tuple[dict[str, Any], CurveResult]], n_tasks: int) -> str:
+def _curves_csv(pairs: Sequence[tuple[RowKeys, CurveResult]], n_tasks: int) -> str:
     """One line per point of every run's curve."""
     with io.StringIO(newline="") as f:
         writer = csv.writer(f)
@@ -157,11 +158,12 @@ def _curves_csv(pairs: list[tuple[dict[str, Any], CurveResult]], n_tasks: int) -
         return f.getvalue()
 
 
-def _markdown(report: dict[str, Any], rows: Sequence[CurveRow], paths: dict[str, str]) -> str:
+def _markdown(report: JsonObject, rows: Sequence[CurveRow], paths: Mapping[str, str]) -> str:
     """The final accuracies' table, then the accuracy at each task end, from the rows."""
     protocol = report["protocol"]
-    ends, every = protocol["task_ends"], protocol["every_samples"]
-    columns = [(f"M={m}", m) for m in protocol["buffer_sizes"]]
+    assert isinstance(protocol, dict)
+    ends, every = cast(list[int], protocol["task_ends"]), protocol["every_samples"]
+    columns = [(f"M={m}", m) for m in cast(list[int], protocol["buffer_sizes"])]
     table = table_markdown(report, columns, "buffer_size", {}, command=False)
     lines = [table, "", "## Accuracy along the stream (mean over all tasks)", "",
              f"Stream: {len(ends)} tasks, {ends[0]} training samples each (the paper: 1000), "
@@ -175,74 +177,140 @@ def _markdown(report: dict[str, Any], rows: Sequence[CurveRow], paths: dict[str,
         cells = [f"{at[x]:.1f}" if x in at else "-" for x in ends]
         lines.append(f"| {row_label(row.method, row.keys)} ({row.schedule}) | "
                      + " | ".join(cells) + " |")
-    lines += ["", provenance_line(report["provenance"]), "", f"Plot: `{paths['png']}`", "",
-              f"Command: `{report['command']}`", ""]
+    lines += ["", provenance_line(cast(JsonObject, report["provenance"])), "",
+              f"Plot: `{paths['png']}`", "", f"Command: `{report['command']}`", ""]
     return "\n".join(lines)
 
 
-def figure4(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
-    """Test accuracy along disjoint MNIST every 100 samples (paper Figure 4a).
+CURVE_NOTE = ("curve_mean / curve_avg: test accuracy averaged over ALL tasks (unseen tasks "
+              "count, at ~0%), as the authors' main.py and GEM evaluate every task at every "
+              "point; curve_seen_mean / curve_seen_avg: over the tasks seen so far")
+"""What the protocol says the curves are."""
 
-    :param args: the parsed command line.
-    :param argv: the command line (for the record; ``sys.argv`` by default).
-    :return: the exit status.
+SCHEDULE_NOTE = ("periodic: every every_samples stream samples and at task ends (GEM: inside "
+                 "its task-level experiences); task_ends: iCaRL (nearest-mean classifier); "
+                 "end: i.i.d. baselines")
+"""What the protocol says the evaluation schedules are."""
+
+
+@dataclass
+class Figure4Plan:
+    """Figure 4's plan: choices, data, runs.
+
+    :param chosen: the choices.
+    :param data: the loaded data.
+    :param stream: the first seed's stream protocol and deviations.
+    :param runs: the runs, each with its job.
+    :param curves: each run's row keys and curve, once swept.
     """
-    chosen = chosen_for(args, FIGURE4)
-    chosen["methods"] = tuple(m for m in chosen["methods"] if m in METHODS)
-    data_name = args.data or DISJOINT.dataset
-    spt, every = chosen["samples_per_task"], chosen["every_samples"]
-    data, split, stream = stream_protocol(args, data_name, spt, chosen["seeds"][0])
-    shown_as, own = figure_data_label(data)
-    runs = plan(args, chosen)
-    configs = [{**base_config(args, data_name, spt, data), "kind": "curve",
-                "every_samples": every, "settings": settings_dict(r.settings),
-                "label": _job_label(r.settings), **method_code(r.settings.method)}
-               for r in runs]
-    log.info("figure4: %d runs on %s (%s)", len(configs), data.name, data.source)
-    start = time.perf_counter()
-    results = figure_sweep(args, configs)
-    pairs = [(r.keys, CurveResult.from_dict(res)) for r, res in zip(runs, results, strict=True)]
-    rows = curve_rows(pairs)
-    ends = pairs[0][1].task_ends
-    lr, n_iter = args.lr or DISJOINT.lr, args.n_iter or DISJOINT.n_iter
-    report: dict[str, Any] = {
-        "experiment": "figure4",
-        "title": f"test accuracy along disjoint {shown_as}, every {every} samples "
-                 + ("(paper Figure 4a)" if own else "(protocol of paper Figure 4a)"),
-        **data_fields(data),
-        "command": command(argv, prog_of(args)),
-        "provenance": provenance(args.device, args.threads),
-        "protocol": {
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
-            **stream, "lr": lr, "n_iter": n_iter,
-            "settings_by_method": settings_by_method([c["settings"] for c in configs]),
-            "method_overrides": method_overrides(configs, lr, n_iter),
-            "batch_size": 10, "replay_batch_size": 10,
-            "task_aware": [m for m in chosen["methods"] if m in TASK_AWARE],
-            "task_ends": ends, "quick": args.quick,
-            "curve": "curve_mean / curve_avg: test accuracy averaged over ALL tasks (unseen "
-                     "tasks count, at ~0%), as the authors' main.py and GEM evaluate every "
-                     "task at every point; curve_seen_mean / curve_seen_avg: over the tasks "
-                     "seen so far",
-            "schedules": "periodic: every every_samples stream samples and at task ends "
-                         "(GEM: inside its task-level experiences); task_ends: iCaRL "
-                         "(nearest-mean classifier); end: i.i.d. baselines",
-        },
-        "rows": [r.to_dict() for r in rows],
-        "wall_seconds": time.perf_counter() - start,
-    }
-    paths = output_paths(args.out, "figure4", "json", "csv", "md")
-    series = []
-    for row in rows:
-        label = row_label(row.method, row.keys) + (
-            f" M={row.buffer_size}" if len(chosen["buffer_sizes"]) > 1 else "")
-        style = {"periodic": "line", "task_ends": "markers", "end": "end"}[row.schedule]
-        series.append(Series(label, row.samples, row.curve_mean, row.curve_std, style))
-    paths["png"] = plot_curves(
-        series, os.path.join(args.out, "figure4.png"), vlines=ends[:-1],
-        title=f"Disjoint {shown_as}: test accuracy (mean over all tasks), "
-              f"{len(chosen['seeds'])} seed(s)")
-    paths["curves_csv"] = os.path.join(args.out, "figure4_curves.csv")
-    write_text(paths["curves_csv"], _curves_csv(pairs, len(ends)))
-    write_report(paths, report, table_csv(report), _markdown(report, rows, paths))
-    return show_outputs(paths, prog=prog_of(args))
+
+    chosen: Choices
+    data: ArrayDataset
+    stream: JsonObject
+    runs: list[PlannedRun[FigureJob]]
+    curves: list[tuple[RowKeys, CurveResult]] = field(default_factory=list)
+
+    @property
+    def jobs(self) -> list[FigureJob]:
+        """The runs' jobs, in order."""
+        return [r.job for r in self.runs]
+
+
+class Figure4(Experiment[Figure4Plan]):
+    """Test accuracy along disjoint MNIST every 100 samples (paper Figure 4a)."""
+
+    def job_function(self, args: argparse.Namespace) -> JobFunction:
+        """:func:`~.figure_runs.figure_job`, the figures' job.
+
+        :param args: the parsed command line.
+        """
+        return figure_job
+
+    def plan(self, args: argparse.Namespace) -> Figure4Plan:
+        """Every method x buffer size x seed, each a curve.
+
+        :param args: the parsed command line.
+        """
+        chosen = chosen_for(args, FIGURE4)
+        chosen["methods"] = tuple(m for m in chosen["methods"] if m in METHODS)
+        data_name = args.data or DISJOINT.dataset
+        spt, every = chosen["samples_per_task"], chosen["every_samples"]
+        data, _, stream = stream_protocol(args, data_name, spt, chosen["seeds"][0])
+        pairs = plan(args, chosen)
+        jobs = figure_jobs(args, data_name, data, spt, [s for _, s in pairs], _job_label,
+                           every_samples=every)
+        log.info("figure4: %d runs on %s (%s)", len(jobs), data.name, data.source)
+        runs = [PlannedRun(s, keys, job) for (keys, s), job in zip(pairs, jobs, strict=True)]
+        return Figure4Plan(chosen, data, stream, runs)
+
+    def after_sweep(self, args: argparse.Namespace, plan: Figure4Plan,
+                    results: Sequence[JsonObject]) -> None:
+        """Read each run's curve into the plan.
+
+        :param args: the parsed command line.
+        :param plan: the plan.
+        :param results: the runs' curves.
+        """
+        plan.curves = [(r.keys, CurveResult.from_dict(res))
+                       for r, res in zip(plan.runs, results, strict=True)]
+
+    def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
+               plan: Figure4Plan, results: Sequence[JsonObject]) -> Report:
+        """The final accuracies' rows, each with its seeds' curves.
+
+        :param args: the parsed command line.
+        :param argv: the command line.
+        :param plan: the plan (its curves read).
+        :param results: the runs' curves.
+        """
+        pairs = plan.curves
+        shown_as, own = figure_data_label(plan.data)
+        every = plan.chosen["every_samples"]
+        lr, n_iter = args.lr or DISJOINT.lr, args.n_iter or DISJOINT.n_iter
+        settings = [r.settings for r in plan.runs]
+        facts = SettingsFacts.of(settings)
+        protocol: JsonObject = {
+            **{k: jsonable(v) for k, v in plan.chosen.items()},
+            **plan.stream, "lr": lr, "n_iter": n_iter,
+            "settings_by_method": dict(facts.by_method),
+            "method_overrides": facts.overrides(lr, n_iter),
+            "batch_size": shared_setting(settings, "batch_size"),
+            "replay_batch_size": shared_setting(settings, "replay_batch_size"),
+            "task_aware": [m for m in plan.chosen["methods"] if m in TASK_AWARE],
+            "task_ends": list(pairs[0][1].task_ends), "quick": args.quick,
+            "curve": CURVE_NOTE, "schedules": SCHEDULE_NOTE,
+        }
+        title = (f"test accuracy along disjoint {shown_as}, every {every} samples "
+                 + ("(paper Figure 4a)" if own else "(protocol of paper Figure 4a)"))
+        return Report(self.name, title, DataFacts.of(plan.data), command(argv, prog_of(args)),
+                      protocol, curve_rows(pairs), provenance(args.device, args.threads))
+
+    def render(self, report: Report, plan: Figure4Plan, paths: Mapping[str, str]) -> Rendered:
+        """The curves' plot and CSV, the table of final accuracies, the task ends.
+
+        :param report: the report.
+        :param plan: the plan.
+        :param paths: the output files.
+        """
+        out = os.path.dirname(paths["md"])
+        rows = [r for r in report.rows if isinstance(r, CurveRow)]
+        ends = cast(list[int], report.protocol["task_ends"])
+        sizes = plan.chosen["buffer_sizes"]
+        series = [Series(row_label(row.method, row.keys)
+                         + (f" M={row.buffer_size}" if len(sizes) > 1 else ""),
+                         row.samples, row.curve_mean, row.curve_std,
+                         {"periodic": "line", "task_ends": "markers", "end": "end"}[row.schedule])
+                  for row in rows]
+        shown_as = figure_data_label(plan.data)[0]
+        files = {"png": plot_curves(
+            series, os.path.join(out, "figure4.png"), vlines=ends[:-1],
+            title=f"Disjoint {shown_as}: test accuracy (mean over all tasks), "
+                  f"{len(plan.chosen['seeds'])} seed(s)")}
+        files["curves_csv"] = os.path.join(out, "figure4_curves.csv")
+        write_text(files["curves_csv"], _curves_csv(plan.curves, len(ends)))
+        view = report.to_json()
+        return Rendered(_markdown(view, rows, {**paths, **files}), table_csv(view), files)
+
+
+FIGURE4_EXPERIMENT = Figure4("figure4", "")
+"""The ``figure4`` experiment."""

@@ -7,17 +7,16 @@ Each figure's runs go through :func:`~avalanche_gss.reproduce.runs.sweep.run_swe
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
 
 from avalanche_gss.reproduce.common import (
+    Choices,
     data_identity,
-    load_checked,
-    prepare_job,
     prog_of,
     resolve_choices,
     resolve_data,
-    settings_by_method,
     settings_from_dict,
 )
 from avalanche_gss.reproduce.experiments.protocols import (
@@ -26,21 +25,23 @@ from avalanche_gss.reproduce.experiments.protocols import (
     data_label,
     disjoint_stream,
 )
+from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.reports.rows import RowKeys
 from avalanche_gss.reproduce.runs.evaluation import run_curve
-from avalanche_gss.reproduce.runs.planning import job_config, sweep
+from avalanche_gss.reproduce.runs.planning import CodeIdentity, DataSource, Job, job_base
 from avalanche_gss.reproduce.runs.sweep import job_name
-from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, VARIANTS
+from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, VARIANTS, RunSettings
 from avalanche_gss.reproduce.runs.training import run as run_one
 from avalanche_gss.streams import ArrayDataset, TaskSplit
 
-FIGURE2: dict[str, Any] = {
+FIGURE2: dict[str, object] = {
     "dim": 200, "ks": (5, 10, 20), "n_sets": 200, "n_samples": 1_000_000,
     "correlation_range": (0.0, 0.9), "jitter": 0.5, "seeds": (0,),
     "quick": {"ks": (5, 10), "n_sets": 60, "n_samples": 50_000},
 }
 """Figure 2: vectors per set ``k`` (the buffer size of Eq. 4), sets, Monte Carlo draws."""
 
-FIGURE4: dict[str, Any] = {
+FIGURE4: dict[str, object] = {
     "methods": ("GSS-Greedy", "GSS-IQP", "GEM", "iCaRL", "Single", "iid-online",
                 "iid-offline"),
     "buffer_sizes": (300,), "seeds": (0, 1, 2), "samples_per_task": 1000,
@@ -50,7 +51,7 @@ FIGURE4: dict[str, Any] = {
 """Figure 4 (disjoint MNIST, 1k samples per task, accuracy every 100 samples; ``--quick``:
 100 samples per task, accuracy every 50)."""
 
-FIGURE5: dict[str, Any] = {
+FIGURE5: dict[str, object] = {
     "methods": ("GSS-Greedy",), "buffer_sizes": (300,), "seeds": (0, 1, 2),
     "samples_per_task": 1000, "n_values": (1, 2, 5, 10, 20, 50),
     "batch_sizes": (1, 5, 10, 20, 50, 100), "n": 10, "batch_size": 10,
@@ -66,46 +67,98 @@ PAPER_FIGURE5_N = {1: 67.3}
 DISJOINT = PROTOCOLS["table1"]  # lr, n_iter of the disjoint MNIST experiments
 
 
-def _split(config: dict[str, Any], seed: int) -> TaskSplit:
-    data = load_checked(config)
-    return disjoint_stream(config["samples_per_task"])(data, seed, {})
+@dataclass(frozen=True, kw_only=True)
+class FigureJob(Job):
+    """One run of a figure (:func:`figure_job`): its whole-stream result or its curve.
+
+    :param samples_per_task: the disjoint stream's training samples per task.
+    :param kind: ``"curve"``: :func:`~avalanche_gss.reproduce.runs.evaluation.run_curve`
+        every :attr:`every_samples`; ``"final"``:
+        :func:`~avalanche_gss.reproduce.runs.training.run`.
+    :param every_samples: a curve's samples between two evaluations.
+    """
+
+    samples_per_task: int
+    kind: Literal["curve", "final"]
+    every_samples: int | None = None
+
+    def config(self) -> JsonObject:
+        """The job as its cache key holds it."""
+        config = {**self.base_config(), "samples_per_task": self.samples_per_task,
+                  "kind": self.kind}
+        if self.every_samples is not None:
+            config["every_samples"] = self.every_samples
+        return config
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Json]) -> FigureJob:
+        """The job a config describes (as a sweep hands it to a worker process).
+
+        :param config: the job's config (:meth:`config`).
+        """
+        kind = str(config["kind"])
+        if kind not in ("curve", "final"):
+            raise ValueError(f"unknown figure job kind {kind!r}; choose curve or final")
+        every = config.get("every_samples")
+        return cls(experiment=str(config["experiment"]), data=DataSource.from_config(config),
+                   code=CodeIdentity.from_config(config),
+                   threads=int(cast(int, config.get("threads", 1))),
+                   settings=settings_from_dict(cast(JsonObject, config["settings"])),
+                   label=job_name(config),
+                   samples_per_task=int(cast(int, config["samples_per_task"])),
+                   kind="curve" if kind == "curve" else "final",
+                   every_samples=None if every is None else int(cast(int, every)))
 
 
-def figure_job(config: dict[str, Any]) -> dict[str, Any]:
+def figure_job(job: FigureJob | Mapping[str, Json]) -> JsonObject:
     """One run of a figure (module-level, so worker processes and submitit can pickle it).
 
-    :param config: ``kind`` (``"curve"``: :func:`~avalanche_gss.reproduce.runs.evaluation.run_curve`
-        every ``every_samples``; ``"final"``: :func:`~avalanche_gss.reproduce.runs.training.run`),
-        ``data``, ``root``, ``download``, ``samples_per_task``, ``settings`` and
-        ``label`` (the run's name in its log lines, unique in its sweep).
+    :param job: the job, or its config as a sweep hands it to its worker
+        (:meth:`FigureJob.from_config`).
     :return: the :class:`CurveResult` or :class:`RunResult` as a dict.
     """
-    prepare_job(config)  # a worker process: the user modules its method comes from
-    settings = settings_from_dict(config["settings"])
-    split = _split(config, settings.seed)
-    if config["kind"] == "curve":
-        return run_curve(settings, split, every_samples=config["every_samples"],
-                         label=job_name(config)).to_dict()
-    return run_one(settings, split, label=job_name(config)).to_dict()
+    if isinstance(job, FigureJob):
+        job.code.prepare()
+    else:  # a worker process: the user modules its method comes from, first
+        CodeIdentity.from_config(job).prepare()
+        job = FigureJob.from_config(job)
+    settings = job.settings
+    split = disjoint_stream(job.samples_per_task)(job.data.load(), settings.seed, {})
+    if job.kind == "curve":
+        assert job.every_samples is not None
+        return run_curve(settings, split, every_samples=job.every_samples,
+                         label=job.label).to_dict()
+    return run_one(settings, split, label=job.label).to_dict()
 
 
-def chosen_for(args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:
+def chosen_for(args: argparse.Namespace, spec: Mapping[str, object]) -> Choices:
     """The spec's settings, its ``quick`` ones under ``--quick``, then the command line's."""
     return resolve_choices(args, {k: v for k, v in spec.items() if k != "quick"},
-                           spec["quick"], ("methods", "seeds", "buffer_sizes"))
+                           cast(Mapping[str, object], spec["quick"]),
+                           ("methods", "seeds", "buffer_sizes"))
 
 
-def figure_sweep(args: argparse.Namespace, configs: list[dict[str, Any]]
-                 ) -> list[dict[str, Any]]:
-    """Run (or find in the cache) a figure's jobs (:func:`figure_job`); their results."""
-    return sweep(args, args.experiment, configs, figure_job)
+def figure_jobs(args: argparse.Namespace, data_name: str, data: ArrayDataset,
+                samples_per_task: int, settings: Sequence[RunSettings],
+                label: Callable[[RunSettings], str], every_samples: int | None = None
+                ) -> list[FigureJob]:
+    """A figure's job for each run's settings (a curve's where ``every_samples`` is given).
 
-
-def base_config(args: argparse.Namespace, data_name: str, samples_per_task: int,
-                data: ArrayDataset) -> dict[str, Any]:
-    """What every job of a figure holds (:func:`.planning.job_config`)."""
-    return job_config(args, args.experiment, data_name, data_identity(data),
-                      samples_per_task=samples_per_task)
+    :param args: the parsed command line.
+    :param data_name: the data as the command line names them.
+    :param data: the loaded data.
+    :param samples_per_task: the stream's training samples per task.
+    :param settings: each run's settings.
+    :param label: each run's name in log and failure lines.
+    :param every_samples: a curve's samples between two evaluations (``None``: each run's
+        final accuracy).
+    """
+    base = job_base(args, args.experiment, data_name, data_identity(data))
+    return [FigureJob(**base, code=CodeIdentity.of_method(s.method),  # type: ignore[arg-type]
+                      settings=s, label=label(s), samples_per_task=samples_per_task,
+                      kind="final" if every_samples is None else "curve",
+                      every_samples=every_samples)
+            for s in settings]
 
 
 def figure_data_label(data: ArrayDataset) -> tuple[str, bool]:
@@ -114,7 +167,7 @@ def figure_data_label(data: ArrayDataset) -> tuple[str, bool]:
 
 
 def stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: int,
-                    seed: int) -> tuple[ArrayDataset, TaskSplit, dict[str, Any]]:
+                    seed: int) -> tuple[ArrayDataset, TaskSplit, JsonObject]:
     """The data (checked for the disjoint protocol), the first seed's stream, its protocol.
 
     :raises SystemExit: one line naming the data, when they do not fit the protocol.
@@ -129,24 +182,12 @@ def stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: 
     return data, split, {"stream": stream, "deviations": split.protocol.get("deviations", [])}
 
 
-def method_overrides(configs: Sequence[dict[str, Any]], lr: float, n_iter: int
-               ) -> dict[str, dict[str, Any]]:
-    """Each method's learning rate and iterations per batch where they are not the figure's.
-
-    The authors' scripts give GEM, iCaRL and the baselines their own.
-    """
-    by_method = settings_by_method([c["settings"] for c in configs])
-    found = {m: {k: s[k] for k, base in (("lr", lr), ("n_iter", n_iter)) if s[k] != base}
-             for m, s in by_method.items()}
-    return {m: o for m, o in found.items() if o}
-
-
-def row_label(method: str, keys: dict[str, Any]) -> str:
+def row_label(method: str, keys: RowKeys) -> str:
     """A row's method, with its variant in parentheses where it has one."""
     return method + (f" ({keys['variant']})" if "variant" in keys else "")
 
 
-def flavours(args: argparse.Namespace, method: str) -> list[dict[str, Any]]:
+def flavours(args: argparse.Namespace, method: str) -> list[RowKeys]:
     """A method with variants once per ``--variants`` entry; other methods once."""
     if method in VARIANT_METHODS:
         return [{"variant": v} for v in (getattr(args, "variants", None) or VARIANTS)]

@@ -12,35 +12,46 @@ import argparse
 import dataclasses
 import logging
 import os
-import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from avalanche_gss.reproduce.common import (
+    Choices,
     command,
-    data_fields,
     data_identity,
-    method_code,
     prog_of,
     resolve_choices,
     resolve_data,
-    settings_by_method,
     settings_for,
 )
 from avalanche_gss.reproduce.experiments.policies import parse_method_text
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, Protocol
+from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
-from avalanche_gss.reproduce.reports.outputs import show_outputs
 from avalanche_gss.reproduce.reports.paper import PAPER_AVERAGES, PAPER_TABLES
-from avalanche_gss.reproduce.reports.writing import group_rows, provenance, write_outputs
-from avalanche_gss.reproduce.runs.jobs import run_job, run_logged_job
+from avalanche_gss.reproduce.reports.report import (
+    DataFacts,
+    Report,
+    SettingsFacts,
+    jsonable,
+    shared_setting,
+)
+from avalanche_gss.reproduce.reports.rows import RowKeys
+from avalanche_gss.reproduce.reports.writing import (
+    group_rows,
+    provenance,
+    table_csv,
+    table_markdown,
+)
+from avalanche_gss.reproduce.runner import Experiment, Rendered
+from avalanche_gss.reproduce.runs.jobs import RunJob, StreamSpec
 from avalanche_gss.reproduce.runs.planning import (
-    Run,
+    CodeIdentity,
+    PlannedRun,
     check_buffer_sizes,
     check_model,
-    job_config,
+    job_base,
     run_result,
-    sweep,
 )
 from avalanche_gss.reproduce.runs.sweep import config_key
 from avalanche_gss.reproduce.runs.training import (
@@ -50,14 +61,15 @@ from avalanche_gss.reproduce.runs.training import (
     RunSettings,
     default_retrieval,
     run_label,
-    settings_dict,
 )
+from avalanche_gss.streams import ArrayDataset
 
 log = logging.getLogger("reproduce")
 
 
-def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[Run], dict[str, Any]]:
-    """List the runs to do (their stream ``variant``, row keys, settings) and the choices.
+def plan(args: argparse.Namespace, protocol: Protocol
+         ) -> tuple[list[PlannedRun[StreamSpec]], Choices]:
+    """List the runs to do (their stream, row keys, settings) and the choices.
 
     A ``--methods`` value ``METHOD:OPTION=VALUE,...`` runs that method with those options
     and settings (:func:`~avalanche_gss.reproduce.experiments.policies.parse_method_text`),
@@ -67,31 +79,29 @@ def plan(args: argparse.Namespace, protocol: Protocol) -> tuple[list[Run], dict[
         args, {"methods": protocol.methods, "buffer_sizes": protocol.buffer_sizes,
                "seeds": protocol.seeds, "variants": protocol.variants},
         protocol.quick, ("methods", "buffer_sizes", "seeds"))
-    runs = []
     stream_extra = ({"samples_per_task": chosen["samples_per_task"]}
                     if "samples_per_task" in chosen else {})
+    runs = []
     for variant in chosen["variants"]:
+        stream = StreamSpec({**variant, **stream_extra})
         for seed in chosen["seeds"]:
             for text in chosen["methods"]:
                 method, keywords = parse_method_text(text)
                 own = {"options": text.partition(":")[2].strip()} if keywords else {}
                 for flavour in _flavours(args, protocol, method):
-                    row = {**variant, **flavour, **own}
                     extra = ({"mir_candidates": args.mir_candidates}
                              if flavour.get("retrieval") == "mir" and args.mir_candidates
                              else {})
-                    for m in chosen["buffer_sizes"]:
-                        settings = _settings(args, protocol, text, buffer_size=m, seed=seed,
-                                             **flavour, **extra, **keywords)
-                        runs.append(Run(settings, row,
-                                        {"variant": {**variant, **stream_extra}}))
+                    runs += [PlannedRun(_settings(args, protocol, text, buffer_size=m,
+                                                  seed=seed, **flavour, **extra, **keywords),
+                                        {**variant, **flavour, **own}, stream)
+                             for m in chosen["buffer_sizes"]]
     return runs, chosen
 
 
-def _flavours(args: argparse.Namespace, protocol: Protocol, method: str
-              ) -> list[dict[str, Any]]:
-    """A method's rows beyond its stream: the protocol's flavours, variants, retrievals."""
-    flavours: list[dict[str, Any]] = list(protocol.flavours.get(method, ({},)))
+def _flavours(args: argparse.Namespace, protocol: Protocol, method: str) -> list[RowKeys]:
+    """A method's rows: the protocol's flavours, its ``--variants``, its retrievals."""
+    flavours: list[RowKeys] = list(protocol.flavours.get(method, ({},)))
     if method in VARIANT_METHODS:
         flavours = [{**f, "variant": v} for f in flavours for v in args.variants]
     if method in BUFFER_METHODS:
@@ -113,8 +123,7 @@ def _settings(args: argparse.Namespace, protocol: Protocol, text: str,
                          f"{' '.join(str(err).split())}") from None
 
 
-def _retrievals(args: argparse.Namespace, method: str, flavour: dict[str, Any]
-                ) -> list[dict[str, Any]]:
+def _retrievals(args: argparse.Namespace, method: str, flavour: RowKeys) -> list[RowKeys]:
     """A buffer method's rehearsal rows, one per ``--retrieval`` (none given: one row).
 
     The method's own retrieval (:func:`default_retrieval`) has no row key; any other is
@@ -132,7 +141,7 @@ def _bufferless(method: str) -> bool:
     return method in ("Single", "iid-online", "iid-offline")
 
 
-def job_label(settings: RunSettings, stream: dict[str, Any]) -> str:
+def job_label(settings: RunSettings, stream: RowKeys) -> str:
     """A table run's name in its log line and in failure lines (its job's ``label``).
 
     Its settings' :func:`run_label` (method, variant, update, retrieval, buffer size,
@@ -146,24 +155,33 @@ def job_label(settings: RunSettings, stream: dict[str, Any]) -> str:
     return "-".join([run_label(settings), *(f"{k}{v}" for k, v in stream.items())])
 
 
-def _job_configs(args: argparse.Namespace, runs: list[Run], chosen: dict[str, Any],
-                 data_name: str, identity: dict[str, str]) -> list[dict[str, Any]]:
-    configs = []
+def _jobs(args: argparse.Namespace, runs: Sequence[PlannedRun[StreamSpec]], chosen: Choices,
+          data_name: str, identity: Mapping[str, str]) -> list[PlannedRun[RunJob]]:
+    """Each run with its job (a method without a buffer: one job for every buffer size)."""
+    base = job_base(args, args.experiment, data_name, identity)
+    planned = []
     for r in runs:
         s = r.settings
         # Methods without a buffer give the same run for every buffer size: run them once.
-        base = (dataclasses.replace(s, buffer=dataclasses.replace(
-                    s.buffer, size=chosen["buffer_sizes"][0]))
-                if _bufferless(s.method) else s)
-        label = job_label(base, {k: v for k, v in r.job["variant"].items() if k in r.keys})
-        config = job_config(args, args.experiment, data_name, identity, **r.job,
-                            settings=settings_dict(base), label=label,
-                            **method_code(base.method))
-        configs.append(config)
-    return configs
+        first = (dataclasses.replace(s, buffer=dataclasses.replace(
+                     s.buffer, size=chosen["buffer_sizes"][0]))
+                 if _bufferless(s.method) else s)
+        label = job_label(first, {k: v for k, v in r.job.variant.items() if k in r.keys})
+        job = RunJob(**base, code=CodeIdentity.of_method(first.method),  # type: ignore[arg-type]
+                     settings=first, label=label, stream=r.job)
+        planned.append(PlannedRun(s, r.keys, job))
+    return planned
 
 
-def _log_folders(args: argparse.Namespace, runs: list[Run]) -> list[str | None]:
+def _job_configs(args: argparse.Namespace, runs: Sequence[PlannedRun[StreamSpec]],
+                 chosen: Choices, data_name: str, identity: Mapping[str, str]
+                 ) -> list[JsonObject]:
+    """The runs' job configs, as their cache keys hold them (:meth:`RunJob.config`)."""
+    return [r.job.config() for r in _jobs(args, runs, chosen, data_name, identity)]
+
+
+def _log_folders(args: argparse.Namespace, runs: Sequence[PlannedRun[RunJob]]
+                 ) -> list[str | None]:
     """Each run's ``--tensorboard`` folder (``DIR/EXPERIMENT/LABEL``); ``None`` for a baseline.
 
     Not part of a run's cache key: where its logs go changes no result.
@@ -174,85 +192,145 @@ def _log_folders(args: argparse.Namespace, runs: list[Run]) -> list[str | None]:
         if s.method not in BUFFER_METHODS:
             folders.append(None)
             continue
-        tag = "-".join([run_label(s), *(f"{k}{v}" for k, v in r.job["variant"].items())])
+        tag = "-".join([run_label(s), *(f"{k}{v}" for k, v in r.job.stream.variant.items())])
         folders.append(os.path.join(args.tensorboard, args.experiment, tag))
     return folders
 
 
-def table(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
-    """Run one table experiment; write and print its outputs; return the exit status."""
-    protocol = PROTOCOLS[args.experiment]
-    data_name, data = resolve_data(args, protocol)
-    runs, chosen = plan(args, protocol)
-    prog = prog_of(args)
-    try:
-        check_buffer_sizes(args.buffer_sizes, data, data_name)
-    except ValueError as err:
-        raise SystemExit(f"{prog}: error: argument --buffer-sizes: {err}") from None
-    try:
-        protocol.check(data)
-        check_model(data, [r.settings for r in runs])
-    except ValueError as err:
-        raise SystemExit(f"{prog}: error: --data {data_name}: {err}") from None
-    identity = data_identity(data)
-    configs = _job_configs(args, runs, chosen, data_name, identity)
-    log.info("%s: %d runs on %s (%s), %d torch thread(s) per run", args.experiment,
-             len({config_key(c) for c in configs}), data.name, data.source, args.threads)
-    start = time.perf_counter()
-    results = sweep(args, args.experiment, configs,
-                    run_logged_job if args.tensorboard else run_job)
-    if args.tensorboard:
-        write_event_logs(_log_folders(args, runs), results, args.tensorboard)
-    rows = group_rows([(r.keys, run_result(r.settings, result))
-                       for r, result in zip(runs, results, strict=True)])
-    sample_split = protocol.stream(data, chosen["seeds"][0], runs[0].job["variant"])
-    title, paper_data = protocol.heading(data, tuple(chosen["buffer_sizes"]))
-    by_method = settings_by_method([settings_dict(r.settings) for r in runs])
-    buffer_like = [m for m in by_method if not _bufferless(m)] or list(by_method)
-    base = by_method[buffer_like[0]]
-    overrides = {m: {k: s[k] for k in ("lr", "n_iter") if s[k] != base[k]}
-                 for m, s in by_method.items()}
-    report = {
-        "experiment": args.experiment,
-        "title": title,
-        **data_fields(data),
-        "command": command(argv, prog),
-        "protocol": {
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items()},
-            "method_variants": list(args.variants),
-            "retrieval": (list(args.retrieval) if args.retrieval else
-                          {m: default_retrieval(m) for m in chosen["methods"]
-                           if m in BUFFER_METHODS}),
-            **({"mir_candidates": args.mir_candidates or RunSettings.mir_candidates}
-               if "mir" in (args.retrieval or ()) else {}),
-            "stream": {k: v for k, v in sample_split.protocol.items() if k != "deviations"},
-            "deviations": [*sample_split.protocol.get("deviations", []),
-                           *([f"--quick: {chosen['samples_per_task']} samples per task, a "
-                              f"short run of {protocol.paper_ref}'s stream"]
-                             if "samples_per_task" in chosen else [])],
-            "lr": base["lr"], "n_iter": base["n_iter"], "model": base["model"],
-            "method_overrides": {m: o for m, o in overrides.items() if o},
-            "settings_by_method": by_method,
-            "batch_size": 10, "replay_batch_size": 10,
-            "task_aware": [m for m in chosen["methods"] if m in TASK_AWARE],
-            "quick": args.quick,
-            "paper_numbers_shown": paper_data,
-        },
-        "provenance": provenance(args.device, args.threads),
-        "rows": [r.to_dict() for r in rows],
-        "wall_seconds": time.perf_counter() - start,
+@dataclass
+class TablePlan:
+    """A table's plan: its protocol, choices, data and runs.
+
+    :param protocol: the table's protocol.
+    :param chosen: its choices (methods, buffer sizes, seeds, variants...).
+    :param data_name: the data as the command line names them.
+    :param data: the loaded data.
+    :param runs: its runs, each with its job.
+    """
+
+    protocol: Protocol
+    chosen: Choices
+    data_name: str
+    data: ArrayDataset
+    runs: list[PlannedRun[RunJob]]
+
+    @property
+    def jobs(self) -> list[RunJob]:
+        """The runs' jobs, in order."""
+        return [r.job for r in self.runs]
+
+
+class Table(Experiment[TablePlan]):
+    """A table experiment (``table1`` ... ``table4``, ``blurry``, ``constrained``)."""
+
+    def plan(self, args: argparse.Namespace) -> TablePlan:
+        """The table's runs on the chosen data, checked before any run starts.
+
+        :param args: the parsed command line.
+        """
+        protocol = PROTOCOLS[self.name]
+        data_name, data = resolve_data(args, protocol)
+        runs, chosen = plan(args, protocol)
+        prog = prog_of(args)
+        try:
+            check_buffer_sizes(args.buffer_sizes, data, data_name)
+        except ValueError as err:
+            raise SystemExit(f"{prog}: error: argument --buffer-sizes: {err}") from None
+        try:
+            protocol.check(data)
+            check_model(data, [r.settings for r in runs])
+        except ValueError as err:
+            raise SystemExit(f"{prog}: error: --data {data_name}: {err}") from None
+        planned = _jobs(args, runs, chosen, data_name, data_identity(data))
+        log.info("%s: %d runs on %s (%s), %d torch thread(s) per run", self.name,
+                 len({config_key(r.job.config()) for r in planned}), data.name, data.source,
+                 args.threads)
+        return TablePlan(protocol, chosen, data_name, data, planned)
+
+    def after_sweep(self, args: argparse.Namespace, plan: TablePlan,
+                    results: Sequence[JsonObject]) -> None:
+        """Write the runs' ``--tensorboard`` logs.
+
+        :param args: the parsed command line.
+        :param plan: the plan.
+        :param results: the runs' results.
+        """
+        if args.tensorboard:
+            write_event_logs(_log_folders(args, plan.runs), results, args.tensorboard)
+
+    def report(self, args: argparse.Namespace, argv: Sequence[str] | None, plan: TablePlan,
+               results: Sequence[JsonObject]) -> Report:
+        """The table's rows, grouped over seeds, and its protocol as run.
+
+        :param args: the parsed command line.
+        :param argv: the command line.
+        :param plan: the plan.
+        :param results: the runs' results.
+        """
+        rows = group_rows([(r.keys, run_result(r.settings, result))
+                           for r, result in zip(plan.runs, results, strict=True)])
+        title, _ = plan.protocol.heading(plan.data, tuple(plan.chosen["buffer_sizes"]))
+        bad = [f"{r.method} M={r.buffer_size} seed {seed}" for r in rows
+               for seed, d in zip(r.seeds, r.diverged or [], strict=False) if d]
+        return Report(self.name, title, DataFacts.of(plan.data),
+                      command(argv, prog_of(args)), _protocol(args, plan),
+                      rows, provenance(args.device, args.threads), diverged=bad)
+
+    def render(self, report: Report, plan: TablePlan, paths: Mapping[str, str]) -> Rendered:
+        """The table's CSV and Markdown (the paper's numbers beside ours, where they apply).
+
+        :param report: the report.
+        :param plan: the plan.
+        :param paths: the output files.
+        """
+        protocol, chosen = plan.protocol, plan.chosen
+        if protocol.columns_by == "buffer_size":
+            columns = [(f"M={m}", m) for m in chosen["buffer_sizes"]]
+        else:
+            columns = [(f"Seq{v[protocol.columns_by]}", v[protocol.columns_by])
+                       for v in chosen["variants"]]
+        paper_data = report.protocol["paper_numbers_shown"]
+        paper = PAPER_TABLES.get(self.name, {}) if paper_data else {}
+        paper_avg = PAPER_AVERAGES.get(self.name) if paper_data else None
+        if paper_avg is None and self.name in PAPER_AVERAGES:
+            paper_avg = {}  # keep the Avg column, without the paper's numbers
+        view = report.to_json()
+        return Rendered(table_markdown(view, columns, protocol.columns_by, paper, paper_avg),
+                        table_csv(view))
+
+
+def _protocol(args: argparse.Namespace, plan: TablePlan) -> JsonObject:
+    """The table's protocol as run: the choices, the stream, the runs' settings."""
+    protocol, chosen, runs = plan.protocol, plan.chosen, plan.runs
+    sample_split = protocol.stream(plan.data, chosen["seeds"][0], dict(runs[0].job.stream.variant))
+    _, paper_data = protocol.heading(plan.data, tuple(chosen["buffer_sizes"]))
+    settings = [r.settings for r in runs]
+    facts = SettingsFacts.of(settings, [m for m in dict.fromkeys(s.method for s in settings)
+                                        if not _bufferless(m)])
+    quick = ([f"--quick: {chosen['samples_per_task']} samples per task, a short run of "
+              f"{protocol.paper_ref}'s stream"] if "samples_per_task" in chosen else [])
+    return {
+        **{k: jsonable(v) for k, v in chosen.items()},
+        "method_variants": list(args.variants),
+        "retrieval": (list(args.retrieval) if args.retrieval else
+                      {m: default_retrieval(m) for m in chosen["methods"]
+                       if m in BUFFER_METHODS}),
+        **({"mir_candidates": args.mir_candidates or RunSettings.mir_candidates}
+           if "mir" in (args.retrieval or ()) else {}),
+        "stream": {k: v for k, v in sample_split.protocol.items() if k != "deviations"},
+        "deviations": [*sample_split.protocol.get("deviations", []), *quick],
+        "lr": facts.value("lr"), "n_iter": facts.value("n_iter"), "model": facts.value("model"),
+        "method_overrides": facts.overrides(),
+        "settings_by_method": dict(facts.by_method),
+        "batch_size": shared_setting(settings, "batch_size"),
+        "replay_batch_size": shared_setting(settings, "replay_batch_size"),
+        "task_aware": [m for m in chosen["methods"] if m in TASK_AWARE],
+        "quick": args.quick,
+        "paper_numbers_shown": paper_data,
     }
-    if protocol.columns_by == "buffer_size":
-        columns = [(f"M={m}", m) for m in chosen["buffer_sizes"]]
-    else:
-        columns = [(f"Seq{v[protocol.columns_by]}", v[protocol.columns_by])
-                   for v in chosen["variants"]]
-    paper = PAPER_TABLES.get(args.experiment, {}) if paper_data else {}
-    paper_avg = PAPER_AVERAGES.get(args.experiment) if paper_data else None
-    if paper_avg is None and args.experiment in PAPER_AVERAGES:
-        paper_avg = {}  # keep the Avg column, without the paper's numbers
-    paths = write_outputs(report, args.out, columns=columns, row_key=protocol.columns_by,
-                          paper=paper, paper_avg=paper_avg)
-    bad = [f"{r.method} M={r.buffer_size} seed {seed}" for r in rows
-           for seed, d in zip(r.seeds, r.diverged or [], strict=False) if d]
-    return show_outputs(paths, bad, prog)
+
+
+TABLE1, TABLE2, TABLE3, TABLE4, BLURRY, CONSTRAINED = (
+    Table(name, "") for name in ("table1", "table2", "table3", "table4", "blurry",
+                                 "constrained"))
+"""The table experiments (their ``--help`` lines are the registry's)."""

@@ -45,7 +45,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from avalanche_gss.reproduce.common import (
     command,
@@ -101,6 +101,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_report import (
     runs_csv,
 )
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_statistics
+from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
 from avalanche_gss.reproduce.reports.outputs import show_outputs
 from avalanche_gss.reproduce.reports.writing import (
@@ -346,7 +347,7 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
         s = r.settings
         label = job_label(r)
         config = job_config(args, NAME, data_name, identity, **r.job,
-                            settings=settings_dict(s), label=label,
+                            settings=cast(JsonObject, settings_dict(s)), label=label,
                             **method_code(s.method))
         if getattr(args, "compute_matched", False):
             config["count_passes"] = True
@@ -364,7 +365,7 @@ def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: Choices,
     """
     spec = STREAMS[name]
     config = stream_config(name, chosen)
-    split = build_split(data, dict(config), chosen.seeds[0])
+    split = build_split(data, cast(JsonObject, config), chosen.seeds[0])
     settings = next(r.settings for r in runs if r.keys["stream"] == name)
     deviations = list(split.protocol.get("deviations", []))
     full = KINDS[spec.data].paper_samples_per_task

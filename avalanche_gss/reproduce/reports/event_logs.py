@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from avalanche.evaluation.metric_results import AlternativeValues
 from avalanche.logging import BaseLogger
+
+from avalanche_gss.reproduce.json_types import Json
 
 log = logging.getLogger("reproduce")
 
@@ -85,7 +87,7 @@ def write_events(folder: str | os.PathLike[str], scalars: Sequence[Sequence[Any]
     return path
 
 
-def write_event_logs(folders: Sequence[str | None], results: Sequence[dict[str, Any]],
+def write_event_logs(folders: Sequence[str | None], results: Sequence[Mapping[str, Json]],
                      root: str) -> int:
     """Write the event file of each logged run from its result; say what was not written.
 
@@ -108,7 +110,7 @@ def write_event_logs(folders: Sequence[str | None], results: Sequence[dict[str, 
         if scalars is None:
             missing.add(folder)
             continue
-        write_events(folder, scalars)
+        write_events(folder, cast(Sequence[Sequence[Any]], scalars))
         written.add(folder)
     if written:
         log.info("wrote the TensorBoard logs of %d run(s) under %s", len(written), root)

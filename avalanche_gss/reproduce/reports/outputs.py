@@ -15,11 +15,12 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 from avalanche_gss.reproduce.cli import PROG
 from avalanche_gss.reproduce.common import settings_from_dict
+from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.reports.writing import DIVERGED_SHARE
 from avalanche_gss.reproduce.runs.sweep import (
     SweepError,
@@ -106,13 +107,13 @@ def interrupted(err: SweepInterrupted, prog: str) -> int:
     return INTERRUPTED
 
 
-def _label(config: dict[str, Any]) -> str:
+def _label(config: Mapping[str, Json]) -> str:
     """A job's name: its ``label``, else its settings' :func:`run_label`, else its key."""
     named = job_name(config)
     if named is not None:
         return named
     try:
-        return run_label(settings_from_dict(config["settings"]))
+        return run_label(settings_from_dict(cast(JsonObject, config["settings"])))
     except (KeyError, TypeError, ValueError):
         return f"job {config_key(config)[:12]}"
 

@@ -7,19 +7,23 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, TypeAlias, TypeVar, overload
 
+from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
 from avalanche_gss.reproduce.runs.training import RunResult
 
-__all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs"]
+__all__ = ["DIVERGED_SHARE", "Row", "RowKeys", "diverged", "group_rows", "rows_from_runs"]
+
+RowKeys: TypeAlias = Mapping[str, Scalar]
+"""What tells a row from its siblings beyond method and buffer size (``{"sequence": 2}``)."""
 
 DIVERGED_SHARE = 0.1
 """A run that skipped more than this share of its training iterations has diverged."""
 
 
-def diverged(extras: dict[str, Any]) -> bool:
+def diverged(extras: Mapping[str, Any]) -> bool:
     """Whether a run skipped more than :data:`DIVERGED_SHARE` of its iterations.
 
     :param extras: the run's ``extras`` (``skipped_steps``, ``train_iterations``).
@@ -53,12 +57,12 @@ class Row:
 
     method: str
     buffer_size: int
-    keys: dict[str, Any]
+    keys: dict[str, Scalar]
     seeds: list[int]
     task_accuracy: list[list[float]]
     avg: list[float]
     train_seconds: list[float]
-    extras: list[dict[str, Any]] = field(default_factory=list)
+    extras: list[JsonObject] = field(default_factory=list)
     skipped_steps: list[int] | None = None
     diverged: list[bool] | None = None
 
@@ -77,24 +81,31 @@ class Row:
         """Whether a run of the row diverged."""
         return any(self.diverged or ())
 
-    def to_dict(self) -> dict[str, Any]:
+    def get(self, key: str) -> Scalar:
+        """A row key's value, ``None`` where the row has no such key.
+
+        :param key: a row key (``"variant"``, ``"sequence"``...).
+        """
+        return self.keys.get(key)
+
+    def to_dict(self) -> JsonObject:
         """The row as reports record it.
 
         ``method``, ``buffer_size``, the keys, ``seeds``, ``task_accuracy``, ``avg``,
         ``avg_mean``, ``avg_std``, ``train_seconds`` and, where there are any, ``extras``,
         ``skipped_steps`` and ``diverged``.
         """
-        row: dict[str, Any] = {
+        row: JsonObject = {
             "method": self.method, "buffer_size": self.buffer_size, **self.keys,
             "seeds": self.seeds, "task_accuracy": self.task_accuracy, "avg": self.avg,
             "avg_mean": self.avg_mean, "avg_std": self.avg_std,
             "train_seconds": self.train_seconds,
         }
         if self.extras:
-            row["extras"] = self.extras
+            row["extras"] = list[Json](self.extras)
         if self.skipped_steps is not None:
-            row["skipped_steps"] = self.skipped_steps
-            row["diverged"] = self.diverged
+            row["skipped_steps"] = list[Json](self.skipped_steps)
+            row["diverged"] = list[Json](self.diverged or [])
         return row
 
 
@@ -102,14 +113,14 @@ R = TypeVar("R", bound=Row)
 
 
 @overload
-def group_rows(runs: Sequence[tuple[dict[str, Any], RunResult]]) -> list[Row]: ...
+def group_rows(runs: Sequence[tuple[RowKeys, RunResult]]) -> list[Row]: ...
 
 
 @overload
-def group_rows(runs: Sequence[tuple[dict[str, Any], RunResult]], row: type[R]) -> list[R]: ...
+def group_rows(runs: Sequence[tuple[RowKeys, RunResult]], row: type[R]) -> list[R]: ...
 
 
-def group_rows(runs: Sequence[tuple[dict[str, Any], RunResult]],
+def group_rows(runs: Sequence[tuple[RowKeys, RunResult]],
                row: type[Row] = Row) -> list[Any]:
     """Group runs into rows, one per (method, buffer size, row keys), in first-seen order.
 
@@ -118,7 +129,7 @@ def group_rows(runs: Sequence[tuple[dict[str, Any], RunResult]],
     :param row: the row class to build (a :class:`Row` subclass, e.g. with more outputs).
     :raises ValueError: a seed given twice for the same row.
     """
-    groups: dict[tuple[Any, ...], list[tuple[dict[str, Any], RunResult]]] = {}
+    groups: dict[tuple[Any, ...], list[tuple[RowKeys, RunResult]]] = {}
     for keys, result in runs:
         ident = (result.settings.method, result.settings.buffer_size, *sorted(keys.items()))
         groups.setdefault(ident, []).append((keys, result))
@@ -147,7 +158,7 @@ def group_rows(runs: Sequence[tuple[dict[str, Any], RunResult]],
     return rows
 
 
-def rows_from_runs(runs: Sequence[tuple[dict[str, Any], RunResult]]) -> list[dict[str, Any]]:
+def rows_from_runs(runs: Sequence[tuple[RowKeys, RunResult]]) -> list[JsonObject]:
     """:func:`group_rows`' rows as reports record them (:meth:`Row.to_dict`).
 
     :param runs: ``(row_keys, result)`` pairs (see :func:`group_rows`).

@@ -18,8 +18,8 @@ import json
 import math
 import os
 import statistics
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries, resolve_target
 from avalanche_gss.provenance import provenance, provenance_line
@@ -52,13 +52,24 @@ def _sizes(values: Sequence[int]) -> str:
     return "/".join(f"{v:,}" for v in values)
 
 
+ReportView: TypeAlias = Mapping[str, Any]
+"""A report's JSON object as its files hold it (:meth:`.report.Report.to_json`), read back:
+free-form JSON, which the Markdown and CSV writers read by the keys users see."""
+
+PaperCells: TypeAlias = Mapping[tuple[str, Any], tuple[float, float | None]]
+"""The paper's cells, keyed ``(method, column value)``: ``(mean, std)``."""
+
+PaperAverages: TypeAlias = Mapping[str, tuple[float, float | None]]
+"""The paper's averages by method: ``(mean, std)``."""
+
+
 def _setting_words(key: str, value: Any) -> str:
     return {"lr": f"learning rate {value}",
             "n_iter": f"{value} iteration{'s' if value != 1 else ''} per batch"}.get(
                 key, f"{key} {value}")
 
 
-def protocol_line(protocol: dict[str, Any], prefix: str = "Protocol: ") -> str | None:
+def protocol_line(protocol: ReportView, prefix: str = "Protocol: ") -> str | None:
     """One Markdown line stating the protocol as run, deviating from the paper's or not.
 
     Tasks, training and test samples per task, learning rate, iterations per batch, buffer
@@ -108,7 +119,7 @@ def protocol_line(protocol: dict[str, Any], prefix: str = "Protocol: ") -> str |
     return line
 
 
-def data_lines(report: dict[str, Any]) -> list[str]:
+def data_lines(report: ReportView) -> list[str]:
     """The Markdown lines that say what the data were: source, then how they were checked.
 
     :param report: a report with ``data_source`` and, optionally, ``data_verification``.
@@ -128,7 +139,7 @@ def shared_places(keys: Sequence[Any]) -> list[str]:
     return [("=" if keys.count(key) > 1 else "") + str(keys.index(key) + 1) for key in keys]
 
 
-def _mark(row: dict[str, Any]) -> str:
+def _mark(row: ReportView) -> str:
     """``‡`` for a row with a diverged run, ``†`` for one that skipped steps, else ``""``."""
     if any(row.get("diverged", [])):
         return " ‡"
@@ -164,30 +175,21 @@ def _legend(columns: list[tuple[str, Any]], row_key: str, avg: bool) -> str:
     return text + "."
 
 
-def table_markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_key: str,
-                   paper: dict[tuple[str, Any], tuple[float, float | None]],
-                   paper_avg: dict[str, tuple[float, float | None]] | None = None, *,
-                   command: bool = True) -> str:
-    """A method × column table; each cell "ours (paper: x)" (see :func:`write_outputs`).
+def _row_label(row: ReportView) -> str:
+    """A row's method, with its variant, update and retrieval in parentheses."""
+    tags = [str(row[k]) for k in ("variant", "update", "retrieval", "options") if k in row]
+    return str(row["method"]) + (f" ({', '.join(tags)})" if tags else "")
 
-    :param command: end with the command line (``False``: the caller adds more first).
-    """
-    def label(row: dict[str, Any]) -> str:
-        tags = [str(row[k]) for k in ("variant", "update", "retrieval", "options") if k in row]
-        return row["method"] + (f" ({', '.join(tags)})" if tags else "")
 
-    methods = list(dict.fromkeys(label(r) for r in report["rows"]))
-    n_seeds = max((len(r["seeds"]) for r in report["rows"]), default=0)
-    cell_text = ("Each cell: our mean ± std over seeds" if n_seeds > 1
-                 else "Each cell: our accuracy (one seed, so no spread)")
-    if paper or paper_avg:
-        cell_text += " (the paper's number in parentheses)"
+def _explained(report: ReportView, paper: bool) -> str:
+    """What the rows' tags mean (variants, retrievals), for those the table has."""
+    rows = report["rows"]
     authors = [m for m in _VARIANT_NOTES if any(r["method"] == m and r.get("variant") ==
-                                                "authors" for r in report["rows"])]
-    cb_gss = [r for r in report["rows"] if r["method"] == "CB-GSS"]
-    explained = (
+                                                "authors" for r in rows)]
+    cb_gss = [r for r in rows if r["method"] == "CB-GSS"]
+    return (
         (" (paper): the method as the paper writes it." if any(
-            r.get("variant") == "paper" for r in report["rows"]) else "")
+            r.get("variant") == "paper" for r in rows) else "")
         + (" (authors): as the authors' code does it (" + "; ".join(
             f"{m}: {_VARIANT_NOTES[m]}" for m in authors) + ")." if authors else "")
         + (" (mir): replay batches chosen by Maximally Interfered Retrieval (Aljundi, "
@@ -195,43 +197,42 @@ def table_markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_k
            f"{report['protocol'].get('mir_candidates', 50)} random buffer samples, instead of "
            "drawn uniformly" + ("; a paper number beside it is the method's with uniform "
                                 "draws" if paper else "") + "."
-           if any(r.get("retrieval") == "mir" for r in report["rows"]) else "")
+           if any(r.get("retrieval") == "mir" for r in rows) else "")
         + (" (other-classes): each replay step draws the buffer samples whose class the "
            "incoming batch does not hold first." if any(
-               r.get("retrieval") == "other-classes" for r in report["rows"]) else "")
+               r.get("retrieval") == "other-classes" for r in rows) else "")
         + (" CB-GSS replays the classes the incoming batch does not hold first (its own "
            "retrieval)." if any("retrieval" not in r for r in cb_gss) else "")
         + (" CB-GSS (random): CB-GSS with the paper's uniform replay draws."
            if any(r.get("retrieval") == "random" for r in cb_gss) else ""))
-    protocol = protocol_line(report["protocol"])
-    lines = [
-        f"# {report['experiment']}: {report['title']}",
-        "",
-        *data_lines(report),
-        *([protocol, ""] if protocol else []),
-        cell_text + "." + explained,
-        "",
-        _legend(columns, row_key, paper_avg is not None),
-        "",
-        "| method | " + " | ".join(label for label, _ in columns)
-        + (" | Avg |" if paper_avg is not None else " |"),
-        "|---|" + "---|" * (len(columns) + (paper_avg is not None)),
-    ]
-    for method in methods:
+
+
+def _table_rows(report: ReportView, columns: list[tuple[str, Any]], row_key: str,
+                paper: PaperCells, paper_avg: PaperAverages | None) -> list[str]:
+    """The table's lines: one per method (and tags), ours beside the paper's number."""
+    rows = report["rows"]
+    lines = []
+    for method in dict.fromkeys(_row_label(r) for r in rows):
         cells = []
         for _, value in columns:
-            match = [r for r in report["rows"] if label(r) == method and r.get(row_key) == value]
+            match = [r for r in rows if _row_label(r) == method and r.get(row_key) == value]
             ours = (format_cell(match[0]["avg_mean"], match[0]["avg_std"]) + _mark(match[0])
                     if match else "-")
             ref = paper.get((method, value)) or paper.get(
                 (match[0]["method"] if match else method, value))
             cells.append(ours + (f" ({format_cell(*ref)})" if ref else ""))
         if paper_avg is not None:  # mean over the columns; std across the columns' means
-            means = [r["avg_mean"] for r in report["rows"] if label(r) == method]
+            means = [r["avg_mean"] for r in rows if _row_label(r) == method]
             ours = format_cell(statistics.fmean(means), _std(means)) if means else "-"
             ref = paper_avg.get(method.split(" (")[0])
             cells.append(ours + (f" ({format_cell(*ref)})" if ref else ""))
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _notes(report: ReportView) -> list[str]:
+    """The deviations, the task-aware methods, and the rows with skipped steps."""
+    lines: list[str] = []
     notes = report["protocol"].get("deviations", [])
     if report["protocol"].get("task_aware"):
         notes = [*notes, "Task-aware methods (given task boundaries): "
@@ -245,10 +246,46 @@ def table_markdown(report: dict[str, Any], columns: list[tuple[str, Any]], row_k
             runs = [f"seed {seed}: {n} skipped" + (" (diverged)" if d else "")
                     for seed, n, d in zip(r["seeds"], r["skipped_steps"], r["diverged"],
                                           strict=True) if n]
-            lines.append(f"- {label(r)}, M={r['buffer_size']}: " + "; ".join(runs))
+            lines.append(f"- {_row_label(r)}, M={r['buffer_size']}: " + "; ".join(runs))
         lines += ["", f"†: some steps were skipped; ‡: a run skipped more than "
                   f"{DIVERGED_SHARE:.0%} of its training iterations and diverged: its "
                   "accuracy says nothing about the method."]
+    return lines
+
+
+def table_markdown(report: ReportView, columns: list[tuple[str, Any]], row_key: str,
+                   paper: PaperCells, paper_avg: PaperAverages | None = None, *,
+                   command: bool = True) -> str:
+    """A method × column table; each cell "ours (paper: x)" (see :func:`write_outputs`).
+
+    :param report: the report's JSON object (:meth:`.report.Report.to_json`).
+    :param columns: the table's columns as ``(label, value of row_key)``.
+    :param row_key: the row key the columns range over.
+    :param paper: the paper's cells, keyed ``(method, column value)``.
+    :param paper_avg: when given, an ``Avg`` column with the paper's values by method.
+    :param command: end with the command line (``False``: the caller adds more first).
+    """
+    n_seeds = max((len(r["seeds"]) for r in report["rows"]), default=0)
+    cell_text = ("Each cell: our mean ± std over seeds" if n_seeds > 1
+                 else "Each cell: our accuracy (one seed, so no spread)")
+    if paper or paper_avg:
+        cell_text += " (the paper's number in parentheses)"
+    protocol = protocol_line(report["protocol"])
+    lines = [
+        f"# {report['experiment']}: {report['title']}",
+        "",
+        *data_lines(report),
+        *([protocol, ""] if protocol else []),
+        cell_text + "." + _explained(report, bool(paper)),
+        "",
+        _legend(columns, row_key, paper_avg is not None),
+        "",
+        "| method | " + " | ".join(label for label, _ in columns)
+        + (" | Avg |" if paper_avg is not None else " |"),
+        "|---|" + "---|" * (len(columns) + (paper_avg is not None)),
+        *_table_rows(report, columns, row_key, paper, paper_avg),
+        *_notes(report),
+    ]
     if report.get("provenance"):
         lines += ["", provenance_line(report["provenance"])]
     if command:
@@ -278,7 +315,7 @@ def output_paths(out: str, stem: str, *extensions: str) -> dict[str, str]:
     return {ext: os.path.join(out, f"{stem}.{ext}") for ext in extensions}
 
 
-def write_report(paths: dict[str, str], report: dict[str, Any], csv_text: str | None,
+def write_report(paths: dict[str, str], report: ReportView, csv_text: str | None,
                  md: str) -> dict[str, str]:
     """Write a report's JSON, CSV and Markdown (each atomically) to ``paths``.
 
@@ -296,7 +333,7 @@ def write_report(paths: dict[str, str], report: dict[str, Any], csv_text: str | 
     return paths
 
 
-def table_csv(report: dict[str, Any]) -> str:
+def table_csv(report: ReportView) -> str:
     """A table's CSV: one line per run (see :func:`write_outputs`)."""
     n_tasks = max((len(a) for r in report["rows"] for a in r["task_accuracy"]), default=0)
     buffer = io.StringIO(newline="")
@@ -324,9 +361,8 @@ def table_csv(report: dict[str, Any]) -> str:
     return buffer.getvalue()
 
 
-def write_outputs(report: dict[str, Any], out_dir: str, *, columns: list[tuple[str, Any]],
-                  row_key: str, paper: dict[tuple[str, Any], tuple[float, float | None]],
-                  paper_avg: dict[str, tuple[float, float | None]] | None = None
+def write_outputs(report: ReportView, out_dir: str, *, columns: list[tuple[str, Any]],
+                  row_key: str, paper: PaperCells, paper_avg: PaperAverages | None = None
                   ) -> dict[str, str]:
     """Write ``<experiment>.json``, ``.csv`` and ``.md`` into ``out_dir``, each atomically.
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
+from avalanche_gss.reproduce.json_types import JsonObject
 
 __all__ = ["NAMING_KEYS", "ResultCache", "canonical_json", "config_key", "module_sha256",
            "package_sha256", "result_config", "source_sha256"]
@@ -44,7 +45,7 @@ NAMING_KEYS = frozenset({"label"})
 result: they are no part of its cache key, so renaming a run never trains it again."""
 
 
-def result_config(config: Mapping[str, Any]) -> dict[str, Any]:
+def result_config(config: Mapping[str, Any]) -> JsonObject:
     """The part of a job's config that decides its result: all but :data:`NAMING_KEYS`.
 
     :param config: the job's config.
@@ -154,7 +155,7 @@ class ResultCache:
         """
         return self.dir / f"{config_key(config)}.json"
 
-    def get(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    def get(self, config: Mapping[str, Any]) -> JsonObject | None:
         """Return the job's stored result, or ``None`` if it has none (or an unreadable one).
 
         :param config: the job's config.

@@ -30,7 +30,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
 from avalanche.training.templates import SupervisedTemplate
 
-from avalanche_gss.reproduce.jsontypes import Json, JsonObject
+from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.runs.seeding import seeded_model_and_optimizer, seeded_rng
 from avalanche_gss.reproduce.runs.training import (
     BUFFER_METHODS,

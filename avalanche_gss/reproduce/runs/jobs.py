@@ -9,36 +9,159 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from avalanche.core import SupervisedPlugin
 
-from avalanche_gss.streams import ArrayDataset, TaskSplit
-from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
-from avalanche_gss.reproduce.runs.training import BUFFER_METHODS
-from avalanche_gss.reproduce.runs.training import run as run_one
 from avalanche_gss.metrics import buffer_metrics, class_task_map
-from avalanche_gss.reproduce.common import load_checked, prepare_job, settings_from_dict
-from avalanche_gss.reproduce.experiments.composition import task_end_trace, trace_records
-from avalanche_gss.reproduce.reports.event_logs import RESULT_KEY, ScalarRecorder
+from avalanche_gss.reproduce.common import settings_from_dict
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
+from avalanche_gss.reproduce.reports.event_logs import RESULT_KEY, ScalarRecorder
+from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
+from avalanche_gss.reproduce.runs.planning import CodeIdentity, DataSource, Job
 from avalanche_gss.reproduce.runs.sweep import job_name
+from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult
+from avalanche_gss.reproduce.runs.training import run as run_one
+from avalanche_gss.streams import ArrayDataset, TaskSplit
 
 
-def build_split(data: ArrayDataset, config: dict[str, Any], seed: int) -> TaskSplit:
-    """The stream a job's config names, for one seed.
+@dataclass(frozen=True)
+class StreamSpec:
+    """The stream a job trains on.
+
+    :param variant: the stream's keys (its row keys, ``samples_per_task`` under
+        ``--quick``), as its protocol's stream builder takes them.
+    :param protocol: whose stream builder and counts (:data:`PROTOCOLS`); ``None``: the
+        experiment's own.
+    :param stream: the stream of :data:`avalanche_gss.streams.REGISTRY` to build with the
+        protocol's counts in place of the protocol's own (which-buffer's streams); ``None``:
+        the protocol's own.
+    :param stream_options: that stream's options beyond the protocol's counts and
+        ``variant``.
+    :param trace: record the buffer's composition at every task end.
+    """
+
+    variant: Mapping[str, Scalar] = field(default_factory=dict)
+    protocol: str | None = None
+    stream: str | None = None
+    stream_options: Mapping[str, Scalar] | None = None
+    trace: bool = False
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Json]) -> StreamSpec:
+        """The stream a job's config names (:meth:`config`'s inverse).
+
+        :param config: the job's config.
+        """
+        variant = config.get("variant") or {}
+        options = config.get("stream_options")
+        assert isinstance(variant, dict) and (options is None or isinstance(options, dict))
+        return cls(variant=cast(dict[str, Scalar], variant),
+                   protocol=None if config.get("protocol") is None else str(config["protocol"]),
+                   stream=None if config.get("stream") is None else str(config["stream"]),
+                   stream_options=cast("dict[str, Scalar] | None", options),
+                   trace=bool(config.get("trace")))
+
+    def config(self) -> JsonObject:
+        """The stream's part of a job's config (only the keys it has)."""
+        config: JsonObject = {"variant": dict(self.variant)}
+        if self.protocol is not None:
+            config["protocol"] = self.protocol
+        if self.stream is not None:
+            config["stream"] = self.stream
+        if self.stream_options is not None:
+            config["stream_options"] = dict(self.stream_options)
+        if self.trace:
+            config["trace"] = True
+        return config
+
+
+@dataclass(frozen=True)
+class Matched:
+    """A compute-matched run: it trains on the batches a learner of cost ``C`` affords.
+
+    :param c: the relative cost ``C``, an exact fraction.
+    :param kept_batches: the batches it trains on.
+    :param batches: the stream's batches.
+    """
+
+    c: Fraction
+    kept_batches: int
+    batches: int
+
+    def config(self) -> JsonObject:
+        """``{"C": "3/2", "kept_batches": ..., "batches": ...}`` as a job's config holds it."""
+        return {"C": str(self.c), "kept_batches": self.kept_batches, "batches": self.batches}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunJob(Job):
+    """One run of a table's (or ``which-buffer``'s) sweep (:func:`run_job`).
+
+    :param stream: its stream.
+    :param count_passes: count the model's passes (:class:`CountPasses`) into
+        ``extras["passes"]``, with Reservoir's closed form on the same stream and settings
+        (:func:`~avalanche_gss.reproduce.runs.budget.rehearsal_passes`) and the stream's batch
+        count.
+    :param matched: train on the batches of a learner of relative cost ``matched.c`` only
+        (:func:`matched_split`); ``None``: on every batch.
+    """
+
+    stream: StreamSpec
+    count_passes: bool = False
+    matched: Matched | None = None
+
+    def config(self) -> JsonObject:
+        """The job as its cache key holds it."""
+        config = {**self.base_config(), **self.stream.config()}
+        if self.count_passes:
+            config["count_passes"] = True
+        if self.matched is not None:
+            config["matched"] = self.matched.config()
+        return config
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Json]) -> RunJob:
+        """The job a config describes (as a sweep hands it to a worker process).
+
+        :param config: the job's config (:meth:`config`, or a config built as one).
+        """
+        matched = config.get("matched")
+        return cls(experiment=str(config["experiment"]), data=DataSource.from_config(config),
+                   code=CodeIdentity.from_config(config),
+                   threads=int(cast(int, config.get("threads", 1))),
+                   settings=settings_from_dict(cast(JsonObject, config["settings"])),
+                   label=job_name(config), stream=StreamSpec.from_config(config),
+                   count_passes=bool(config.get("count_passes")),
+                   matched=None if not isinstance(matched, dict) else Matched(
+                       Fraction(str(matched["C"])), int(cast(int, matched["kept_batches"])),
+                       int(cast(int, matched["batches"]))))
+
+
+def build_split(data: ArrayDataset, stream: StreamSpec | Mapping[str, Json], seed: int,
+                experiment: str | None = None) -> TaskSplit:
+    """The stream a job names, for one seed.
 
     :param data: the dataset.
-    :param config: a job's ``experiment`` or ``protocol`` (whose stream and counts),
-        ``variant`` (its row keys) and, optionally, ``stream`` and ``stream_options`` (the
-        registered stream built in place of the protocol's own, and its options; see
-        :func:`run_job`).
+    :param stream: the job's stream (or a config holding ``protocol`` or ``experiment``,
+        ``variant`` and optional ``stream`` and ``stream_options``: the registered stream
+        built in place of the protocol's own, and its options).
     :param seed: the run's seed.
+    :param experiment: the experiment whose stream builder a stream without ``protocol``
+        uses.
     """
-    protocol = PROTOCOLS[config["protocol"] if "protocol" in config else config["experiment"]]
-    return protocol.stream(data, seed, config["variant"], stream=config.get("stream"),
-                           options=config.get("stream_options"))
+    if not isinstance(stream, StreamSpec):
+        experiment = str(stream.get("experiment", experiment))
+        stream = StreamSpec.from_config(stream)
+    protocol = PROTOCOLS[stream.protocol or str(experiment)]
+    options = None if stream.stream_options is None else dict(stream.stream_options)
+    return protocol.stream(data, seed, dict(stream.variant), stream=stream.stream,
+                           options=options)
 
 
 def stream_batches(split: TaskSplit, batch_size: int) -> list[int]:
@@ -50,8 +173,8 @@ def stream_batches(split: TaskSplit, batch_size: int) -> list[int]:
 def matched_split(split: TaskSplit, batch_size: int, c: Fraction) -> TaskSplit:
     """``split`` with only the batches a learner of relative cost ``c`` trains on.
 
-    :func:`~avalanche_gss.reproduce.runs.budget.kept_samples`: the others pass unseen by the model and
-    the buffer; the test sets stay whole.
+    :func:`~avalanche_gss.reproduce.runs.budget.kept_samples`: the others pass unseen by the
+    model and the buffer; the test sets stay whole.
     """
     keep = kept_samples(list(split.train_sizes), batch_size, c)
     train = tuple((x[k], y[k]) for (x, y), k in zip(split.train, keep, strict=True))
@@ -78,24 +201,11 @@ class CountPasses(SupervisedPlugin):
             self.counter = None
 
 
-def run_job(config: dict[str, Any], *, logged: bool = False) -> dict[str, Any]:
+def run_job(job: RunJob | Mapping[str, Json], *, logged: bool = False) -> JsonObject:
     """One run of a table's sweep.
 
-    :param config: ``experiment``, ``data``, ``root``, ``download``, ``variant`` (the
-        stream's row keys), ``settings`` (a :class:`RunSettings` as a dict) and, optionally,
-        ``label`` (the run's name in its log line, unique in its sweep),
-        ``protocol`` (whose stream to build, when
-        it is not the experiment's own), ``stream`` and ``stream_options`` (the stream of
-        :data:`avalanche_gss.streams.REGISTRY` to build with the protocol's counts, and its
-        options: :func:`build_split`) and ``trace`` (record
-        the buffer's composition at every task end, into ``extras["trace"]``), ``imports``
-        (the user modules that register its method, imported first) and the code hashes
-        it was keyed by (:func:`~avalanche_gss.reproduce.common.prepare_job`),
-        ``count_passes`` (count the model's passes, :class:`CountPasses`, into
-        ``extras["passes"]`` with Reservoir's closed form on the same stream and settings,
-        :func:`~avalanche_gss.reproduce.runs.budget.rehearsal_passes`, and the stream's batch count) and
-        ``matched`` (train on the batches a learner of relative cost ``matched["C"]``, an
-        exact fraction string, trains on: :func:`matched_split`).
+    :param job: the job, or its config as a sweep hands it to its worker
+        (:meth:`RunJob.from_config`).
     :param logged: a buffer method's run also records what ``--tensorboard`` logs (the
         buffer metrics, :func:`~avalanche_gss.metrics.buffer_metrics`, every 100 batches,
         and the accuracy), into the result's ``tensorboard`` entry
@@ -106,49 +216,62 @@ def run_job(config: dict[str, Any], *, logged: bool = False) -> dict[str, Any]:
     if not logging.getLogger().handlers:  # a worker process: log its runs as the CLI does
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
                             datefmt="%H:%M:%S")
-    prepare_job(config)
-    data = load_checked(config)
-    settings = settings_from_dict(config["settings"])
-    split = build_split(data, config, settings.seed)
-    if config.get("matched"):
-        split = matched_split(split, settings.batch_size, Fraction(config["matched"]["C"]))
-    plugins: list[Any] = []
-    counter = None
-    if config.get("count_passes"):
-        counter = CountPasses()
-        plugins.append(counter)
-    trace = None
-    if config.get("trace"):
-        trace = task_end_trace(split)
-        plugins.append(trace)
-    metrics: list[Any] = []
-    loggers: list[Any] = []
-    recorder = None
-    if logged and settings.method in BUFFER_METHODS:
-        task_of_class = class_task_map(split.task_classes) if split.is_class_disjoint else None
-        metrics = buffer_metrics(every=100, task_of_class=task_of_class)
-        recorder = ScalarRecorder()
-        loggers = [recorder]
-    result = run_one(settings, split, plugins=plugins, metrics=metrics, loggers=loggers,
-                     label=job_name(config))
-    if counter is not None:
-        batches = stream_batches(split, settings.batch_size)
-        base = rehearsal_passes(batches, n_iter=settings.n_iter,
-                                replay_batch_size=settings.replay_batch_size,
-                                buffer_size=settings.buffer_size)
-        result.extras["passes"] = {"forward": counter.forward, "backward": counter.backward,
-                                   "reservoir_forward": base.forward,
-                                   "reservoir_backward": base.backward,
-                                   "batches": len(batches)}
-    if trace is not None:
-        result.extras["trace"] = trace_records(trace)
-        result.extras["train_sizes"] = list(split.train_sizes)
-    if recorder is None:
-        return result.to_dict()
-    return {**result.to_dict(), RESULT_KEY: recorder.scalars}
+    if isinstance(job, RunJob):
+        job.code.prepare()
+    else:  # its modules first: they register its method
+        CodeIdentity.from_config(job).prepare()
+        job = RunJob.from_config(job)
+    settings = job.settings
+    split = build_split(job.data.load(), job.stream, settings.seed, job.experiment)
+    if job.matched is not None:
+        split = matched_split(split, settings.batch_size, job.matched.c)
+    plugins = _Plugins(job, split, logged)
+    result = run_one(settings, split, plugins=plugins.plugins, metrics=plugins.metrics,
+                     loggers=plugins.loggers, label=job.label)
+    return plugins.record(result, split)
 
 
-def run_logged_job(config: dict[str, Any]) -> dict[str, Any]:
+class _Plugins:
+    """What a job adds to its run: pass counter, composition trace, TensorBoard recorder."""
+
+    def __init__(self, job: RunJob, split: TaskSplit, logged: bool) -> None:
+        self.settings = job.settings
+        self.plugins: list[SupervisedPlugin] = []
+        self.counter = CountPasses() if job.count_passes else None
+        self.trace = task_end_trace(split) if job.stream.trace else None
+        self.plugins += [p for p in (self.counter, self.trace) if p is not None]
+        self.metrics: Sequence[object] = []
+        self.loggers: Sequence[object] = []
+        self.recorder = None
+        if logged and self.settings.method in BUFFER_METHODS:
+            task_of_class = (class_task_map(split.task_classes) if split.is_class_disjoint
+                             else None)
+            self.metrics = buffer_metrics(every=100, task_of_class=task_of_class)
+            self.recorder = ScalarRecorder()
+            self.loggers = [self.recorder]
+
+    def record(self, result: RunResult, split: TaskSplit) -> JsonObject:
+        """The run's result with what the plugins recorded."""
+        settings = self.settings
+        if self.counter is not None:
+            batches = stream_batches(split, settings.batch_size)
+            base = rehearsal_passes(batches, n_iter=settings.n_iter,
+                                    replay_batch_size=settings.replay_batch_size,
+                                    buffer_size=settings.buffer_size)
+            result.extras["passes"] = {"forward": self.counter.forward,
+                                       "backward": self.counter.backward,
+                                       "reservoir_forward": base.forward,
+                                       "reservoir_backward": base.backward,
+                                       "batches": len(batches)}
+        if self.trace is not None:
+            result.extras["trace"] = trace_records(self.trace)
+            result.extras["train_sizes"] = list(split.train_sizes)
+        if self.recorder is None:
+            return result.to_dict()
+        return {**result.to_dict(), RESULT_KEY: self.recorder.scalars}
+
+
+def run_logged_job(config: Mapping[str, Json]) -> JsonObject:
     """:func:`run_job` with ``logged``: the job of a sweep under ``--tensorboard``.
 
     The same config, so the same cache key, as the run without logs: where the logs go

@@ -1,7 +1,7 @@
 """What every experiment's sweep shares: its jobs' cache keys, the sweep, the checks.
 
-A job's config is its cache key (:func:`~avalanche_gss.reproduce.runs.sweep.config_key`): it holds the
-hash of the package's code (:func:`~avalanche_gss.reproduce.common.code_identity`), so any
+A job's config is its cache key (:func:`~avalanche_gss.reproduce.runs.sweep.config_key`): it
+holds the hash of the package's code (:func:`~avalanche_gss.reproduce.common.code_identity`), so any
 change of the code is a new run and the same code finds its results again.
 """
 
@@ -9,23 +9,36 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 
-from avalanche_gss.reproduce.runs.training import RunResult, RunSettings, training_problem
 from avalanche_gss.models import make_model
-from avalanche_gss.reproduce.common import code_identity
 from avalanche_gss.reproduce.cli import prog_of
+from avalanche_gss.reproduce.common import (
+    code_identity,
+    load_checked,
+    method_code,
+    prepare_job,
+)
+from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.reports.rows import RowKeys
 from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS, SchedulerUnavailable
 from avalanche_gss.reproduce.runs.sweep import run_sweep
+from avalanche_gss.reproduce.runs.training import (
+    RunResult,
+    RunSettings,
+    settings_dict,
+    training_problem,
+)
+from avalanche_gss.streams import ArrayDataset
 
 
 @dataclass(frozen=True)
 class Run:
-    """One run an experiment plans.
+    """One run an experiment plans, its job still a config (``which-buffer``'s runs).
 
     :param settings: the run's settings.
     :param keys: its row keys: what tells its row from the others beyond method and buffer
@@ -39,8 +52,182 @@ class Run:
     job: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CodeIdentity:
+    """The code a job runs, as its cache key names it (:func:`.common.code_identity`).
+
+    :param version: the package's version (``code``).
+    :param sha256: the hash of the package's source (``code_sha256``; ``None``: a config
+        made without it, not checked).
+    :param numerics: torch's version and the CPU capability (``torch``,
+        ``cpu_capability``: :func:`~avalanche_gss.provenance.numerics_identity`).
+    :param user_code: the hash of each module of one's own code (``None``: none).
+    :param imports: the modules a worker process imports first (``None``: none).
+    """
+
+    version: str | None
+    sha256: str | None
+    numerics: Mapping[str, str] = field(default_factory=dict)
+    user_code: Mapping[str, str] | None = None
+    imports: tuple[str, ...] | None = None
+
+    @classmethod
+    def of_method(cls, method: str) -> CodeIdentity:
+        """The code of this process, and of ``method``'s modules where it is of one's own.
+
+        :param method: the run's method (:func:`.common.method_code`).
+        """
+        return cls.from_config({**code_identity(), **method_code(method)})
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Json]) -> CodeIdentity:
+        """The identity a job's config holds (:meth:`config`'s inverse).
+
+        :param config: the job's config.
+        """
+        user_code, imports = config.get("user_code"), config.get("imports")
+        return cls(version=_optional_str(config.get("code")),
+                   sha256=_optional_str(config.get("code_sha256")),
+                   numerics={k: str(config[k]) for k in NUMERICS if k in config},
+                   user_code=(None if not isinstance(user_code, dict) else
+                              {str(k): str(v) for k, v in user_code.items()}),
+                   imports=(None if not isinstance(imports, list) else
+                            tuple(str(i) for i in imports)))
+
+    def config(self) -> JsonObject:
+        """The identity's part of a job's config: the keys a cache key holds today."""
+        config: JsonObject = {}
+        if self.version is not None:
+            config["code"] = self.version
+        if self.sha256 is not None:
+            config["code_sha256"] = self.sha256
+        config.update(self.numerics)
+        if self.user_code is not None:
+            config["user_code"] = dict(self.user_code)
+        if self.imports is not None:
+            config["imports"] = list(self.imports)
+        return config
+
+    def prepare(self) -> None:
+        """Import the job's modules; check that this process runs the code it names.
+
+        :raises ValueError: as :func:`.common.prepare_job`.
+        """
+        prepare_job(self.config())
+
+
+NUMERICS = ("torch", "cpu_capability")
+"""The keys of :func:`~avalanche_gss.provenance.numerics_identity` in a job's config."""
+
+
+def _optional_str(value: Json) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """The data a job loads, and what identifies them.
+
+    :param name: a dataset's name or an ``.npz`` path (``data``).
+    :param root: the torchvision folder (``root``).
+    :param download: let torchvision download them (``download``).
+    :param identity: their content hash and resolved source (``data_sha256``,
+        ``data_source``: :func:`.common.data_identity`); empty: not checked.
+    """
+
+    name: str
+    root: str | None
+    download: bool
+    identity: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Json]) -> DataSource:
+        """The data a job's config names (:meth:`config`'s inverse).
+
+        :param config: the job's config.
+        """
+        return cls(name=str(config["data"]), root=_optional_str(config.get("root")),
+                   download=bool(config.get("download", False)),
+                   identity={k: str(config[k]) for k in ("data_sha256", "data_source")
+                             if k in config})
+
+    def config(self) -> JsonObject:
+        """The data's part of a job's config."""
+        return {"data": self.name, "root": self.root, "download": self.download,
+                **self.identity}
+
+    def load(self) -> ArrayDataset:
+        """Load the data, checked to be those the identity names (:func:`.common.load_checked`)."""
+        return load_checked(self.config())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """What every job of a sweep holds: its experiment, data, code, threads and settings.
+
+    :param experiment: the experiment's name.
+    :param data: the data it loads.
+    :param code: the code it runs.
+    :param threads: the torch threads of a run (part of its identity).
+    :param settings: the run's settings.
+    :param label: its name in log and failure lines, unique in its sweep (no part of its
+        result).
+    """
+
+    experiment: str
+    data: DataSource
+    code: CodeIdentity
+    threads: int
+    settings: RunSettings
+    label: str | None = None
+
+    def base_config(self) -> JsonObject:
+        """The shared part of :meth:`config`."""
+        config: JsonObject = {**self.code.config(), "experiment": self.experiment,
+                              **self.data.config(), "threads": self.threads,
+                              "settings": cast(JsonObject, settings_dict(self.settings))}
+        if self.label is not None:
+            config["label"] = self.label
+        return config
+
+    def config(self) -> JsonObject:
+        """The job as its cache key holds it (JSON; :func:`~.runs.sweep.config_key`)."""
+        return self.base_config()
+
+
+J = TypeVar("J")
+
+
+@dataclass(frozen=True)
+class PlannedRun(Generic[J]):
+    """One run an experiment plans: the settings its row counts it by, its keys, its job.
+
+    :param settings: the settings its row records (a run without a buffer is one job for
+        every buffer size: its job holds the first, its row each).
+    :param keys: its row keys (:func:`~avalanche_gss.reproduce.reports.rows.group_rows`).
+    :param job: the job that runs it (or, before the data are known, its stream).
+    """
+
+    settings: RunSettings
+    keys: RowKeys
+    job: J
+
+
+def job_base(args: argparse.Namespace, experiment: str, data_name: str,
+             identity: Mapping[str, str]) -> dict[str, object]:
+    """The fields every :class:`Job` of one sweep shares (pass them as keywords).
+
+    :param args: the parsed command line (``root``, ``download``, ``threads``).
+    :param experiment: the experiment's name.
+    :param data_name: the data as the job loads them (a name or an ``.npz`` path).
+    :param identity: the data's identity (:func:`~avalanche_gss.reproduce.common.data_identity`).
+    """
+    return {"experiment": experiment, "threads": args.threads,
+            "data": DataSource(data_name, args.root, args.download, dict(identity))}
+
+
 def job_config(args: argparse.Namespace, experiment: str, data_name: str,
-               identity: dict[str, str], **fields: Any) -> dict[str, Any]:
+               identity: Mapping[str, str], **fields: Json) -> JsonObject:
     """A job's config: the code, the experiment, the data and their identity, ``fields``.
 
     :param args: the parsed command line (``root``, ``download``, ``threads``).
@@ -54,18 +241,19 @@ def job_config(args: argparse.Namespace, experiment: str, data_name: str,
             "threads": args.threads, **fields}
 
 
-def sweep(args: argparse.Namespace, experiment: str, configs: list[dict[str, Any]],
-          job: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+def sweep(args: argparse.Namespace, experiment: str, jobs: Sequence[Job | Mapping[str, Json]],
+          job: Callable[[JsonObject], JsonObject]) -> list[JsonObject]:
     """Run (or find in the cache) every job; their results, in order.
 
     :param args: the parsed command line (``cache``, ``out``, ``workers``, ``launcher``,
         ``cluster``, ``threads`` and the cluster jobs' options, ``runs_per_job``...).
     :param experiment: the experiment's name (its cache folder under ``--out``).
-    :param configs: the jobs.
-    :param job: the module-level function that runs one job.
+    :param jobs: the jobs (typed, or their configs).
+    :param job: the module-level function that runs one job from its config.
     :raises SystemExit: SLURM does not answer (one line).
     """
     cache_dir = args.cache or os.path.join(args.out, "cache", experiment)
+    configs = [j.config() if isinstance(j, Job) else j for j in jobs]
     options = {key: getattr(args, key, None) for key in JOB_OPTIONS}
     try:
         return run_sweep(configs, job, cache_dir=cache_dir, workers=args.workers,
@@ -75,15 +263,17 @@ def sweep(args: argparse.Namespace, experiment: str, configs: list[dict[str, Any
         raise SystemExit(f"{prog_of(args)}: error: {err}") from None
 
 
-def run_result(settings: RunSettings, result: dict[str, Any],
+def run_result(settings: RunSettings, result: Mapping[str, Json],
                drop: Sequence[str] = ()) -> RunResult:
     """A job's result as a :class:`RunResult` of ``settings``, without the extras ``drop``."""
-    extras = {k: v for k, v in result["extras"].items() if k not in drop}
-    return RunResult(settings=settings, task_accuracy=result["task_accuracy"],
-                     avg=result["avg"], train_seconds=result["train_seconds"], extras=extras)
+    extras = cast(JsonObject, result["extras"])
+    return RunResult(settings=settings, task_accuracy=cast(list[float], result["task_accuracy"]),
+                     avg=cast(float, result["avg"]),
+                     train_seconds=cast(float, result["train_seconds"]),
+                     extras={k: v for k, v in extras.items() if k not in drop})
 
 
-def _models(data: Any, names: Sequence[str]) -> dict[str, torch.nn.Module]:
+def _models(data: ArrayDataset, names: Sequence[str]) -> dict[str, torch.nn.Module]:
     """Each named model as a run builds it for ``data`` (the global random state untouched)."""
     models = {}
     for name in names:
@@ -92,7 +282,7 @@ def _models(data: Any, names: Sequence[str]) -> dict[str, torch.nn.Module]:
     return models
 
 
-def training_problems(data: Any, settings: Sequence[RunSettings]) -> list[str | None]:
+def training_problems(data: ArrayDataset, settings: Sequence[RunSettings]) -> list[str | None]:
     """What keeps each run from training its model, known before any run starts.
 
     The library is asked (:func:`~avalanche_gss.reproduce.runs.training.training_problem`), once per
@@ -115,7 +305,7 @@ def training_problems(data: Any, settings: Sequence[RunSettings]) -> list[str | 
     return problems
 
 
-def check_model(data: Any, settings: Sequence[RunSettings]) -> None:
+def check_model(data: ArrayDataset, settings: Sequence[RunSettings]) -> None:
     """Refuse, before any run, a model that a run cannot train.
 
     A buffer of one sample replays batches of one; a network whose BatchNorm then sees one
@@ -146,7 +336,7 @@ def check_model(data: Any, settings: Sequence[RunSettings]) -> None:
                              f"{s.options}: {problem}")
 
 
-def check_buffer_sizes(sizes: Sequence[int] | None, data: Any, name: str) -> None:
+def check_buffer_sizes(sizes: Sequence[int] | None, data: ArrayDataset, name: str) -> None:
     """Refuse, before any run, a buffer size (``--buffer-sizes``) above the data's training set.
 
     :param sizes: the buffer sizes the command line gives (``None``: the experiment's own).

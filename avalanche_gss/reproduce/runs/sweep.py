@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
+from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.runs.cache import ResultCache, canonical_json, config_key
 
 __all__ = ["ResultCache", "SweepError", "SweepInterrupted", "UncachedResultWarning",
@@ -49,7 +50,7 @@ __all__ = ["ResultCache", "SweepError", "SweepInterrupted", "UncachedResultWarni
 
 logger = logging.getLogger(__name__)
 
-JobFn = Callable[[dict[str, Any]], dict[str, Any]]
+JobFn = Callable[[JsonObject], JsonObject]
 Launcher = Literal["local", "submitit"]
 
 
@@ -59,7 +60,7 @@ class SweepError(RuntimeError):
     :param failures: ``(config, exception)`` of every failed job.
     """
 
-    def __init__(self, failures: list[tuple[dict[str, Any], BaseException]]) -> None:
+    def __init__(self, failures: list[tuple[JsonObject, BaseException]]) -> None:
         self.failures = failures
         lines = [f"  job {config_key(cfg)[:12]}{_named(cfg)}: {type(err).__name__}: {err}"
                  for cfg, err in failures[:10]]
@@ -228,7 +229,7 @@ def run_sweep(
     submitit_params: Mapping[str, Any] | None = None,
     threads: int | None = None,
     runs_per_job: int = 1,
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Run every job that has no stored result; return all results, in job order.
 
     Finished jobs are skipped (their stored result is returned), so an interrupted sweep
@@ -307,7 +308,7 @@ def run_sweep(
     keys = [config_key(cfg) for cfg in configs]
     unique = dict(zip(keys, configs, strict=True))
     _check_labels(unique)
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, JsonObject] = {}
     for key, cfg in unique.items():
         stored = cache.get(cfg)
         if stored is not None:
@@ -320,7 +321,7 @@ def run_sweep(
         len(todo),
         launcher,
     )
-    failures: list[tuple[dict[str, Any], BaseException]] = []
+    failures: list[tuple[JsonObject, BaseException]] = []
     bar = tqdm(
         total=len(unique),
         initial=len(results),
@@ -396,9 +397,9 @@ class _Jobs:
 
     def __init__(
         self,
-        todo: dict[str, dict[str, Any]],
-        results: dict[str, dict[str, Any]],
-        failures: list[tuple[dict[str, Any], BaseException]],
+        todo: dict[str, JsonObject],
+        results: dict[str, JsonObject],
+        failures: list[tuple[JsonObject, BaseException]],
         bar: Any,
     ) -> None:
         self.todo = todo
@@ -418,7 +419,7 @@ class _Jobs:
         if self.interrupted:
             raise KeyboardInterrupt
 
-    def collect(self, key: str, result: Callable[[], tuple[dict[str, Any], str | None]], *,
+    def collect(self, key: str, result: Callable[[], tuple[JsonObject, str | None]], *,
                 traceback: bool = False) -> None:
         """Store the result of job ``key``, or log and keep its failure; advance the bar.
 

@@ -22,7 +22,7 @@ from torch import nn
 from avalanche_gss import methods
 from avalanche_gss.buffers import VARIANTS, OnlineBuffer
 from avalanche_gss.methods.baselines import BASELINES, TASK_AWARE, baseline_plan
-from avalanche_gss.reproduce.jsontypes import JsonObject
+from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.runs.seeding import (
     resolve_device,
     seeded_model_and_optimizer,
