@@ -9,13 +9,13 @@ import shlex
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias, cast
+from typing import Any, TypedDict, cast
 
 import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.provenance import numerics_identity
 from avalanche_gss.reproduce.cli import PROG, prog_of  # noqa: F401 (re-exported)
-from avalanche_gss.reproduce.experiments.protocols import METHOD_OVERRIDES, Protocol
+from avalanche_gss.reproduce.experiments.protocols import METHOD_OVERRIDES, Protocol, Variant
 from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.runs.cache import module_sha256, package_sha256
 from avalanche_gss.reproduce.runs.settings import (
@@ -233,8 +233,49 @@ def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, Arr
         raise SystemExit(f"{prog}: error: --data {name}: {_one_line(err)}") from None
 
 
-Choices: TypeAlias = "dict[str, Any]"
-"""An experiment's choices (methods, buffer sizes, seeds...: :func:`resolve_choices`)."""
+class Choices(TypedDict, total=False):
+    """An experiment's choices (:func:`resolve_choices`); each experiment has some of them.
+
+    :param methods: the methods (``METHOD`` or ``METHOD:OPTION=VALUE,...``).
+    :param policies: which-buffer's selection policies.
+    :param streams: which-buffer's streams.
+    :param buffer_sizes: the buffer sizes ``M``.
+    :param seeds: the seeds.
+    :param variants: the rows' stream variants (Table 4: its sequences).
+    :param samples_per_task: training samples per task.
+    :param every: composition: training samples between two records.
+    :param every_samples: figure 4: training samples between two evaluations.
+    :param n_values: figure 5: the ``n`` (gradient-memory size) values.
+    :param batch_sizes: figure 5: the batch sizes.
+    :param n: figure 5: ``n`` where the batch size varies.
+    :param batch_size: figure 5: the batch size where ``n`` varies.
+    :param dim: figure 2: the vectors' dimension.
+    :param ks: figure 2: the subset sizes ``k``.
+    :param n_sets: figure 2: vector sets per ``k``.
+    :param n_samples: figure 2: Monte-Carlo samples of each solid angle.
+    :param correlation_range: figure 2: the range of the sets' correlations.
+    :param jitter: figure 2: the sets' jitter.
+    """
+
+    methods: tuple[str, ...]
+    policies: tuple[str, ...]
+    streams: tuple[str, ...]
+    buffer_sizes: tuple[int, ...]
+    seeds: tuple[int, ...]
+    variants: tuple[Variant, ...]
+    samples_per_task: int
+    every: int
+    every_samples: int
+    n_values: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+    n: int
+    batch_size: int
+    dim: int
+    ks: tuple[int, ...]
+    n_sets: int
+    n_samples: int
+    correlation_range: tuple[float, float]
+    jitter: float
 
 
 def resolve_choices(args: argparse.Namespace, defaults: Mapping[str, Any],
@@ -256,7 +297,7 @@ def resolve_choices(args: argparse.Namespace, defaults: Mapping[str, Any],
     for key in options:
         if getattr(args, key, None) is not None and key in chosen:
             chosen[key] = tuple(getattr(args, key))
-    return chosen
+    return cast(Choices, chosen)
 
 
 def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,

@@ -19,7 +19,7 @@ import csv
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.reproduce.common import (
@@ -40,7 +40,7 @@ from avalanche_gss.reproduce.reports.writing import (
     provenance_line,
 )
 from avalanche_gss.reproduce.runner import Experiment, Rendered
-from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
+from avalanche_gss.reproduce.runs.traces import TraceRecord, task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, RunSettings, run
 from avalanche_gss.streams import ArrayDataset, TaskSplit
 
@@ -48,7 +48,7 @@ __all__ = ["COLUMNS", "COMPOSITION", "Composition", "CompositionRow", "at_task_e
            "task_end_trace", "task_shares", "trace_records"]
 
 
-def task_shares(record: dict[str, Any]) -> list[float]:
+def task_shares(record: TraceRecord) -> list[float]:
     """Each task's share of the stored samples in one trace record (zeros when empty).
 
     :param record: a :meth:`BufferTrace.snapshot` record.
@@ -58,8 +58,8 @@ def task_shares(record: dict[str, Any]) -> list[float]:
     return [c / total if total else 0.0 for c in counts]
 
 
-def at_task_ends(records: Sequence[dict[str, Any]], train_sizes: Sequence[int]
-                 ) -> list[dict[str, Any] | None]:
+def at_task_ends(records: Sequence[TraceRecord], train_sizes: Sequence[int]
+                 ) -> list[TraceRecord | None]:
     """For each task, the first record at or after its end (``None`` if there is none).
 
     Each returned record gains ``admitted_in_task``: the share of that task's samples the
@@ -69,11 +69,11 @@ def at_task_ends(records: Sequence[dict[str, Any]], train_sizes: Sequence[int]
     :param train_sizes: the split's task sizes.
     """
     ends = [sum(train_sizes[: k + 1]) for k in range(len(train_sizes))]
-    picked: list[dict[str, Any] | None] = []
+    picked: list[TraceRecord | None] = []
     i = 0
     for end in ends:
         admitted = offered = 0.0
-        found = None
+        found: TraceRecord | None = None
         while i < len(records) and found is None:
             rec = records[i]
             seen = rec["samples"] - (records[i - 1]["samples"] if i else 0)
@@ -82,8 +82,10 @@ def at_task_ends(records: Sequence[dict[str, Any]], train_sizes: Sequence[int]
             if rec["samples"] >= end:
                 found = rec
             i += 1
-        picked.append(None if found is None else
-                      {**found, "admitted_in_task": admitted / offered if offered else 0.0})
+        if found is not None:
+            found = found.copy()
+            found["admitted_in_task"] = admitted / offered if offered else 0.0
+        picked.append(found)
     return picked
 
 

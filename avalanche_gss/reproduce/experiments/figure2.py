@@ -135,7 +135,7 @@ def _study(chosen: Choices, k: int, seed: int) -> SurrogateRow:
     study = surrogate_vs_solid_angle(
         chosen["n_sets"], k, chosen["dim"], chosen["n_samples"],
         torch.Generator().manual_seed(seed),
-        correlation_range=tuple(chosen["correlation_range"]), jitter=chosen["jitter"])
+        correlation_range=chosen["correlation_range"], jitter=chosen["jitter"])
     log.info("figure2 k=%d: Pearson %+.3f, Spearman %+.3f", k, study.pearson, study.spearman)
     return SurrogateRow(k, chosen["dim"], seed, chosen["n_sets"], chosen["n_samples"], study)
 

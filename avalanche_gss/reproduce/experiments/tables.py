@@ -284,6 +284,7 @@ class Table(Experiment[TablePlan]):
         :param paths: the output files.
         """
         protocol, chosen = plan.protocol, plan.chosen
+        columns: list[tuple[str, object]]
         if protocol.columns_by == "buffer_size":
             columns = [(f"M={m}", m) for m in chosen["buffer_sizes"]]
         else:

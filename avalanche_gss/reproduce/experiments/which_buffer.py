@@ -316,7 +316,7 @@ def plan(args: argparse.Namespace) -> tuple[list[Run], Choices]:
     runs = []
     for stream in chosen.streams:
         protocol = PROTOCOLS[STREAMS[stream].protocol]
-        config = dict(stream_config(stream, chosen))
+        config = cast(JsonObject, dict(stream_config(stream, chosen)))
         for seed in chosen.seeds:
             for label in chosen.policies:
                 policy = POLICIES[label]

@@ -10,7 +10,7 @@ import csv
 import io
 import statistics
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from avalanche_gss.reproduce.experiments.composition import at_task_ends, task_shares
 from avalanche_gss.reproduce.experiments.policies import COMPOSITION_STREAMS, STREAMS
@@ -21,6 +21,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_records import (
     StreamRecord,
 )
 from avalanche_gss.reproduce.experiments.which_buffer_report import NAME, STEM, protocol_lines
+from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.writing import (
     data_lines,
     output_paths,
@@ -28,6 +29,7 @@ from avalanche_gss.reproduce.reports.writing import (
     write_report,
 )
 from avalanche_gss.reproduce.runs.planning import Run
+from avalanche_gss.reproduce.runs.traces import TraceRecord
 
 SHARES = ("task_end_shares[k][t]: share of the stored samples from task t+1 right after "
           "task k+1 ends; task_end_admitted[k]: share of task k+1's samples the buffer took "
@@ -126,18 +128,20 @@ def traced_runs(runs: Sequence[Run], results: Sequence[JobResult],
     """
     rows = []
     for r, result in zip(runs, results, strict=True):
-        trace = result["extras"].get("trace")
+        extras = cast(JsonObject, result["extras"])
+        trace = cast("list[TraceRecord] | None", extras.get("trace"))
         if trace is None or r.keys["stream"] not in shown:
             continue
-        sizes = result["extras"]["train_sizes"]
+        sizes = cast(list[int], extras["train_sizes"])
         ends = at_task_ends(trace, sizes)
         rows.append(TracedRun(
             policy=r.keys["policy"], method=r.settings.method, stream=r.keys["stream"],
             buffer_size=r.settings.buffer_size, seed=r.settings.seed, train_sizes=sizes,
-            task_accuracy=result["task_accuracy"], avg=result["avg"],
+            task_accuracy=cast(list[float], result["task_accuracy"]),
+            avg=cast(float, result["avg"]),
             task_end_shares=[task_shares(e) if e else None for e in ends],
             task_end_admitted=[e["admitted_in_task"] if e else None for e in ends],
-            trace=trace))
+            trace=cast("list[dict[str, Json]]", trace)))
     return rows
 
 

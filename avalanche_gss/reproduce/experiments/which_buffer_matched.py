@@ -22,9 +22,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypeAlias, TypedDict, cast
 
 from avalanche_gss.reproduce.experiments.which_buffer_records import RowRecord
+from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.runs.budget import PassCount, relative_cost, trained_batches
 
 __all__ = ["MATCHED_LEGEND", "JobConfig", "JobResult", "MatchedCell", "MatchedJob", "MatchedRun",
@@ -39,12 +40,12 @@ MATCHED_LEGEND = (
     "j = 0, 1, ..., and the batches it skips are seen by neither its model nor its buffer.")
 """What the Markdown says C and the rule are."""
 
-JobConfig = dict[str, Any]
-"""A job's config, as :func:`~avalanche_gss.reproduce.runs.jobs.run_job` takes it (and the
+JobConfig: TypeAlias = JsonObject
+"""A job's config (JSON), as :func:`~avalanche_gss.reproduce.runs.jobs.run_job` takes it (and the
 cache stores it): that module's type, passed through here."""
 
-JobResult = JobConfig
-"""A job's result, as :func:`~avalanche_gss.reproduce.runs.jobs.run_job` gives it (a
+JobResult: TypeAlias = JsonObject
+"""A job's result (JSON), as :func:`~avalanche_gss.reproduce.runs.jobs.run_job` gives it (a
 ``RunResult`` as a dict): that module's type, passed through here."""
 
 RunKey = tuple[str, str, int, int]
@@ -138,7 +139,7 @@ def relative_cost_of(result: JobResult) -> tuple[Fraction, int, int]:
         (:func:`~avalanche_gss.reproduce.runs.jobs.run_job` with ``count_passes``).
     :raises ValueError: the result holds no pass counts.
     """
-    passes: _Passes | None = result["extras"].get("passes")
+    passes = cast("_Passes | None", cast(JsonObject, result["extras"]).get("passes"))
     if passes is None:
         raise ValueError("the run holds no pass counts; run it with count_passes")
     c = relative_cost(PassCount(passes["forward"], passes["backward"]),
@@ -159,7 +160,8 @@ def matched_configs(configs: Sequence[JobConfig],
     for config, result in zip(configs, results, strict=True):
         c, kept, batches = relative_cost_of(result)
         job = {k: v for k, v in config.items() if k not in ("count_passes", "trace")}
-        job["matched"] = MatchedJob(C=str(c), kept_batches=kept, batches=batches)
+        job["matched"] = cast(JsonObject, MatchedJob(C=str(c), kept_batches=kept,
+                                                    batches=batches))
         if job.get("label"):
             job["label"] = f"{job['label']}-matched"
         out.append(job)
@@ -174,7 +176,7 @@ def keeps_every_batch(config: JobConfig) -> bool:
 
     :param config: a compute-matched job (:func:`matched_configs`).
     """
-    matched: MatchedJob = config["matched"]
+    matched = cast(MatchedJob, config["matched"])
     return matched["kept_batches"] == matched["batches"]
 
 
@@ -215,7 +217,8 @@ def add_matched(rows: Sequence[_Cell], keys: Sequence[RunKey],
     :param results: their results.
     :return: each matched run by its key (for the CSV).
     """
-    runs = {k: MatchedRun(config["matched"], result["avg"], result["train_seconds"])
+    runs = {k: MatchedRun(cast(MatchedJob, config["matched"]), cast(float, result["avg"]),
+                          cast(float, result["train_seconds"]))
             for k, config, result in zip(keys, configs, results, strict=True)}
     for r in rows:
         r.matched = MatchedCell(tuple(runs[(r.policy, r.stream, r.buffer_size, s)]

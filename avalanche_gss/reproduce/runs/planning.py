@@ -11,7 +11,7 @@ import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 import torch
 
@@ -48,8 +48,8 @@ class Run:
     """
 
     settings: RunSettings
-    keys: dict[str, Any] = field(default_factory=dict)
-    job: dict[str, Any] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
+    job: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

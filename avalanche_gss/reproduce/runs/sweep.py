@@ -190,8 +190,8 @@ def _deaf_children() -> Iterator[None]:
 
 
 def _execute(
-    fn: JobFn, config: dict[str, Any], cache_dir: str, threads: int | None = None
-) -> tuple[dict[str, Any], str | None]:
+    fn: JobFn, config: JsonObject, cache_dir: str, threads: int | None = None
+) -> tuple[JsonObject, str | None]:
     """Run one job where it was sent and store its result there (module-level: picklable).
 
     :return: the result, and why it could not be stored (``None`` when it was): a job
@@ -217,44 +217,28 @@ def _execute(
     return dict(result), None
 
 
-def run_sweep(
-    jobs: Sequence[Mapping[str, Any]],
-    fn: JobFn,
-    *,
-    cache_dir: str | os.PathLike[str],
-    workers: int = 1,
-    launcher: Launcher = "local",
-    progress: bool = True,
-    cluster: str | None = None,
-    submitit_params: Mapping[str, Any] | None = None,
-    threads: int | None = None,
-    runs_per_job: int = 1,
-) -> list[JsonObject]:
+def run_sweep(jobs: Sequence[Mapping[str, Any]], fn: JobFn, *, cache_dir: str | os.PathLike[str],
+              workers: int = 1, launcher: Launcher = "local", progress: bool = True,
+              cluster: str | None = None, submitit_params: Mapping[str, Any] | None = None,
+              threads: int | None = None, runs_per_job: int = 1) -> list[JsonObject]:
     """Run every job that has no stored result; return all results, in job order.
 
-    Finished jobs are skipped (their stored result is returned), so an interrupted sweep
-    is resumed by calling it again with the same ``cache_dir``. Identical configs run
-    once. A failing job does not stop the others: after all ran, :class:`SweepError`
-    lists the failures (rerunning retries only them). A result that cannot be stored (a
-    full disk, a read-only cache folder) is still returned, with an
-    :class:`UncachedResultWarning` naming the file. ``Ctrl-C`` stops the sweep: no job
-    starts after it, the jobs running in worker processes end, and
-    :class:`SweepInterrupted` says how many jobs have a stored result.
+    Stored results are reused (rerun to resume; identical configs run once); a failing
+    job does not stop the others; a result that cannot be stored is still returned, with
+    an :class:`UncachedResultWarning`; ``Ctrl-C`` stops the sweep (module docstring).
 
     :param jobs: the configs (JSON-serialisable dicts, e.g. ``{"method": "GSS-Greedy",
         "buffer_size": 300, "seed": 0}``). A ``label`` entry (a string) names its job in
         log lines and in :class:`SweepError`; different jobs may not share one.
-    :param fn: ``fn(config) -> dict``; a module-level function (it is pickled by
-        reference into worker processes and cluster jobs), returning JSON-serialisable data.
-        It receives the config as JSON data (tuples arrive as lists).
+    :param fn: ``fn(config) -> dict``, module-level (pickled by reference into workers
+        and cluster jobs), returning JSON data; the config arrives as JSON (tuples as lists).
     :param cache_dir: where results are stored, one file per job.
     :param workers: ``launcher="local"``: jobs run in this process when 1, else in that
         many spawned processes, each limited to :func:`worker_threads` torch threads
         (spawned processes import the main script again: call ``run_sweep`` under
-        ``if __name__ == "__main__":``, and keep ``fn`` in an importable module, not in
-        a package's ``__main__``). Capped, with a warning, at the CPUs available (more
-        processes only compete for them). Workers exit when this process dies. Ignored
-        by ``"submitit"`` (the cluster decides).
+        ``if __name__ == "__main__":``, with ``fn`` in an importable module, not a
+        package's ``__main__``). Capped, with a warning, at the CPUs available. Workers
+        exit when this process dies. Ignored by ``"submitit"`` (the cluster decides).
     :param launcher: ``"local"`` or ``"submitit"`` (SLURM through ``submitit.AutoExecutor``).
     :param progress: show a tqdm progress bar on stderr.
     :param cluster: submitit's executor: ``None`` (auto: SLURM when ``srun`` exists, else
@@ -272,11 +256,49 @@ def run_sweep(
         submitit jobs). Jobs run in this process (``workers=1``) use this process's
         setting: ``run_sweep`` never changes it.
     :return: ``fn``'s result for each job, in the order of ``jobs``.
-    :raises SweepError: if some jobs failed.
+    :raises SweepError: if some jobs failed (rerunning retries only them).
     :raises SweepInterrupted: on ``KeyboardInterrupt`` (``Ctrl-C``), after stopping the
-        jobs.
+        jobs; it says how many jobs have a stored result.
     :raises ValueError: two different jobs have the same ``label`` (before any job runs).
     :raises OSError: ``cache_dir`` cannot be created (before any job runs).
+    """
+    workers = _checked_options(fn, launcher, workers, threads, runs_per_job)
+    cache = ResultCache(cache_dir)
+    keys, unique, results = _plan(jobs, cache, launcher)
+    failures: list[tuple[JsonObject, BaseException]] = []
+    _launch(unique, results, failures, fn, cache, launcher=launcher, progress=progress,
+            workers=workers, cluster=cluster, submitit_params=submitit_params,
+            threads=threads, runs_per_job=runs_per_job)
+    if failures:
+        raise SweepError(failures)
+    return [results[key] for key in keys]
+
+
+def _plan(jobs: Sequence[Mapping[str, Any]], cache: ResultCache, launcher: Launcher
+          ) -> tuple[list[str], dict[str, JsonObject], dict[str, JsonObject]]:
+    """Each job's cache key, the distinct jobs by key, and the stored results by key.
+
+    :raises ValueError: two different jobs have the same ``label``.
+    """
+    configs = [json.loads(canonical_json(job)) for job in jobs]
+    keys = [config_key(cfg) for cfg in configs]
+    unique = dict(zip(keys, configs, strict=True))
+    _check_labels(unique)
+    results: dict[str, JsonObject] = {}
+    for key, cfg in unique.items():
+        stored = cache.get(cfg)
+        if stored is not None:
+            results[key] = stored
+    logger.info("sweep: %d jobs, %d already done, %d to run (%s)",
+                len(unique), len(results), len(unique) - len(results), launcher)
+    return keys, unique, results
+
+
+def _checked_options(fn: JobFn, launcher: Launcher, workers: int, threads: int | None,
+                     runs_per_job: int) -> int:
+    """Refuse bad :func:`run_sweep` options; return ``workers``, capped at the CPUs.
+
+    Called by :func:`run_sweep` only: its warning points at ``run_sweep``'s caller.
     """
     if launcher not in ("local", "submitit"):
         raise ValueError(f"launcher must be 'local' or 'submitit', got {launcher!r}")
@@ -291,7 +313,7 @@ def run_sweep(
         cpus = available_cpus()
         if workers > cpus:
             warnings.warn(f"workers={workers} capped at the {cpus} CPU(s) available to this "
-                          "process", stacklevel=2)
+                          "process", stacklevel=3)
             workers = cpus
     if workers > 1 or launcher == "submitit":
         try:
@@ -303,45 +325,35 @@ def run_sweep(
         raise TypeError(f"fn {getattr(fn, '__qualname__', fn)!r} is defined in {where}, which "
                         "spawned worker processes cannot import; define it in an importable "
                         "module")
-    cache = ResultCache(cache_dir)
-    configs = [json.loads(canonical_json(job)) for job in jobs]
-    keys = [config_key(cfg) for cfg in configs]
-    unique = dict(zip(keys, configs, strict=True))
-    _check_labels(unique)
-    results: dict[str, JsonObject] = {}
-    for key, cfg in unique.items():
-        stored = cache.get(cfg)
-        if stored is not None:
-            results[key] = stored
+    return workers
+
+
+def _launch(unique: dict[str, JsonObject], results: dict[str, JsonObject],
+            failures: list[tuple[JsonObject, BaseException]], fn: JobFn, cache: ResultCache, *,
+            launcher: Launcher, progress: bool, workers: int, cluster: str | None,
+            submitit_params: Mapping[str, Any] | None, threads: int | None,
+            runs_per_job: int) -> None:
+    """Run the jobs without a result where :func:`run_sweep` was told to, behind a bar.
+
+    :param unique: every job of the sweep, by cache key.
+    :param results: the stored results, by cache key; each finished job's goes there.
+    :param failures: where each failed job's config and exception go.
+    :raises SweepInterrupted: on ``KeyboardInterrupt``, after the runner stopped its jobs.
+    """
     todo = {key: cfg for key, cfg in unique.items() if key not in results}
-    logger.info(
-        "sweep: %d jobs, %d already done, %d to run (%s)",
-        len(unique),
-        len(results),
-        len(todo),
-        launcher,
-    )
-    failures: list[tuple[JsonObject, BaseException]] = []
-    bar = tqdm(
-        total=len(unique),
-        initial=len(results),
-        disable=not progress,
-        file=sys.stderr,
-        desc="sweep",
-        unit="job",
-        dynamic_ncols=True,
-    )
-    jobs_to_run = _Jobs(todo, results, failures, bar)
+    bar = tqdm(total=len(unique), initial=len(results), disable=not progress,
+               file=sys.stderr, desc="sweep", unit="job", dynamic_ncols=True)
+    jobs = _Jobs(todo, results, failures, bar)
     try:
-        with _remember_interrupts(jobs_to_run):
-            if todo and launcher == "submitit":
-                _run_submitit(jobs_to_run, fn, cache, cluster, submitit_params, threads,
+        with _remember_interrupts(jobs):
+            if jobs.todo and launcher == "submitit":
+                _run_submitit(jobs, fn, cache, cluster, submitit_params, threads,
                               runs_per_job)
-            elif todo and workers > 1:
-                _run_pool(jobs_to_run, fn, cache, workers, threads)
+            elif jobs.todo and workers > 1:
+                _run_pool(jobs, fn, cache, workers, threads)
             else:
-                _run_here(jobs_to_run, fn, cache)
-            jobs_to_run.check()  # a Ctrl-C swallowed during the last job
+                _run_here(jobs, fn, cache)
+            jobs.check()  # a Ctrl-C swallowed during the last job
     except KeyboardInterrupt as err:
         bar.leave = False  # cleared, not drawn again: the caller says what was kept
         if isinstance(err, SweepInterrupted):  # pragma: no cover - a job's own sweep
@@ -350,9 +362,6 @@ def run_sweep(
         raise SweepInterrupted(cached, len(unique), os.fspath(cache.dir)) from None
     finally:
         bar.close()
-    if failures:
-        raise SweepError(failures)
-    return [results[key] for key in keys]
 
 
 def _check_labels(unique: Mapping[str, Mapping[str, Any]]) -> None:
@@ -525,7 +534,7 @@ def _run_submitit(jobs: _Jobs, fn: JobFn, cache: ResultCache, cluster: str | Non
     labels = {key: name for key, cfg in jobs.todo.items() if (name := job_name(cfg))}
 
     def collect(key: str, result: Callable[[], tuple[Mapping[str, Any], str | None]]) -> None:
-        def as_dict() -> tuple[dict[str, Any], str | None]:
+        def as_dict() -> tuple[JsonObject, str | None]:
             value, uncached = result()
             return dict(value), uncached
 

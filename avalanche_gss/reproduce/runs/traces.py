@@ -8,12 +8,34 @@ result's ``extras["trace"]``).
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.streams import TaskSplit
 
-__all__ = ["task_end_trace", "trace_records"]
+__all__ = ["TraceRecord", "task_end_trace", "trace_records"]
+
+
+class TraceRecord(TypedDict, total=False):
+    """One record of a :class:`BufferTrace` (:meth:`BufferTrace.snapshot`), as JSON.
+
+    :param samples: the stream's training samples seen so far.
+    :param size: the samples the buffer stores.
+    :param admitted_share: the share of the samples offered since the previous record that
+        the buffer took in.
+    :param task_counts: how many stored samples come from each task.
+    :param score_q10_q50_q90: the stored samples' score quantiles (a method that scores).
+    :param admitted_in_task: the share of its task's samples the buffer took in (added by
+        :func:`~avalanche_gss.reproduce.experiments.composition.at_task_ends`).
+    """
+
+    samples: int
+    size: int
+    admitted_share: float
+    task_counts: list[int]
+    score_q10_q50_q90: list[float]
+    admitted_in_task: float
 
 
 def task_end_trace(split: TaskSplit) -> BufferTrace:
