@@ -123,7 +123,7 @@ from avalanche_gss.reproduce.runs.sweep import config_key
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, settings_dict
 from avalanche_gss.streams import REGISTRY, ArrayDataset
 
-__all__ = ["NAME", "STEM", "Choices", "StreamJob", "check_policies", "choices", "fit_model",
+__all__ = ["NAME", "STEM", "PolicyChoices", "StreamJob", "check_policies", "choices", "fit_model",
            "plan", "policy_problem", "ranking", "stream_config", "traced_streams",
            "which_buffer"]
 
@@ -176,7 +176,7 @@ def check_policies(labels: Sequence[str], prog: str) -> None:
                          f"run: {', '.join(ready)}")
 
 
-def fit_model(args: argparse.Namespace, runs: list[Run], chosen: Choices, data: ArrayDataset
+def fit_model(args: argparse.Namespace, runs: list[Run], chosen: PolicyChoices, data: ArrayDataset
               ) -> tuple[list[Run], dict[str, str]]:
     """Keep the policies that can train their streams' model on ``data``; refuse or leave out.
 
@@ -224,7 +224,7 @@ def fit_model(args: argparse.Namespace, runs: list[Run], chosen: Choices, data: 
 
 
 @dataclass
-class Choices:
+class PolicyChoices:
     """What a which-buffer command runs: :func:`choices`' result.
 
     :param policies: the policies (labels of
@@ -260,7 +260,7 @@ class StreamJob(TypedDict, total=False):
     trace: bool
 
 
-def choices(args: argparse.Namespace) -> Choices:
+def choices(args: argparse.Namespace) -> PolicyChoices:
     """The policies, streams, buffer sizes and seeds to run (defaults, ``--quick``, options).
 
     The streams' kind (:data:`~avalanche_gss.reproduce.experiments.policies.KINDS`: the digits', by
@@ -273,13 +273,13 @@ def choices(args: argparse.Namespace) -> Choices:
     chosen = resolve_choices(args, {"policies": tuple(POLICIES), "streams": DEFAULT_STREAMS,
                                     "buffer_sizes": kind.buffer_sizes, "seeds": SEEDS},
                              kind.quick, ("policies", "buffer_sizes", "seeds"))
-    return Choices(policies=tuple(chosen["policies"]),
+    return PolicyChoices(policies=tuple(chosen["policies"]),
                    streams=streams if args.streams is not None else tuple(chosen["streams"]),
                    buffer_sizes=tuple(chosen["buffer_sizes"]), seeds=tuple(chosen["seeds"]),
                    samples_per_task=chosen.get("samples_per_task"))
 
 
-def stream_config(name: str, chosen: Choices) -> StreamJob:
+def stream_config(name: str, chosen: PolicyChoices) -> StreamJob:
     """The part of a job's config that builds stream ``name`` (see :func:`run_job`).
 
     Runs on every stream of
@@ -302,7 +302,7 @@ def stream_config(name: str, chosen: Choices) -> StreamJob:
     return config
 
 
-def plan(args: argparse.Namespace) -> tuple[list[Run], Choices]:
+def plan(args: argparse.Namespace) -> tuple[list[Run], PolicyChoices]:
     """List the runs: every policy x stream x buffer size x seed.
 
     :param args: the parsed command line.
@@ -355,7 +355,7 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
     return configs
 
 
-def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: Choices,
+def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: PolicyChoices,
                    name: str) -> StreamRecord:
     """Stream ``name``'s protocol as run, for the report.
 
@@ -387,7 +387,7 @@ def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: Choices,
 # --------------------------------------------------------------------------- run
 
 
-def _check_data(args: argparse.Namespace, runs: list[Run], chosen: Choices
+def _check_data(args: argparse.Namespace, runs: list[Run], chosen: PolicyChoices
                 ) -> tuple[list[Run], dict[str, str], str, ArrayDataset]:
     """Load the data; keep the runs whose model they fit (:func:`fit_model`).
 
@@ -452,7 +452,7 @@ def _compute_matched(args: argparse.Namespace, done: _Sweep,
 
 
 def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDataset,
-            done: _Sweep, chosen: Choices, left_out: dict[str, str],
+            done: _Sweep, chosen: PolicyChoices, left_out: dict[str, str],
             rows: Sequence[PolicyRow]) -> ReportRecord:
     """The JSON report of the comparison (its statistics still to add)."""
     records = [r.record() for r in rows]
