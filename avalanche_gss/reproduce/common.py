@@ -178,12 +178,6 @@ def prepare_job(config: Mapping[str, Json]) -> None:
                          "one that started the sweep")
 
 
-def data_fields(data: ArrayDataset) -> JsonObject:
-    """What every report says of its data: name, source, content hash, verification."""
-    return {"dataset": data.name, "data_source": data.source, **data_identity(data),
-            "data_verified_as": data.verified_as, "data_verification": data.verification}
-
-
 def load_checked(config: Mapping[str, Json]) -> ArrayDataset:
     """Load a job's data and check that they are the data its cache key names.
 

@@ -49,7 +49,6 @@ from typing import TypedDict, cast
 
 from avalanche_gss.reproduce.common import (
     command,
-    data_fields,
     data_identity,
     method_code,
     prog_of,
@@ -104,6 +103,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_stat
 from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
 from avalanche_gss.reproduce.reports.outputs import show_outputs
+from avalanche_gss.reproduce.reports.report import DataFacts
 from avalanche_gss.reproduce.reports.writing import (
     group_rows,
     output_paths,
@@ -465,7 +465,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDat
         "title": f"which buffer policy for which stream, on {data_label(data)}: final average "
                  f"accuracy and train time per run, M = {sizes} (ours, not a table of the "
                  "paper)",
-        **data_fields(data),  # type: ignore[typeddict-item]  # its keys: ReportRecord's
+        **DataFacts.of(data).to_json(),  # type: ignore[typeddict-item]  # ReportRecord's keys
         "command": command(argv, prog_of(args)),
         "protocol": ProtocolRecord(
             policies=list(chosen.policies),

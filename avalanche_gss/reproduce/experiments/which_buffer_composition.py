@@ -16,6 +16,7 @@ from avalanche_gss.reproduce.experiments.composition import at_task_ends, task_s
 from avalanche_gss.reproduce.experiments.policies import COMPOSITION_STREAMS, STREAMS
 from avalanche_gss.reproduce.experiments.which_buffer_matched import JobResult
 from avalanche_gss.reproduce.experiments.which_buffer_records import (
+    HeadRecord,
     Json,
     ReportRecord,
     StreamRecord,
@@ -68,17 +69,9 @@ class CompositionProtocol(TypedDict):
     buffer_sizes: list[int]
 
 
-class CompositionRecord(TypedDict):
+class CompositionRecord(HeadRecord):
     """``which_buffer_composition.json``: the traced runs, with the comparison's data."""
 
-    experiment: str
-    title: str
-    dataset: str
-    data_source: str
-    data_sha256: str
-    data_verified_as: str | None
-    data_verification: str
-    command: str
     provenance: dict[str, Json]
     protocol: CompositionProtocol
     streams: list[str]

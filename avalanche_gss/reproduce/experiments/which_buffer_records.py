@@ -127,10 +127,10 @@ class StabilityRecord(TypedDict):
     holds: bool
 
 
-class ReportRecord(TypedDict, total=False):
-    """``which_buffer.json``.
+class HeadRecord(TypedDict):
+    """What both of the comparison's JSON files open with: experiment, data, command.
 
-    With ``--compute-matched`` the statistics' keys each have a ``_compute_matched`` twin.
+    :class:`ReportRecord` and ``which_buffer_composition.CompositionRecord`` extend it.
     """
 
     experiment: str
@@ -141,6 +141,14 @@ class ReportRecord(TypedDict, total=False):
     data_verified_as: str | None
     data_verification: str
     command: str
+
+
+class ReportRecord(HeadRecord, total=False):
+    """``which_buffer.json``.
+
+    With ``--compute-matched`` the statistics' keys each have a ``_compute_matched`` twin.
+    """
+
     protocol: ProtocolRecord
     provenance: dict[str, Json]
     rows: list[RowRecord]

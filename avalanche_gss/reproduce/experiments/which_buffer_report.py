@@ -7,7 +7,7 @@ import io
 import os
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Literal, cast
@@ -140,10 +140,7 @@ class Placing:
 
     def record(self) -> RankRecord:
         """The placing as the report records it."""
-        return RankRecord(policy=self.policy, mean_rank=self.mean_rank, wins=self.wins,
-                          columns=self.columns, mean_accuracy=self.mean_accuracy,
-                          mean_train_seconds=self.mean_train_seconds,
-                          time_vs_fastest=self.time_vs_fastest, place=self.place)
+        return cast(RankRecord, asdict(self))
 
 
 @dataclass(frozen=True)

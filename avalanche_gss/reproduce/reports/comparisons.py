@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, TypedDict
+from dataclasses import asdict, dataclass, replace
+from typing import Any, TypedDict, cast
 
 __all__ = ["ALPHA", "MIN_SEEDS", "Comparison", "ComparisonRecord", "FriedmanTest",
            "Recommendation", "RecommendationRecord", "compare", "friedman", "holm",
@@ -239,10 +239,7 @@ class Comparison:
 
     def to_dict(self) -> ComparisonRecord:
         """The comparison as reports record it."""
-        return ComparisonRecord(a=self.a, b=self.b, pairs=self.pairs,
-                                mean_difference=self.mean_difference, low=self.low,
-                                high=self.high, wins=self.wins, losses=self.losses,
-                                statistic=self.statistic, p=self.p, p_holm=self.p_holm)
+        return cast(ComparisonRecord, asdict(self))
 
 
 def _difference(values: Mapping[str, Mapping[Any, float]], a: str, b: str
