@@ -21,15 +21,28 @@ RUNS = 5
 
 
 def _group_alive(group):
-    """Whether any process of the process group ``group`` is alive (not a zombie)."""
+    """The command lines of the live (not zombie) processes of the process group ``group``.
+
+    Python's multiprocessing resource tracker, which ends by itself once the command that
+    started it has exited (it reads its pipe to the end), and which neither starts nor
+    stores a run, is not counted: on a loaded machine it may still be ending.
+    """
+    alive = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == group and fields[0] != "Z":
+                line = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                if b"multiprocessing.resource_tracker" not in line:
+                    alive.append(line)
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == group and fields[0] != "Z":
-            return True
-    return False
+    return alive
+
+
+def _entries(cache):
+    """The results stored in ``cache``, without an entry still being written."""
+    return [p for p in cache.glob("*.json") if not p.name.startswith(".")]
 
 
 @pytest.mark.slow
@@ -47,8 +60,9 @@ def test_ctrl_c_on_a_sweep_says_what_is_cached_in_one_line(tmp_path, workers):
         proc = subprocess.Popen(cmd, cwd=outside, env=env, stdout=subprocess.DEVNULL,
                                 stderr=err, start_new_session=True)
     try:
-        # Ctrl-C once the first run is cached (the loop ends with it or with the command)
-        while not (cache.is_dir() and any(cache.glob("*.json"))):
+        # Ctrl-C once the first run is cached (the loop ends with it or with the command);
+        # an entry being written (``.tmp-*.json``) is not cached yet
+        while not (cache.is_dir() and _entries(cache)):
             assert proc.poll() is None, (outside / "stderr").read_text()[-3000:]
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)
@@ -62,8 +76,8 @@ def test_ctrl_c_on_a_sweep_says_what_is_cached_in_one_line(tmp_path, workers):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
     # Nothing of the command is left to start or store a run: the runs cached now are all
     # there will be, and the queued ones were not run.
-    assert not _group_alive(proc.pid)
-    cached = len(list(cache.glob("*.json")))
+    assert not (alive := _group_alive(proc.pid)), alive
+    cached = len(_entries(cache))
     assert 1 <= cached < RUNS
     # One line says so, and nothing else but the log and the progress bar is on stderr.
     said = [line for line in re.split(r"[\r\n]", stderr) if line.strip()
