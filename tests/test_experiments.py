@@ -85,8 +85,34 @@ def test_bad_retrieval_settings_get_one_line_naming_the_value(bad, message):
     assert "\n" not in str(err.value)
 
 
-def test_random_retrieval_with_a_large_replay_batch_needs_no_candidates():
-    assert RunSettings(method="Rand", replay_batch_size=60).mir_candidates == 50
+def test_mir_candidates_default_to_the_authors_50_then_five_replay_batches():
+    assert RunSettings(method="Rand").mir_candidates == 50
+    assert RunSettings(method="Rand", replay_batch_size=10).mir_candidates == 50
+    assert RunSettings(method="Rand", replay_batch_size=4).mir_candidates == 50
+    assert RunSettings(method="Reservoir", retrieval="mir",
+                       replay_batch_size=64).mir_candidates == 320
+    # one given is kept, and a record gives the same run back
+    s = RunSettings(method="Reservoir", retrieval="mir", replay_batch_size=64, mir_candidates=64)
+    assert s.mir_candidates == 64 and RunSettings(**settings_dict(s)) == s
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"method": "Reservoir", "criterion": "focal"}, "unknown criterion 'focal'; choose from"),
+    ({"method": "Reservoir", "criterion": "ace", "logit_adjustment": 1.0},
+     "criterion='ace' and logit_adjustment=1.0 are two losses"),
+    ({"method": "GEM", "criterion": "ace"}, "criterion='ace' applies to .* not to 'GEM'"),
+    ({"method": "GSS-IQP", "update": "constrained", "joint": True},
+     "joint=True applies to .* not to update='constrained'"),
+    ({"method": "iid-online", "mkd_weight": 8.0}, "mkd_weight=8.0 applies to"),
+    ({"method": "Reservoir", "mkd_weight": -1.0}, r"mkd_weight must be in \[0, 1e6\], got -1.0"),
+    ({"method": "Reservoir", "mkd_momentum": 1.0}, r"mkd_momentum must be in \[0, 1\), got 1.0"),
+    ({"method": "Reservoir", "mkd_temperature": 0.0}, "mkd_temperature must be in"),
+    ({"method": "Reservoir", "joint": "yes"}, "joint must be True or False, got 'yes'"),
+])
+def test_bad_loss_and_replay_settings_get_one_line_naming_the_value(bad, message):
+    with pytest.raises(ValueError, match=message) as err:
+        RunSettings(**bad)
+    assert "\n" not in str(err.value)
 
 
 def test_a_cache_key_holds_every_setting_and_gives_the_run_back():

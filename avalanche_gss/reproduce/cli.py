@@ -269,6 +269,12 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
                              "(default: the experiment's, 3)")
     parser.add_argument("--lr", type=_positive_float, default=None,
                         help="SGD learning rate of every method (default: the experiment's)")
+    parser.add_argument("--replay-batch-size", type=_count(MAX_BUFFER), default=None,
+                        metavar="N",
+                        help="table experiments and which-buffer: buffer samples per replay "
+                             f"step of the buffer methods (default: {REPLAY_BATCH}, as many "
+                             "as an incoming batch: the GSS paper's protocol; most online "
+                             "papers since 2022 replay 64); every output names it")
     parser.add_argument("--variants", nargs="+", choices=VARIANT_NAMES,
                         default=list(VARIANT_NAMES), metavar="VARIANT",
                         help="paper and/or authors: GSS-Greedy, GSS-Clust and FSS-Clust as "
@@ -288,8 +294,9 @@ def _retrieval_options(parser: argparse.ArgumentParser) -> None:
                              "(default: each method's own: other-classes for CB-GSS, "
                              "random for the others)")
     parser.add_argument("--mir-candidates", type=_count(MAX_BUFFER), default=None, metavar="C",
-                        help="buffer samples MIR scores per replay step (default: 50, the "
-                             "MIR authors' on MNIST and CIFAR-10)")
+                        help="buffer samples MIR scores per replay step (default: the MIR "
+                             "authors' 50 on MNIST and CIFAR-10, where they replayed 10; with "
+                             "a --replay-batch-size above 10, five times it: their ratio)")
 
 
 def _sweep_options(parser: argparse.ArgumentParser) -> None:
@@ -476,12 +483,16 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
     if args.experiment not in TABLES and args.retrieval is not None:
         parser.error(f"argument --retrieval: applies to the table experiments "
                      f"({', '.join(TABLES)}), not to {args.experiment}")
+    replay = args.replay_batch_size or REPLAY_BATCH
+    if args.replay_batch_size is not None and args.experiment not in (*TABLES, "which-buffer"):
+        parser.error(f"argument --replay-batch-size: applies to the table experiments "
+                     f"({', '.join(TABLES)}) and which-buffer, not to {args.experiment}")
     if args.mir_candidates is not None:
         if "mir" not in (args.retrieval or ()):
             parser.error("argument --mir-candidates: applies to --retrieval mir")
-        if args.mir_candidates < REPLAY_BATCH:
+        if args.mir_candidates < replay:
             parser.error(f"argument --mir-candidates: {args.mir_candidates} is fewer than the "
-                         f"{REPLAY_BATCH} samples of a replay batch; give {REPLAY_BATCH} or more")
+                         f"{replay} samples of a replay batch; give {replay} or more")
     if args.data is not None and args.data.lower().endswith(".npz") and (
             args.root is not None or args.download):
         parser.error("argument --root/--download: they apply to mnist and cifar10, not to "

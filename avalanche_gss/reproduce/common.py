@@ -299,9 +299,9 @@ def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
     """Return a run's settings.
 
     The protocol's, then the authors' per-method overrides, then the command line's
-    ``--lr``/``--n-iter``/``--device``, then ``fields``: settings by their flat or
-    namespaced names (``lr``, ``training.lr``) and the method's options, each read as
-    :func:`~avalanche_gss.reproduce.runs.settings.split_keywords` reads it.
+    ``--lr``/``--n-iter``/``--replay-batch-size`` (the buffer methods')/``--device``, then
+    ``fields``: settings by their flat or namespaced names (``lr``, ``training.lr``) and
+    the method's options, each read as :func:`~avalanche_gss.reproduce.runs.settings.split_keywords` reads it.
     """
     values: dict[str, object] = {"training.lr": protocol.lr, "training.n_iter": protocol.n_iter,
                                  "training.device": args.device,
@@ -311,6 +311,9 @@ def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
         values["training.n_iter"] = args.n_iter
     if args.lr is not None:
         values["training.lr"] = args.lr
+    replay = getattr(args, "replay_batch_size", None)
+    if replay is not None and method in BUFFER_METHODS:
+        values["replay.batch_size"] = replay
     settings, options = split_keywords(method, fields)
     return make_settings(method, options=options, **{**values, **settings})
 

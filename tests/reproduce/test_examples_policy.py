@@ -77,7 +77,7 @@ def test_a_table_runs_it_by_name_with_both_options(tmp_path):
     assert (extras["stride"], extras["offset"]) == (2, 1)  # both reached its buffer
     assert "| Stride (stride=2,offset=1) |" in (tmp_path / "out" / "table1.md").read_text()
     csv_lines = (tmp_path / "out" / "table1.csv").read_text().splitlines()
-    assert csv_lines[1].startswith('Stride,20,"stride=2,offset=1",0,')
+    assert csv_lines[1].startswith('Stride,20,"stride=2,offset=1",10,0,')
 
 
 @pytest.mark.slow

@@ -50,8 +50,9 @@ def test_the_record_is_the_flat_dict_runs_have_always_been_keyed_by():
         ("seed", 2), ("n_iter", 3), ("lr", 0.1), ("batch_size", 10),
         ("replay_batch_size", 12), ("model", "mlp"), ("device", "cpu"), ("iid_epochs", 5),
         ("gem_memory_strength", 0.5), ("update", "rehearsal"), ("constraint_margin", 0.0),
-        ("retrieval", "random"), ("mir_candidates", 50), ("logit_adjustment", 1.0),
-        ("prior_window", 1000)]
+        ("retrieval", "random"), ("mir_candidates", 60), ("joint", False),
+        ("logit_adjustment", 1.0), ("prior_window", 1000), ("criterion", "cross-entropy"),
+        ("mkd_weight", 0.0), ("mkd_momentum", 0.99), ("mkd_temperature", 4.0)]
     assert RunSettings(**settings_dict(settings)) == settings
     assert settings_from_dict(settings_dict(settings)) == settings
 

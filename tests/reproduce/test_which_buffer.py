@@ -315,8 +315,8 @@ def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch
     assert "share it, e.g. =2, and are listed by mean accuracy" in md
     assert [t["place"] for t in table] == ["1", "=2", "=2", "=2"]
     # The protocol of every stream, in words, and what the data were checked to be.
-    assert ("Protocol: M = 300; seed 0; batches of 10, replay batches of 10; the mlp model"
-            in md)
+    assert ("Protocol: M = 300; seed 0; batches of 10, replay batches of 10 (as many as it "
+            "takes in: the GSS paper's replay protocol); the mlp model" in md)
     assert ("- disjoint (Table 1's disjoint stream): 5 tasks of 500 training samples, 200 "
             "test samples per task; learning rate 0.05; 3 iterations per batch.") in md
     assert "500 training samples in the sequence's own task and 50 in each other" in md

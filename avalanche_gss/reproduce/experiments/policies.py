@@ -69,6 +69,9 @@ POLICIES: dict[str, Policy] = {
     "ER+LA": Policy("Reservoir", {"logit_adjustment": 1.0}),
     "CBRS+OC+LA": Policy("CBRS", {"retrieval": "other-classes", "logit_adjustment": 1.0}),
     "CB-GSS (step)+LA": Policy("CB-GSS", {"score_from": "step", "logit_adjustment": 1.0}),
+    "ER-ACE": Policy("Reservoir", {"criterion": "ace", "joint": True}),
+    "ER+MKD": Policy("Reservoir", {"mkd_weight": 8.0}),
+    "CSReL": Policy("CSReL"),
 }
 """Each policy's row label and what makes it (its method; ``RunSettings`` fields and the
 buffer's options), in row order.
@@ -87,6 +90,12 @@ The ``+LA`` rows train with Logit Adjusted Softmax's loss (``logit_adjustment=1.
 cross-entropy, in the incoming and the replay steps alike: ``ER+LA`` is Reservoir with it
 (the loss alone), ``CBRS+OC+LA`` and ``CB-GSS (step)+LA`` the class-balancing policies
 with it.
+``ER-ACE`` is Reservoir trained as ER-ACE (Caccia et al., ICLR 2022): the asymmetric
+cross-entropy (``criterion="ace"``) in one SGD step on the incoming and the replay batch
+(``joint=True``). ``ER+MKD`` is Reservoir's rehearsal with momentum knowledge distillation
+(Michel et al., ICML 2024; ``mkd_weight=8.0``, its authors' weight, with its momentum 0.99
+and temperature 4). ``CSReL`` is the reducible-loss coreset (Tong et al., ICLR 2025) in
+its streaming form, replayed as every other buffer is.
 """
 
 

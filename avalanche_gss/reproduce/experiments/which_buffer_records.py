@@ -98,8 +98,9 @@ class ProtocolRecord(TypedDict, total=False):
     buffer_sizes: list[int]
     seeds: list[int]
     model: str
-    batch_size: int
-    replay_batch_size: int
+    batch_size: int | None
+    replay_batch_size: int | None
+    mir_candidates: int | None
     quick: bool
     workers: int
     train_seconds: str

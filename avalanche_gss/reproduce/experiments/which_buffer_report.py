@@ -43,6 +43,7 @@ from avalanche_gss.reproduce.reports.writing import (
     format_cell,
     protocol_line,
     provenance_line,
+    replay_words,
     shared_places,
 )
 from avalanche_gss.reproduce.runs.training import RunResult, default_retrieval
@@ -237,8 +238,10 @@ def protocol_lines(report: ReportRecord) -> list[str]:
     seeds = protocol["seeds"]
     lines = [f"Protocol: M = {'/'.join(map(str, protocol['buffer_sizes']))}; "
              + ("seeds " if len(seeds) > 1 else "seed ") + " ".join(map(str, seeds))
-             + f"; batches of {protocol['batch_size']}, replay batches of "
-             f"{protocol['replay_batch_size']}; the {protocol['model']} model; each stream "
+             + f"; {replay_words(protocol['batch_size'], protocol['replay_batch_size'])}"
+             + (f"; MIR scores {protocol['mir_candidates']} buffer samples per replay step"
+                if protocol.get("mir_candidates") else "")
+             + f"; the {protocol['model']} model; each stream "
              "with its protocol's learning rate and iterations per batch:", ""]
     for s in protocol["streams"]:
         stream = {**s["stream"], "blurry": s.get("blur") and {"keep": s["blur"]}}
@@ -370,7 +373,8 @@ def runs_csv(pairs: Sequence[tuple[dict[str, str], RunResult]], prov: dict[str, 
     n_tasks = max(len(res.task_accuracy) for _, res in pairs)
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
-    writer.writerow(["policy", "method", "options", "stream", "family", "buffer_size", "seed",
+    writer.writerow(["policy", "method", "options", "stream", "family", "buffer_size",
+                     "batch_size", "replay_batch_size", "seed",
                      "avg", *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds",
                      "skipped_steps", "diverged", "device", "threads", "data",
                      *(("relative_cost", "kept_batches", "batches", "matched_avg")
@@ -380,6 +384,7 @@ def runs_csv(pairs: Sequence[tuple[dict[str, str], RunResult]], prov: dict[str, 
         accs = [f"{a:.2f}" for a in res.task_accuracy]
         writer.writerow([keys["policy"], res.settings.method, options, keys["stream"],
                          STREAMS[keys["stream"]].family, res.settings.buffer_size,
+                         res.settings.batch_size, res.settings.replay_batch_size,
                          res.settings.seed, f"{res.avg:.2f}",
                          *accs, *[""] * (n_tasks - len(accs)), f"{res.train_seconds:.3f}",
                          res.extras.get("skipped_steps", 0), diverged(res.extras),

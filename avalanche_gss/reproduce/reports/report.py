@@ -20,7 +20,8 @@ from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.runs.training import RunSettings, settings_dict
 from avalanche_gss.streams import ArrayDataset
 
-__all__ = ["DataFacts", "Report", "ReportRow", "SettingsFacts", "jsonable", "shared_setting"]
+__all__ = ["DataFacts", "Report", "ReportRow", "SettingsFacts", "common_setting", "jsonable",
+           "shared_setting"]
 
 PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_size", "retrieval")
 """Settings that tell one run of an experiment from another (not the protocol's)."""
@@ -94,6 +95,19 @@ def shared_setting(settings: Sequence[RunSettings], name: str) -> Json:
     if len(values) != 1:
         raise ValueError(f"the runs differ in {name} ({values}); no single value to report")
     return jsonable(values[0])
+
+
+def common_setting(settings: Sequence[RunSettings], name: str) -> Json:
+    """The value of setting ``name`` that every run shares, or ``None`` where they differ.
+
+    For a setting that rows of one table may set apart (``replay_batch_size`` given in a
+    ``--methods`` text): the report then says it per row.
+
+    :param settings: the runs' settings.
+    :param name: a :class:`RunSettings` field.
+    """
+    values = list(dict.fromkeys(getattr(s, name) for s in settings))
+    return jsonable(values[0]) if len(values) == 1 else None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ __all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs",
            "output_paths", "table_csv", "table_markdown", "write_outputs", "write_report",
            "write_text",
            "format_cell", "provenance", "provenance_line", "protocol_line", "data_lines",
-           "shared_places"]
+           "replay_words", "shared_places"]
 
 
 def _std(values: Sequence[float]) -> float | None:
@@ -102,11 +102,10 @@ def protocol_line(protocol: ReportView, prefix: str = "Protocol: ") -> str | Non
              _setting_words("n_iter", protocol["n_iter"])]
     if sizes:
         parts.append("M = " + "/".join(map(str, sizes)))
-    batch = [f"batches of {protocol['batch_size']}"] if "batch_size" in protocol else []
-    if "replay_batch_size" in protocol:
-        batch.append(f"replay batches of {protocol['replay_batch_size']}")
-    if batch:
-        parts.append(", ".join(batch))
+    if "batch_size" in protocol and "replay_batch_size" in protocol:
+        parts.append(replay_words(protocol["batch_size"], protocol["replay_batch_size"]))
+    elif "batch_size" in protocol:
+        parts.append(f"batches of {protocol['batch_size']}")
     seeds = protocol.get("seeds")
     if seeds:
         parts.append(("seeds " if len(seeds) > 1 else "seed ") + " ".join(map(str, seeds)))
@@ -117,6 +116,25 @@ def protocol_line(protocol: ReportView, prefix: str = "Protocol: ") -> str | Non
         line += " Methods with their own settings (the authors' scripts): " \
                 + "; ".join(overrides) + "."
     return line
+
+
+def replay_words(batch_size: object, replay_batch_size: object) -> str:
+    """The batch sizes and the replay protocol they make, as a protocol line says them.
+
+    A replay batch as large as the incoming one is the GSS paper's protocol (and
+    Avalanche's default); most online papers since 2022 replay 64 against incoming batches
+    of 10. Results are comparable only under the same one, so every output names it.
+
+    :param batch_size: the incoming batch size (``None``: the runs differ).
+    :param replay_batch_size: buffer samples per replay step (``None``: the runs differ).
+    """
+    words = f"batches of {batch_size}, replay batches of {replay_batch_size}"
+    if batch_size is None or replay_batch_size is None:
+        return words
+    if replay_batch_size == batch_size:
+        return words + " (as many as it takes in: the GSS paper's replay protocol)"
+    return words + (" (the GSS paper replays as many as it takes in; most online papers "
+                    "since 2022 replay 64 against 10)")
 
 
 def data_lines(report: ReportView) -> list[str]:
@@ -344,7 +362,10 @@ def table_csv(report: ReportView) -> str:
     steps = any("skipped_steps" in r for r in report["rows"])
     prov = report.get("provenance") or {}
     where = [prov.get("device"), prov.get("threads")] if prov else []
-    writer.writerow(["method", "buffer_size", *extra, "seed", "avg",
+    protocol = report.get("protocol") or {}
+    replay = [protocol["replay_batch_size"]] if "replay_batch_size" in protocol else []
+    writer.writerow(["method", "buffer_size", *extra, *(["replay_batch_size"] if replay else []),
+                     "seed", "avg",
                      *[f"T{k + 1}" for k in range(n_tasks)], "train_seconds",
                      *(["skipped_steps", "diverged"] if steps else []),
                      *(["device", "threads"] if prov else [])])
@@ -355,7 +376,8 @@ def table_csv(report: ReportView) -> str:
                                                         strict=True)):
             skip = ([r.get("skipped_steps", [0] * n)[i], r.get("diverged", [False] * n)[i]]
                     if steps else [])
-            writer.writerow([r["method"], r["buffer_size"], *[r.get(k) for k in extra], seed,
+            writer.writerow([r["method"], r["buffer_size"], *[r.get(k) for k in extra], *replay,
+                             seed,
                              f"{avg:.2f}", *[f"{a:.2f}" for a in accs], f"{secs:.2f}", *skip,
                              *where])
     return buffer.getvalue()

@@ -30,9 +30,10 @@ from avalanche_gss.training.logit_adjustment import check_tau, check_window
 from avalanche_gss.training.retrieval import RETRIEVALS
 
 __all__ = ["BUFFER_METHODS", "BaselineSettings", "BufferSettings", "CONSTRAINED_METHODS",
-           "FLAT_NAMES", "LossSettings", "METHODS", "PARTS", "ReplaySettings", "RunSettings",
-           "SettingsRecord", "TrainingSettings", "UPDATES", "VARIANT_METHODS",
-           "default_retrieval", "make_settings", "settings_dict", "split_keywords"]
+           "CRITERIA", "FLAT_NAMES", "LossSettings", "METHODS", "PARTS", "ReplaySettings",
+           "RunSettings", "SettingsRecord", "TrainingSettings", "UPDATES", "VARIANT_METHODS",
+           "default_mir_candidates", "default_retrieval", "make_settings", "settings_dict",
+           "split_keywords"]
 
 VARIANT_METHODS: Sequence[str] = methods.NameView(
     lambda: tuple(name for name, m in methods.REGISTRY.items() if m.presets))
@@ -45,6 +46,10 @@ BUFFER_METHODS: Sequence[str] = methods.NameView(lambda: tuple(methods.REGISTRY)
 this package's then the registered ones (:func:`avalanche_gss.methods.register`)."""
 
 UPDATES = ("rehearsal", "constrained")
+
+CRITERIA = ("cross-entropy", "ace")
+"""The rehearsal's losses (:attr:`LossSettings.criterion`): the plain cross-entropy, and
+ER-ACE's asymmetric cross-entropy."""
 """How a buffer method uses its buffer: replay steps, or GEM-style constraints (appendix C)."""
 
 CONSTRAINED_METHODS: Sequence[str] = methods.NameView(
@@ -128,15 +133,23 @@ class ReplaySettings:
         methods with ``update="rehearsal"`` only. ``None`` (the default): the method's own
         (:func:`default_retrieval`: ``"other-classes"`` for CB-GSS, else ``"random"``);
         the run's settings then hold that name.
-    :param mir_candidates: MIR's ``C``, buffer samples scored per replay step (the MIR
-        authors' 50 on MNIST and CIFAR-10); at least ``batch_size``.
+    :param mir_candidates: MIR's ``C``, buffer samples scored per replay step; at least
+        ``batch_size``. ``None`` (the default): :func:`default_mir_candidates`, the MIR
+        authors' 50 (their replay batch was 10) up to a replay batch of 10, five times the
+        replay batch above it (their ratio: 320 for a replay batch of 64); the run's
+        settings then hold that number.
+    :param joint: learn the replay batch in the incoming batch's SGD step (one step on the
+        sum of the two mean losses: the experience replay of the MIR and ER-ACE papers)
+        instead of a step of its own after it (the GSS paper's rehearsal, the default).
+        Buffer methods with ``update="rehearsal"`` only.
     """
 
     batch_size: int = 10
     update: str = "rehearsal"
     constraint_margin: float = 0.0
     retrieval: str | None = None
-    mir_candidates: int = 50
+    mir_candidates: int | None = None
+    joint: bool = False
 
     def __post_init__(self) -> None:
         _check(self.batch_size >= 1, "batch sizes must be >= 1")
@@ -144,10 +157,26 @@ class ReplaySettings:
                f"unknown update {self.update!r}; choose from {', '.join(UPDATES)}")
         _check(self.retrieval is None or self.retrieval in RETRIEVALS,
                f"unknown retrieval {self.retrieval!r}; choose from {', '.join(RETRIEVALS)}")
-        _check(self.mir_candidates >= 1 and (self.retrieval != "mir"
-                                             or self.mir_candidates >= self.batch_size),
+        candidates = self.mir_candidates
+        if candidates is None:
+            candidates = default_mir_candidates(self.batch_size)
+            object.__setattr__(self, "mir_candidates", candidates)
+        _check(candidates >= 1 and (self.retrieval != "mir" or candidates >= self.batch_size),
                f"mir_candidates must be >= replay_batch_size ({self.batch_size}), got "
-               f"{self.mir_candidates}")
+               f"{candidates}")
+        _check(isinstance(self.joint, bool), f"joint must be True or False, got {self.joint!r}")
+
+
+def default_mir_candidates(replay_batch_size: int) -> int:
+    """MIR's candidates per replay step when a run names none.
+
+    The MIR authors' 50 on MNIST and CIFAR-10, where the replay batch was 10; above a
+    replay batch of 10, five times the replay batch (their ratio), so that MIR still
+    chooses its replay batch among more samples than it replays.
+
+    :param replay_batch_size: buffer samples per replay step.
+    """
+    return max(50, 5 * replay_batch_size)
 
 
 @dataclass(frozen=True)
@@ -162,14 +191,42 @@ class LossSettings:
         only. At most 100 (``MAX_TAU`` of :mod:`~avalanche_gss.training.logit_adjustment`).
     :param prior_window: how many recent training labels that prior counts (with
         ``logit_adjustment`` above 0), at most ``MAX_WINDOW`` (10,000,000: 8 bytes each).
+    :param criterion: ``"cross-entropy"`` (the default) or ``"ace"``: ER-ACE's asymmetric
+        cross-entropy (:class:`~avalanche_gss.training.AsymmetricCrossEntropy`; Caccia et
+        al., ICLR 2022), the incoming batch's loss over the classes it holds and the replay
+        batch's over all; ER-ACE proper with ``joint=True`` (:class:`ReplaySettings`). Not
+        with ``logit_adjustment`` (each is a loss of its own). Buffer methods with
+        ``update="rehearsal"`` only.
+    :param mkd_weight: add momentum knowledge distillation with this weight
+        (:class:`~avalanche_gss.training.MKDPlugin`; Michel et al., ICML 2024: an EMA
+        teacher distilled into the learner on the incoming and the replay batches; MKD's
+        authors use 8). ``0`` (the default): none. Buffer methods with
+        ``update="rehearsal"`` only.
+    :param mkd_momentum: the teacher's EMA momentum (MKD's 0.99), in ``[0, 1)``.
+    :param mkd_temperature: the distillation's temperature (MKD's 4), in ``(0, 100]``.
     """
 
     logit_adjustment: float = 0.0
     prior_window: int = 1000
+    criterion: str = "cross-entropy"
+    mkd_weight: float = 0.0
+    mkd_momentum: float = 0.99
+    mkd_temperature: float = 4.0
 
     def __post_init__(self) -> None:
         check_tau(self.logit_adjustment, "logit_adjustment")
         check_window(self.prior_window, "prior_window")
+        _check(self.criterion in CRITERIA,
+               f"unknown criterion {self.criterion!r}; choose from {', '.join(CRITERIA)}")
+        _check(not self.logit_adjustment or self.criterion == "cross-entropy",
+               f"criterion={self.criterion!r} and logit_adjustment={self.logit_adjustment} are "
+               "two losses; choose one")
+        _check(0 <= self.mkd_weight <= 1e6, f"mkd_weight must be in [0, 1e6], got "
+                                            f"{self.mkd_weight}")
+        _check(0 <= self.mkd_momentum < 1,
+               f"mkd_momentum must be in [0, 1), got {self.mkd_momentum}")
+        _check(0 < self.mkd_temperature <= 100,
+               f"mkd_temperature must be in (0, 100], got {self.mkd_temperature}")
 
 
 @dataclass(frozen=True)
@@ -220,8 +277,13 @@ class SettingsRecord(TypedDict):
     constraint_margin: float
     retrieval: str
     mir_candidates: int
+    joint: bool
     logit_adjustment: float
     prior_window: int
+    criterion: str
+    mkd_weight: float
+    mkd_momentum: float
+    mkd_temperature: float
 
 
 T = TypeVar("T")
@@ -237,9 +299,9 @@ class _Flat(Generic[T]):
         self.part, self.name = FLAT_NAMES[flat]
 
     def __get__(self, obj: RunSettings | None, owner: type) -> T:
-        if obj is None:
-            default = {f.name: f for f in fields(PARTS[self.part])}[self.name].default
-            return default  # type: ignore[return-value]  # the part's annotation says T
+        if obj is None:  # the default of a part built with its defaults (resolved ones too)
+            default: T = getattr(PARTS[self.part](), self.name)
+            return default
         value: T = getattr(getattr(obj, self.part), self.name)
         return value
 
@@ -294,8 +356,13 @@ class RunSettings:
     constraint_margin = _Flat[float]("constraint_margin")
     retrieval = _Flat[str]("retrieval")
     mir_candidates = _Flat[int]("mir_candidates")
+    joint = _Flat[bool]("joint")
     logit_adjustment = _Flat[float]("logit_adjustment")
     prior_window = _Flat[int]("prior_window")
+    criterion = _Flat[str]("criterion")
+    mkd_weight = _Flat[float]("mkd_weight")
+    mkd_momentum = _Flat[float]("mkd_momentum")
+    mkd_temperature = _Flat[float]("mkd_temperature")
 
     def __init__(self, method: str, options: Mapping[str, OptionValue] | None = None,
                  buffer_size: int | None = None, seed: int = 0, *,
@@ -346,6 +413,10 @@ class RunSettings:
         _check(not self.logit_adjustment or rehearsal,
                f"logit_adjustment={self.logit_adjustment} is the loss of the buffer methods' "
                f"rehearsal, not of {method!r} with update={update!r}")
+        for name, value, off in (("criterion", self.criterion, "cross-entropy"),
+                                 ("joint", self.joint, False), ("mkd_weight", self.mkd_weight, 0)):
+            _check(value == off or rehearsal,
+                   f"{name}={value!r} applies to the buffer methods' rehearsal, not to {what}")
 
 
 def default_retrieval(method: str, update: str = "rehearsal") -> str:
@@ -468,5 +539,6 @@ def settings_dict(settings: RunSettings) -> SettingsRecord:
         replay_batch_size=s.replay_batch_size, model=s.model, device=s.device,
         iid_epochs=s.iid_epochs, gem_memory_strength=s.gem_memory_strength,
         update=s.update, constraint_margin=s.constraint_margin, retrieval=s.retrieval,
-        mir_candidates=s.mir_candidates, logit_adjustment=s.logit_adjustment,
-        prior_window=s.prior_window)
+        mir_candidates=s.mir_candidates, joint=s.joint, logit_adjustment=s.logit_adjustment,
+        prior_window=s.prior_window, criterion=s.criterion, mkd_weight=s.mkd_weight,
+        mkd_momentum=s.mkd_momentum, mkd_temperature=s.mkd_temperature)

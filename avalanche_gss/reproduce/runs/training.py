@@ -41,7 +41,13 @@ from avalanche_gss.reproduce.runs.settings import (
     settings_dict,
 )
 from avalanche_gss.streams import TaskSplit, online_benchmark
-from avalanche_gss.training import LogitAdjustedLoss, MIRRetrieval, quiet_evaluator
+from avalanche_gss.training import (
+    AsymmetricCrossEntropy,
+    LogitAdjustedLoss,
+    MIRRetrieval,
+    MKDPlugin,
+    quiet_evaluator,
+)
 from avalanche_gss.training.retrieval import RETRIEVALS
 from avalanche_gss.training.step_feed import feed_problem
 
@@ -114,7 +120,9 @@ def run_label(settings: RunSettings) -> str:
     The method, its variant and update where it has them, its retrieval when it is not
     the method's own (``"Reservoir-mir-M300-seed0"``; :func:`default_retrieval`), the
     logit adjustment's ``tau`` where there is one (``"CBRS-other-classes-la1-M300-seed0"``),
-    the buffer size where it has a buffer, and the seed.
+    a criterion other than the cross-entropy (``ace``), ``joint``, MKD's weight
+    (``mkd8``), a replay batch other than 10 (``replay64``), the buffer size where it has a
+    buffer, and the seed.
 
     :param settings: the run's settings.
     """
@@ -128,6 +136,14 @@ def run_label(settings: RunSettings) -> str:
         parts.append(str(settings.retrieval))
     if settings.logit_adjustment:
         parts.append(f"la{settings.logit_adjustment:g}")
+    if settings.criterion != "cross-entropy":
+        parts.append(settings.criterion)
+    if settings.joint:
+        parts.append("joint")
+    if settings.mkd_weight:
+        parts.append(f"mkd{settings.mkd_weight:g}")
+    if settings.replay_batch_size != RunSettings.replay_batch_size:
+        parts.append(f"replay{settings.replay_batch_size}")
     if settings.method in BUFFER_METHODS or settings.method in TASK_AWARE:
         parts.append(f"M{settings.buffer_size}")
     parts.append(f"seed{settings.seed}")
@@ -189,7 +205,8 @@ class StrategyKeywords(_StrategyKeywords, total=False):
     :param plugins: extra plugins.
     :param mem_size: the buffer size.
     :param seed: the run's seed.
-    :param criterion: the loss, where it is not the strategy's own (logit adjustment).
+    :param criterion: the loss, where it is not the strategy's own (logit adjustment,
+        ER-ACE's).
     """
 
     criterion: nn.Module
@@ -200,7 +217,10 @@ def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.opt
     """The ready strategy of a buffer method, as :func:`run` trains it.
 
     The method's strategy from the registry (its constrained one with
-    ``update="constrained"``), given the run's options as its buffer's.
+    ``update="constrained"``), given the run's options as its buffer's, its loss
+    (:class:`~avalanche_gss.training.LogitAdjustedLoss`,
+    :class:`~avalanche_gss.training.AsymmetricCrossEntropy`), ``joint`` and, with
+    ``mkd_weight`` above 0, an :class:`~avalanche_gss.training.MKDPlugin` after ``plugins``.
 
     :param settings: the run's settings; ``settings.method`` must be in :data:`BUFFER_METHODS`.
     :param model: the network.
@@ -222,8 +242,13 @@ def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.opt
     retrieval = MIRRetrieval(s.mir_candidates) if s.retrieval == "mir" else s.retrieval
     if s.logit_adjustment:
         common["criterion"] = LogitAdjustedLoss(s.logit_adjustment, s.prior_window)
+    if s.criterion == "ace":
+        common["criterion"] = AsymmetricCrossEntropy()
+    if s.mkd_weight:
+        common["plugins"].append(MKDPlugin(s.mkd_momentum, s.mkd_temperature, s.mkd_weight))
+    joint = {"joint": True} if s.joint else {}  # a strategy of one's own need not take it
     strategy = method.strategy(replay_batch_size=s.replay_batch_size, retrieval=retrieval,
-                               **common, **s.options)
+                               **joint, **common, **s.options)
     return strategy
 
 
