@@ -159,9 +159,9 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
         if self.size == 0:
             return
         dev = model_device(net)
-        for p in net.parameters():
+        params = list(net.parameters())
+        for p in params:
             p.requires_grad_(True)
-        sgd = torch.optim.SGD([p for p in net.parameters()], lr=self.refit_lr)
         net.train()
         k = min(self.refit_batch_size, self.size)
         for _ in range(self.refit_steps):
@@ -172,9 +172,7 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
             with single_sample_norm(net, k):  # one sample: BatchNorm on running statistics
                 out = net(x) if labels is None else net(x, labels)
             loss: Tensor = F.cross_entropy(out, y)
-            sgd.zero_grad(set_to_none=True)
-            torch.autograd.backward(loss)
-            sgd.step()
+            _sgd_step(params, loss, self.refit_lr)
         net.eval()
         for p in net.parameters():
             p.requires_grad_(False)
@@ -253,6 +251,20 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
     def report(self) -> dict[str, Any]:
         """How many times the coreset model was trained."""
         return {"coreset_refits": self.refits}
+
+
+def _sgd_step(params: list[Tensor], loss: Tensor, lr: float) -> None:
+    """One step of plain SGD on ``loss``: ``p <- p - lr * grad`` for each parameter with one.
+
+    The update of ``torch.optim.SGD`` without momentum or weight decay (the same
+    ``add_(grad, alpha=-lr)`` per parameter), without its per-step bookkeeping; the
+    gradients are not kept in ``.grad``.
+    """
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    used = [(p, g) for p, g in zip(params, grads, strict=True) if g is not None]
+    if used:
+        with torch.no_grad():
+            torch._foreach_add_([p for p, _ in used], [g for _, g in used], alpha=-lr)
 
 
 def _same_shapes(a: nn.Module, b: nn.Module) -> bool:

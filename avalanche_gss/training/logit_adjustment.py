@@ -123,6 +123,7 @@ class LogitAdjustedLoss(nn.Module):
         # the count of each label in the window (index = label), grown as labels come;
         # derived from ``recent``, so not saved (rebuilt in _load_from_state_dict)
         self.register_buffer("tally", torch.zeros(0, dtype=torch.long), persistent=False)
+        self._filled_host: int | None = 0  # ``filled`` as a host int (None: read it)
 
     def counts(self, num_classes: int) -> Tensor:
         """The counts ``c_k`` of each label among the recent training labels, ``(num_classes,)``.
@@ -152,21 +153,38 @@ class LogitAdjustedLoss(nn.Module):
         The labels the new ones overwrite leave the tally, the new ones enter it.
         """
         device = self.recent.device
-        y = y.detach().to(device, torch.long)[-self.window:]
+        y = y.detach().to(device, torch.long)
+        if len(y) > self.window:
+            y = y[-self.window:]
+        n = len(y)
         if high >= len(self.tally):  # a label beyond the tally: grow it (rare)
             self.tally = torch.cat([self.tally, self.tally.new_zeros(high + 1 - len(self.tally))])
-        # the positions on the window's device: no read of the count there
-        positions = (self.filled + torch.arange(len(y), device=device)) % self.window
-        old = self.recent[positions]  # -1 where the window was not full yet
-        self.tally.index_add_(0, old.clamp(min=0), -(old >= 0).to(torch.long))
-        self.tally.index_add_(0, y, torch.ones_like(y))
-        self.recent[positions] = y
-        self.filled += len(y)
+        filled = getattr(self, "_filled_host", None)
+        if filled is None:  # one read of the count, after a load (then kept on the host)
+            filled = self._filled_host = int(self.filled)
+        start = filled % self.window
+        ones = torch.ones_like(y)
+        if start + n <= self.window:  # the usual case: one slice of the window
+            slot = self.recent[start : start + n]
+            if filled >= self.window:  # a full window: each overwritten label leaves
+                self.tally.index_add_(0, slot, ones, alpha=-1)
+            # (not full: start == filled, and the slice holds no label yet)
+            self.tally.index_add_(0, y, ones)
+            slot.copy_(y)
+        else:  # the labels wrap around the window's end
+            positions = (start + torch.arange(n, device=device)) % self.window
+            old = self.recent[positions]  # -1 where the window was not full yet
+            self.tally.index_add_(0, old.clamp(min=0), -(old >= 0).to(torch.long))
+            self.tally.index_add_(0, y, ones)
+            self.recent[positions] = y
+        self.filled += n
+        self._filled_host = filled + n
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
         """Load the window, then rebuild the tally from it (the tally is not saved)."""
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._filled_host = None  # read again at the next call
         seen = self.recent[self.recent >= 0]
         self.tally = torch.bincount(seen, minlength=0) if len(seen) else \
             torch.zeros(0, dtype=torch.long, device=self.recent.device)
@@ -176,7 +194,8 @@ class LogitAdjustedLoss(nn.Module):
 
         :param num_classes: the number of logits.
         """
-        return self.tau * torch.log(self.counts(num_classes) + self.eps)
+        # in place on the new float tensor: the same ops as tau * log(c + eps)
+        return self.counts(num_classes).add_(self.eps).log_().mul_(self.tau)
 
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
         """The mean cross-entropy of the adjusted logits (of ``logits`` without gradients).
@@ -220,7 +239,7 @@ def _check_call(logits: Tensor, y: Tensor) -> int:
     if len(y) != n:
         raise ValueError(f"{len(y)} labels for {n} rows of logits: one label per row")
     if n:
-        low, high = torch.stack([y.min(), y.max()]).tolist()
+        low, high = torch.stack(torch.aminmax(y)).tolist()
         bad = low if low < 0 else high if high >= classes else None
         if bad is not None:
             raise ValueError(f"label {bad} is outside the logits' {classes} classes "
