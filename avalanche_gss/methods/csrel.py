@@ -258,13 +258,16 @@ def _sgd_step(params: list[Tensor], loss: Tensor, lr: float) -> None:
 
     The update of ``torch.optim.SGD`` without momentum or weight decay (the same
     ``add_(grad, alpha=-lr)`` per parameter), without its per-step bookkeeping; the
-    gradients are not kept in ``.grad``.
+    gradients are not kept in ``.grad``. (``torch.autograd.grad`` would leave a tuple of
+    ``len(params)`` in CPython's free list at each step.)
     """
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    used = [(p, g) for p, g in zip(params, grads, strict=True) if g is not None]
+    torch.autograd.backward(loss)
+    used = [p for p in params if p.grad is not None]
     if used:
         with torch.no_grad():
-            torch._foreach_add_([p for p, _ in used], [g for _, g in used], alpha=-lr)
+            torch._foreach_add_(used, [p.grad for p in used], alpha=-lr)
+        for p in used:
+            p.grad = None
 
 
 def _same_shapes(a: nn.Module, b: nn.Module) -> bool:
