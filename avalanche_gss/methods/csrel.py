@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -253,7 +254,7 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
         return {"coreset_refits": self.refits}
 
 
-def _sgd_step(params: list[Tensor], loss: Tensor, lr: float) -> None:
+def _sgd_step(params: Sequence[Tensor], loss: Tensor, lr: float) -> None:
     """One step of plain SGD on ``loss``: ``p <- p - lr * grad`` for each parameter with one.
 
     The update of ``torch.optim.SGD`` without momentum or weight decay (the same
@@ -264,8 +265,9 @@ def _sgd_step(params: list[Tensor], loss: Tensor, lr: float) -> None:
     torch.autograd.backward(loss)
     used = [p for p in params if p.grad is not None]
     if used:
+        grads = [cast(Tensor, p.grad) for p in used]
         with torch.no_grad():
-            torch._foreach_add_(used, [p.grad for p in used], alpha=-lr)
+            torch._foreach_add_(used, grads, alpha=-lr)
         for p in used:
             p.grad = None
 
