@@ -6,6 +6,7 @@ refused samples in the buffer's ``n_rejected`` and says why with a ``RuntimeWarn
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import NamedTuple, Protocol
 
@@ -13,6 +14,9 @@ import torch
 from torch import Tensor
 
 __all__ = ["Checked", "check_batch", "reject"]
+
+_SMALL = 64
+"""Batches of at most this many labels are read whole (else their least and most)."""
 
 
 class _Bounded(Protocol):
@@ -63,7 +67,11 @@ def check_batch(owner: _Bounded, x: Tensor, y: Tensor, ref: Tensor | None) -> Ch
         )
     if len(y) == 0:
         return Checked(None, -1)
-    low, high = (int(v) for v in torch.stack(torch.aminmax(y)).tolist())  # one read
+    if len(y) <= _SMALL:  # a batch's few labels: one read of them all
+        labels = y.tolist()
+        low, high = min(labels), max(labels)
+    else:
+        low, high = (int(v) for v in torch.stack(torch.aminmax(y)).tolist())  # one read
     if low < 0:
         raise ValueError(f"labels must be >= 0, got {low}")
     if high >= owner.label_bound:
@@ -71,6 +79,9 @@ def check_batch(owner: _Bounded, x: Tensor, y: Tensor, ref: Tensor | None) -> Ch
                          f".label_bound), got {high}")
     if not x.is_floating_point():
         return Checked(None, high)
+    if math.isfinite(float(x.sum())):  # a finite sum: every value is finite (one read)
+        return Checked(None, high)
+    # (a NaN or an infinity makes the sum NaN or infinite; so may an overflow: look closer)
     finite = torch.isfinite(x.reshape(len(y), -1)).all(dim=1).cpu()  # (B,)
     return Checked(None if bool(finite.all()) else finite, high)
 

@@ -190,17 +190,19 @@ class SlotStore:
         :raises RuntimeError: two samples share a slot, a slot is beyond ``max_size``, or
             the filled range would have a hole.
         """
-        keep = (slots >= 0).nonzero().flatten()
-        target = slots[keep]
-        if len(target) != len(torch.unique(target)):
+        values = slots.tolist()  # a batch's slots: checked on the host, one read
+        kept = [i for i, slot in enumerate(values) if slot >= 0]
+        targets = [values[i] for i in kept]
+        if len(set(targets)) != len(targets):
             raise RuntimeError("a policy assigned two samples to one slot")
-        new_size = max(self.size, int(target.max()) + 1) if len(target) else self.size
+        new_size = max(self.size, max(targets) + 1) if targets else self.size
         if new_size > self.max_size:
             raise RuntimeError("a policy assigned a slot beyond max_size")
-        appended = target[target >= self.size]
-        if len(appended) != new_size - self.size:
+        appended = sum(1 for slot in targets if slot >= self.size)
+        if appended != new_size - self.size:
             raise RuntimeError("a policy left a hole in the buffer")
-        return keep, target, new_size
+        return (torch.tensor(kept, dtype=torch.long), torch.tensor(targets, dtype=torch.long),
+                new_size)
 
     def write(self, rows: Rows, target: Tensor, scores: Tensor | None) -> None:
         """Write every row of ``rows`` into the CPU slot indices ``target`` (no check)."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -159,9 +160,9 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
         if self.size == 0:
             return
         dev = model_device(net)
-        for p in net.parameters():
+        params = list(net.parameters())
+        for p in params:
             p.requires_grad_(True)
-        sgd = torch.optim.SGD([p for p in net.parameters()], lr=self.refit_lr)
         net.train()
         k = min(self.refit_batch_size, self.size)
         for _ in range(self.refit_steps):
@@ -172,9 +173,7 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
             with single_sample_norm(net, k):  # one sample: BatchNorm on running statistics
                 out = net(x) if labels is None else net(x, labels)
             loss: Tensor = F.cross_entropy(out, y)
-            sgd.zero_grad(set_to_none=True)
-            torch.autograd.backward(loss)
-            sgd.step()
+            _sgd_step(params, loss, self.refit_lr)
         net.eval()
         for p in net.parameters():
             p.requires_grad_(False)
@@ -253,6 +252,24 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
     def report(self) -> dict[str, Any]:
         """How many times the coreset model was trained."""
         return {"coreset_refits": self.refits}
+
+
+def _sgd_step(params: Sequence[Tensor], loss: Tensor, lr: float) -> None:
+    """One step of plain SGD on ``loss``: ``p <- p - lr * grad`` for each parameter with one.
+
+    The update of ``torch.optim.SGD`` without momentum or weight decay (the same
+    ``add_(grad, alpha=-lr)`` per parameter), without its per-step bookkeeping; the
+    gradients are not kept in ``.grad``. (``torch.autograd.grad`` would leave a tuple of
+    ``len(params)`` in CPython's free list at each step.)
+    """
+    torch.autograd.backward(loss)
+    used = [p for p in params if p.grad is not None]
+    if used:
+        grads = [cast(Tensor, p.grad) for p in used]
+        with torch.no_grad():
+            torch._foreach_add_(used, grads, alpha=-lr)
+        for p in used:
+            p.grad = None
 
 
 def _same_shapes(a: nn.Module, b: nn.Module) -> bool:

@@ -72,11 +72,12 @@ def streaming_slots(weights: Tensor, n_seen: int, size: int, max_size: int,
     :param generator: source of randomness.
     :return: ``(B,)`` int64 slots on the CPU.
     """
-    w = weights.detach().double().cpu()
+    # the batch's few values read once, as host floats and ints (the same float64 values)
+    w = weights.detach().double().cpu().tolist()
     b = len(w)
-    uniforms = torch.rand(b, generator=generator, dtype=torch.float64)
-    drawn = torch.randint(0, max_size, (b,), generator=generator)
-    slots = torch.full((b,), -1, dtype=torch.long)
+    uniforms = torch.rand(b, generator=generator, dtype=torch.float64).tolist()
+    drawn = torch.randint(0, max_size, (b,), generator=generator).tolist()
+    slots = [-1] * b
     owner: dict[int, int] = {}  # slot -> the batch's sample that holds it
     for i in range(b):
         if not w[i] > 0:
@@ -84,8 +85,8 @@ def streaming_slots(weights: Tensor, n_seen: int, size: int, max_size: int,
         if size < max_size:
             slot = size
             size += 1
-        elif float(uniforms[i]) * (n_seen + i + 1) < max_size * float(w[i]):
-            slot = int(drawn[i])
+        elif uniforms[i] * (n_seen + i + 1) < max_size * w[i]:
+            slot = drawn[i]
         else:
             continue
         earlier = owner.get(slot)
@@ -93,4 +94,4 @@ def streaming_slots(weights: Tensor, n_seen: int, size: int, max_size: int,
             slots[earlier] = -1
         owner[slot] = i
         slots[i] = slot
-    return slots
+    return torch.tensor(slots, dtype=torch.long)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -31,13 +33,14 @@ def reservoir_slots(
         raise ValueError(f"capacity must be >= 1, got {capacity}")
     if n_seen < 0 or n_new < 0:
         raise ValueError("n_seen and n_new must be non-negative")
-    t = torch.arange(n_seen, n_seen + n_new, dtype=torch.float64)  # (B,) stream positions
-    draws = torch.rand(n_new, generator=generator, dtype=torch.float64)
-    j = torch.floor(draws * (t + 1)).long()  # uniform on 0..t
-    slots = torch.where(t < capacity, t.long(), j)
-    slots = torch.where(slots < capacity, slots, torch.full_like(slots, -1))
+    draws = torch.rand(n_new, generator=generator, dtype=torch.float64).tolist()
+    out = []
+    for k, draw in enumerate(draws):  # a batch's few samples: host floats, one read
+        t = n_seen + k  # the stream position
+        # uniform on 0..t: floor(u * (t + 1)), the float64 product (exact below 2**53)
+        slot = t if t < capacity else math.floor(draw * float(t + 1))
+        out.append(slot if slot < capacity else -1)
     # A later sample that drew the same slot overwrites the earlier one: keep the last.
-    out = slots.tolist()
     holder: dict[int, int] = {}  # slot -> the latest sample of the batch that took it
     for k, slot in enumerate(out):
         if slot >= 0:

@@ -9,7 +9,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["finite_loss"]
+__all__ = ["finite_loss", "is_finite"]
+
+
+def is_finite(loss: Tensor) -> bool:
+    """Whether every value of ``loss`` is finite, with one host read.
+
+    A one-value loss (the usual scalar) is read with ``item()``, no extra tensor op;
+    any other with one reduction.
+
+    :param loss: a loss tensor.
+    """
+    if loss.numel() == 1:
+        return math.isfinite(loss.detach().item())
+    return bool(torch.isfinite(loss).all())
 
 
 def finite_loss(loss: Tensor, owner: Any) -> bool:
@@ -21,6 +34,8 @@ def finite_loss(loss: Tensor, owner: Any) -> bool:
     :param loss: the step's scalar loss.
     :param owner: the object whose ``skipped_steps`` counter is increased.
     """
+    # is_finite's check, written here: a step's read is then counted as finite_loss's
+    # (benchmarks/host_syncs.py names each read by where it is made)
     if loss.numel() == 1:  # the usual scalar: one host read, no extra tensor op
         if math.isfinite(loss.detach().item()):
             return True

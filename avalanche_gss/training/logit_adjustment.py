@@ -112,7 +112,6 @@ class LogitAdjustedLoss(nn.Module):
 
     recent: Tensor
     filled: Tensor
-    tally: Tensor
 
     def __init__(self, tau: float = 1.0, window: int = 1000) -> None:
         super().__init__()
@@ -120,19 +119,26 @@ class LogitAdjustedLoss(nn.Module):
         self.window = check_window(window)
         self.register_buffer("recent", torch.full((self.window,), -1, dtype=torch.long))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
-        # the count of each label in the window (index = label), grown as labels come;
-        # derived from ``recent``, so not saved (rebuilt in _load_from_state_dict)
-        self.register_buffer("tally", torch.zeros(0, dtype=torch.long), persistent=False)
+        # the count of each label in the window (index = label), grown as labels come, on
+        # the host; derived from ``recent``, so not saved (rebuilt in _load_from_state_dict)
+        self._tally: list[int] = []
+        self._filled_host: int | None = 0  # ``filled`` as a host int (None: read it)
+
+    @property
+    def tally(self) -> Tensor:
+        """The count of each label in the window (index = label), int64 on its device."""
+        return torch.tensor(self._tally, dtype=torch.long, device=self.recent.device)
 
     def counts(self, num_classes: int) -> Tensor:
         """The counts ``c_k`` of each label among the recent training labels, ``(num_classes,)``.
 
         :param num_classes: the number of logits (labels beyond it are not counted).
         """
-        counts = self.tally[:num_classes]
+        counts = self._tally[:num_classes]
         if len(counts) < num_classes:  # classes no label of the window has reached yet
-            counts = torch.cat([counts, counts.new_zeros(num_classes - len(counts))])
-        return counts.to(torch.float32)
+            counts = counts + [0] * (num_classes - len(counts))
+        # exact: every count is below 2**24
+        return torch.tensor(counts, dtype=torch.float32, device=self.recent.device)
 
     def observe(self, y: Tensor) -> None:
         """Add the labels ``y`` to the window (the oldest leave it).
@@ -141,42 +147,63 @@ class LogitAdjustedLoss(nn.Module):
         :raises ValueError: ``y`` is not that, naming the bad value; nothing is counted then.
         """
         _check_labels(y)
-        low, high = torch.stack([y.min(), y.max()]).tolist() if len(y) else (0, -1)
+        labels = y.tolist()  # one read of the labels
+        low = min(labels, default=0)
         if low < 0:
             raise ValueError(f"labels must be >= 0, got {low}")
-        self._push(y, int(high))
+        self._push(y, labels)
 
-    def _push(self, y: Tensor, high: int) -> None:
-        """Write the checked labels ``y`` (the largest ``high``) into the window and the tally.
+    def _push(self, y: Tensor, labels: list[int]) -> None:
+        """Write the checked labels ``y`` (``labels``, read on the host) into the window.
 
         The labels the new ones overwrite leave the tally, the new ones enter it.
         """
-        device = self.recent.device
-        y = y.detach().to(device, torch.long)[-self.window:]
-        if high >= len(self.tally):  # a label beyond the tally: grow it (rare)
-            self.tally = torch.cat([self.tally, self.tally.new_zeros(high + 1 - len(self.tally))])
-        # the positions on the window's device: no read of the count there
-        positions = (self.filled + torch.arange(len(y), device=device)) % self.window
-        old = self.recent[positions]  # -1 where the window was not full yet
-        self.tally.index_add_(0, old.clamp(min=0), -(old >= 0).to(torch.long))
-        self.tally.index_add_(0, y, torch.ones_like(y))
-        self.recent[positions] = y
-        self.filled += len(y)
+        window, recent = self.window, self.recent
+        y = y.detach().to(recent.device, torch.long)
+        if len(labels) > window:
+            y, labels = y[-window:], labels[-window:]
+        n = len(labels)
+        filled = getattr(self, "_filled_host", None)
+        if filled is None:  # one read of the count, after a load (then kept on the host)
+            filled = self._filled_host = int(self.filled)
+        start = filled % window
+        tally = self._tally
+        high = max(labels, default=-1)
+        if high >= len(tally):  # a label beyond the tally: grow it (rare)
+            tally.extend([0] * (high + 1 - len(tally)))
+        if start + n <= window:  # the usual case: one slice of the window
+            slot = recent[start : start + n]
+            if filled >= window:  # a full window: each overwritten label leaves
+                for old in slot.tolist():
+                    tally[old] -= 1
+            # (not full: start == filled, and the slice holds no label yet)
+            slot.copy_(y)
+        else:  # the labels wrap around the window's end
+            positions = (start + torch.arange(n, device=recent.device)) % window
+            for old in recent[positions].tolist():
+                if old >= 0:  # -1 where the window was not full yet
+                    tally[old] -= 1
+            recent[positions] = y
+        for label in labels:
+            tally[label] += 1
+        self.filled.add_(n)  # in place: no module attribute set
+        self._filled_host = filled + n
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
         """Load the window, then rebuild the tally from it (the tally is not saved)."""
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._filled_host = None  # read again at the next call
         seen = self.recent[self.recent >= 0]
-        self.tally = torch.bincount(seen, minlength=0) if len(seen) else \
-            torch.zeros(0, dtype=torch.long, device=self.recent.device)
+        self._tally = torch.bincount(seen).tolist() if len(seen) else []
 
     def adjustment(self, num_classes: int) -> Tensor:
         """``tau * log(c + 1e-3)``, added to the logits in training, ``(num_classes,)``.
 
         :param num_classes: the number of logits.
         """
-        return self.tau * torch.log(self.counts(num_classes) + self.eps)
+        # in place on the new float tensor: the same ops as tau * log(c + eps)
+        return self.counts(num_classes).add_(self.eps).log_().mul_(self.tau)
 
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
         """The mean cross-entropy of the adjusted logits (of ``logits`` without gradients).
@@ -186,9 +213,11 @@ class LogitAdjustedLoss(nn.Module):
         :raises ValueError: ``logits`` or ``y`` is not that, naming the bad value; nothing is
             counted then.
         """
-        high = _check_call(logits, y)
-        if torch.is_grad_enabled() and logits.requires_grad:
-            self._push(y, high)
+        training = torch.is_grad_enabled() and logits.requires_grad
+        labels = _check_call(logits, y, read_all=training)
+        if training:
+            assert labels is not None
+            self._push(y, labels)
             logits = logits + self.adjustment(logits.shape[1]).to(logits.device, logits.dtype)
         return F.cross_entropy(logits, y)
 
@@ -208,10 +237,12 @@ def _check_labels(y: Tensor) -> None:
                          f"{tuple(y.shape)}")
 
 
-def _check_call(logits: Tensor, y: Tensor) -> int:
-    """Refuse a call whose labels the logits cannot score (one read of their least and most).
+def _check_call(logits: Tensor, y: Tensor, *, read_all: bool = False) -> list[int] | None:
+    """Refuse a call whose labels the logits cannot score (one read of the labels).
 
-    :return: the largest label (``-1`` for no label).
+    :param read_all: read every label on the host (and return them); else only the least
+        and the most.
+    :return: the labels as host ints with ``read_all``, else ``None``.
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be (N, num_classes), got shape {tuple(logits.shape)}")
@@ -219,11 +250,16 @@ def _check_call(logits: Tensor, y: Tensor) -> int:
     n, classes = logits.shape
     if len(y) != n:
         raise ValueError(f"{len(y)} labels for {n} rows of logits: one label per row")
-    if n:
-        low, high = torch.stack([y.min(), y.max()]).tolist()
-        bad = low if low < 0 else high if high >= classes else None
-        if bad is not None:
-            raise ValueError(f"label {bad} is outside the logits' {classes} classes "
-                             f"(0 to {classes - 1})")
-        return int(high)
-    return -1
+    labels = None
+    if read_all:
+        labels = y.tolist()
+        low, high = (min(labels), max(labels)) if n else (0, -1)
+    elif n:
+        low, high = torch.stack(torch.aminmax(y)).tolist()
+    else:
+        low, high = 0, -1
+    bad = low if low < 0 else high if high >= classes else None
+    if bad is not None:
+        raise ValueError(f"label {bad} is outside the logits' {classes} classes "
+                         f"(0 to {classes - 1})")
+    return labels

@@ -32,11 +32,21 @@ def distillation(student: Tensor, teacher: Tensor, temperature: float) -> Tensor
         of both are compared (a head that grew since the teacher was copied).
     :param temperature: ``tau > 0``.
     """
+    return _kl(student, teacher, temperature) * temperature**2
+
+
+def _kl(student: Tensor, teacher: Tensor, temperature: float) -> Tensor:
+    """``mean_i KL(softmax(t_i / tau) || softmax(s_i / tau))`` (:func:`distillation` / tau^2)."""
     width = min(student.shape[1], teacher.shape[1])
-    log_p = F.log_softmax(student[:, :width] / temperature, dim=1)
-    log_q = F.log_softmax(teacher[:, :width].detach().to(student.dtype) / temperature, dim=1)
-    per_sample = (log_q.exp() * (log_q - log_p)).sum(dim=1)
-    return per_sample.mean() * temperature**2
+    if width < student.shape[1]:
+        student = student[:, :width]
+    teacher = teacher.detach()
+    if width < teacher.shape[1]:
+        teacher = teacher[:, :width]
+    log_p = F.log_softmax(student / temperature, dim=1)
+    log_q = F.log_softmax(teacher.to(student.dtype) / temperature, dim=1)
+    # sum_ik q_ik (log q_ik - log p_ik) / N, in one op
+    return F.kl_div(log_p, log_q, reduction="batchmean", log_target=True)
 
 
 def _check(value: object, name: str, interval: str, ok: Any) -> float:
@@ -104,12 +114,17 @@ class MKDPlugin(SupervisedPlugin):
         self.teacher: nn.Module | None = None
         self.updates = 0  # EMA updates so far
         self._pending: dict[str, Any] | None = None  # a loaded state, before a model is seen
+        # during an experience: (learner, teacher, their parameters and buffers), checked
+        self._pairs: tuple[Any, ...] | None = None
 
     # the teacher
 
     def _teacher(self, model: nn.Module) -> nn.Module:
         """The teacher, made from ``model`` (or a loaded state) when there is none yet."""
         teacher = self.teacher
+        pairs = self._pairs
+        if pairs is not None and pairs[0] is model and pairs[1] is teacher:
+            return teacher  # checked at the start of this experience (see _pair)
         if teacher is not None and not _same_shapes(teacher, model):
             teacher = None  # the learner grew: restart from it
         if teacher is None:
@@ -135,6 +150,18 @@ class MKDPlugin(SupervisedPlugin):
             out: Tensor = (avalanche_forward(teacher, x, t) if t is not None else teacher(x))
         return out
 
+    def _pair(self, model: nn.Module) -> None:
+        """Check the teacher against ``model`` and keep both networks' tensors, in order.
+
+        Called when an experience starts (after Avalanche adapted the model): until it
+        ends, :meth:`_teacher` and :meth:`update_teacher` use these lists instead of
+        walking both networks at every call. Any other call checks the shapes itself.
+        """
+        teacher = self._teacher(model)
+        tensors = (list(teacher.parameters()), list(model.parameters()),
+                   list(teacher.buffers()), list(model.buffers()))
+        self._pairs = (model, teacher, *tensors)
+
     @torch.no_grad()
     def update_teacher(self, model: nn.Module) -> None:
         """One EMA step, ``theta_T <- m theta_T + (1 - m) theta_S``; buffers are copied.
@@ -142,10 +169,16 @@ class MKDPlugin(SupervisedPlugin):
         :param model: the learner.
         """
         teacher = self._teacher(model)
-        for mine, theirs in zip(teacher.parameters(), model.parameters(), strict=True):
-            mine.mul_(self.momentum).add_(theirs.detach(), alpha=1.0 - self.momentum)
-        for kept, current in zip(teacher.buffers(), model.buffers(), strict=True):
-            kept.copy_(current)
+        pairs = self._pairs
+        if pairs is not None and pairs[0] is model and pairs[1] is teacher:
+            mine, theirs, kept, current = pairs[2:]
+        else:
+            mine, theirs = list(teacher.parameters()), list(model.parameters())
+            kept, current = list(teacher.buffers()), list(model.buffers())
+        if mine:  # m theta_T + (1 - m) theta_S = theta_T + (1 - m) (theta_S - theta_T)
+            torch._foreach_lerp_(mine, theirs, 1.0 - self.momentum)
+        for k, c in zip(kept, current, strict=True):
+            k.copy_(c)
         self.updates += 1
 
     def term(self, model: nn.Module, x: Tensor, t: Tensor | None, out: Tensor) -> Tensor:
@@ -156,14 +189,24 @@ class MKDPlugin(SupervisedPlugin):
         :param t: their task labels, or ``None``.
         :param out: the learner's logits on them.
         """
-        return self.weight * distillation(out, self.teacher_logits(model, x, t),
-                                          self.temperature)
+        # lambda and tau^2 in one factor: one op (and one backward node) less
+        return _kl(out, self.teacher_logits(model, x, t), self.temperature) * (
+            self.weight * self.temperature**2)
 
     # the hooks
 
     def before_training(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Make the teacher from the learner, if there is none yet."""
         self._teacher(strategy.model)
+
+    def before_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Check the teacher against the (adapted) learner once for the experience."""
+        self._pairs = None
+        self._pair(strategy.model)
+
+    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """Forget the experience's tensor lists (the model may change before the next)."""
+        self._pairs = None
 
     def before_backward(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Add the distillation term on the training minibatch to the strategy's loss."""
@@ -209,6 +252,7 @@ class MKDPlugin(SupervisedPlugin):
         """
         weights = dict(state["teacher"])
         self.updates = int(state["updates"])
+        self._pairs = None
         if self.teacher is not None and weights:
             self.teacher.load_state_dict(weights)
             self._pending = None

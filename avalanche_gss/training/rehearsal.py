@@ -24,7 +24,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.training.ace import replay_criterion
-from avalanche_gss.training.finite import finite_loss
+from avalanche_gss.training.finite import finite_loss, is_finite
 from avalanche_gss.training.retrieval import Retrieval, make_retrieval
 from avalanche_gss.training.step_feed import StepFeed
 from avalanche_gss.training.template import OnlineTemplate
@@ -93,6 +93,7 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.generator = torch.Generator().manual_seed(seed)
         self.skipped_steps = 0  # replay steps skipped for a non-finite loss
         self.steps = StepFeed(self)  # the step's Gram, for a buffer that wants it
+        self._fused = False  # this step's joint replay loss joined the incoming backward
 
     def before_forward(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Record the incoming batch's step for a buffer that scores by it (:class:`StepFeed`)."""
@@ -102,24 +103,53 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         """Stop recording the incoming batch's forward."""
         self.steps.stop()
 
+    def _fuses(self, strategy: SupervisedTemplate) -> bool:
+        """Whether the joint replay loss joins the incoming batch's backward pass.
+
+        It does with ``joint``, on an :class:`OnlineTemplate` (its ``joint_losses``), when
+        neither the retrieval (MIR) nor the buffer (a step's Gram) needs the incoming
+        batch's gradient or backward alone. The gradients are the same: those of the sum.
+        """
+        return (self.joint and isinstance(strategy, OnlineTemplate)
+                and type(self.retrieval).before_update is Retrieval.before_update
+                and not self.steps.active)
+
+    def before_backward(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+        """With ``joint`` (:meth:`_fuses`), hand the replay loss to the incoming backward."""
+        self._fused = self._fuses(strategy)
+        if not self._fused:
+            return
+        loss = self._joint_replay_loss(strategy)
+        if loss is not None:
+            cast(OnlineTemplate, strategy).joint_losses.append(loss)
+
     def before_update(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Let the retrieval see the batch's gradient; with ``joint``, add the replay loss's."""
         self.retrieval.before_update(strategy, self.storage_policy, self.replay_batch_size,
                                      self.generator)
-        if not self.joint:
+        if not self.joint or self._fused:
             return
+        loss = self._joint_replay_loss(strategy)
+        if loss is not None:
+            loss.backward()
+
+    def _joint_replay_loss(self, strategy: SupervisedTemplate) -> Tensor | None:
+        """The joint step's replay loss; ``None`` with an empty buffer or a non-finite loss.
+
+        A non-finite one is counted in :attr:`skipped_steps` and left out of the step.
+        """
         batch = self.retrieval.retrieve(strategy, self.storage_policy, self.replay_batch_size,
                                         self.generator)
         if batch is None:
-            return
+            return None
         loss = self._recorded_replay_loss(strategy, batch)
-        if bool(torch.isfinite(loss).all()):
-            loss.backward()
-            return
+        if is_finite(loss):
+            return loss
         self.skipped_steps += 1
         warnings.warn(f"{type(self).__name__}: non-finite replay loss "
                       f"({float(loss.detach().sum())}); this step learns the incoming batch "
-                      "alone", RuntimeWarning, stacklevel=2)
+                      "alone", RuntimeWarning, stacklevel=3)
+        return None
 
     def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """One SGD step on a replay batch (none while the buffer is empty, or with ``joint``)."""

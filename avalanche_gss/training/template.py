@@ -133,8 +133,11 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
     experience. ``eval_every`` / ``peval_mode`` work as in Avalanche.
 
     It takes the fast path of this module's docstring where it can. A step whose loss is
-    not finite is skipped and counted in ``skipped_steps``. Pass the whole stream to one
-    :meth:`train` call.
+    not finite is skipped and counted in ``skipped_steps``. A plugin may add losses to the
+    step in ``before_backward`` by appending them to ``joint_losses``: one backward pass
+    learns their sum with the loss, which stays the incoming batch's own (as
+    :class:`~avalanche_gss.training.OnlineRehearsalPlugin` with ``joint=True`` does).
+    Pass the whole stream to one :meth:`train` call.
 
     :param model: the network.
     :param optimizer: its optimizer (plain SGD in the paper).
@@ -174,6 +177,7 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
         )
         self.n_iter = n_iter
         self.skipped_steps = 0  # training steps skipped for a non-finite loss
+        self.joint_losses: list[Tensor] = []  # learnt in this step's backward (see backward)
         self._static_model = False  # no DynamicModule: adaptation would change nothing
         self._slow_reason: str | None = None  # why the last experience took the slow path
         self._reset_hooks()
@@ -207,6 +211,19 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
         if len(mbatch) >= 3:
             return avalanche_forward(self.model, mbatch[0], mbatch[-1])
         return self.model(mbatch[0])
+
+    def backward(self) -> None:
+        """The backward pass of the loss and of the :attr:`joint_losses`, in one pass.
+
+        The gradients are those of ``loss + sum(joint_losses)``; ``loss`` itself (what
+        metrics and the finite-loss check read) is left as it is. The list is emptied.
+        """
+        extra = self.joint_losses
+        if not extra:
+            super().backward()
+            return
+        self.joint_losses = []
+        torch.autograd.backward([self.loss, *extra], retain_graph=self.retain_graph)
 
     def optimizer_step(self) -> None:
         """Take the optimizer step, unless the loss is not finite (then warn and skip it)."""

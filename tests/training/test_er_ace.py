@@ -4,7 +4,9 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from avalanche.training import ACECriterion, Naive
+from torch import nn
 
 from avalanche_gss import ReservoirBuffer
 from avalanche_gss.models import MLP
@@ -139,3 +141,23 @@ def test_a_stock_avalanche_strategy_learns_with_it_through_the_rehearsal_plugin(
         strategy.train(experience)
     assert len(plugin.storage_policy) == 20
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_a_non_finite_joint_replay_loss_is_left_out_of_the_step_and_counted(tiny_split):
+    # The joint step learns the replay loss in the incoming batch's backward pass; one that
+    # is not finite is left out (the step learns the incoming batch alone) and counted.
+    class InfiniteReplay(nn.CrossEntropyLoss):
+        def for_replay(self):
+            return lambda out, y: F.cross_entropy(out, y) * float("inf")
+
+    torch.manual_seed(0)
+    model = MLP()
+    strategy = OnlineRehearsal(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                               criterion=InfiniteReplay(), storage_policy=ReservoirBuffer(20),
+                               n_iter=2, joint=True)
+    with pytest.warns(RuntimeWarning, match="non-finite replay loss") as caught:
+        strategy.train(online_benchmark(tiny_split, batch_size=10).train_stream[:4])
+    replayed = sum("non-finite replay loss" in str(w.message) for w in caught)
+    assert strategy.rehearsal.skipped_steps == replayed == 6  # every replay after batch 1
+    assert strategy.skipped_steps == 0  # the incoming steps were taken
+    assert all(torch.isfinite(p).all() for p in model.parameters())
