@@ -32,11 +32,6 @@ def distillation(student: Tensor, teacher: Tensor, temperature: float) -> Tensor
         of both are compared (a head that grew since the teacher was copied).
     :param temperature: ``tau > 0``.
     """
-    return _kl(student, teacher, temperature) * temperature**2
-
-
-def _kl(student: Tensor, teacher: Tensor, temperature: float) -> Tensor:
-    """``mean_i KL(softmax(t_i / tau) || softmax(s_i / tau))`` (:func:`distillation` / tau^2)."""
     width = min(student.shape[1], teacher.shape[1])
     if width < student.shape[1]:
         student = student[:, :width]
@@ -46,7 +41,8 @@ def _kl(student: Tensor, teacher: Tensor, temperature: float) -> Tensor:
     log_p = F.log_softmax(student / temperature, dim=1)
     log_q = F.log_softmax(teacher.to(student.dtype) / temperature, dim=1)
     # sum_ik q_ik (log q_ik - log p_ik) / N, in one op
-    return F.kl_div(log_p, log_q, reduction="batchmean", log_target=True)
+    kl = F.kl_div(log_p, log_q, reduction="batchmean", log_target=True)
+    return kl * temperature**2
 
 
 def _check(value: object, name: str, interval: str, ok: Any) -> float:
@@ -175,8 +171,9 @@ class MKDPlugin(SupervisedPlugin):
         else:
             mine, theirs = list(teacher.parameters()), list(model.parameters())
             kept, current = list(teacher.buffers()), list(model.buffers())
-        if mine:  # m theta_T + (1 - m) theta_S = theta_T + (1 - m) (theta_S - theta_T)
-            torch._foreach_lerp_(mine, theirs, 1.0 - self.momentum)
+        if mine:  # the same per-tensor ops as mul_ then add_, in two calls
+            torch._foreach_mul_(mine, self.momentum)
+            torch._foreach_add_(mine, theirs, alpha=1.0 - self.momentum)
         for k, c in zip(kept, current, strict=True):
             k.copy_(c)
         self.updates += 1
@@ -189,9 +186,8 @@ class MKDPlugin(SupervisedPlugin):
         :param t: their task labels, or ``None``.
         :param out: the learner's logits on them.
         """
-        # lambda and tau^2 in one factor: one op (and one backward node) less
-        return _kl(out, self.teacher_logits(model, x, t), self.temperature) * (
-            self.weight * self.temperature**2)
+        return self.weight * distillation(out, self.teacher_logits(model, x, t),
+                                          self.temperature)
 
     # the hooks
 
