@@ -301,7 +301,8 @@ def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
     The protocol's, then the authors' per-method overrides, then the command line's
     ``--lr``/``--n-iter``/``--replay-batch-size`` (the buffer methods')/``--device``, then
     ``fields``: settings by their flat or namespaced names (``lr``, ``training.lr``) and
-    the method's options, each read as :func:`~avalanche_gss.reproduce.runs.settings.split_keywords` reads it.
+    the method's options, each read as
+    :func:`~avalanche_gss.reproduce.runs.settings.split_keywords` reads it.
     """
     values: dict[str, object] = {"training.lr": protocol.lr, "training.n_iter": protocol.n_iter,
                                  "training.device": args.device,

@@ -342,8 +342,8 @@ def test_every_table_states_its_protocol_and_a_legend_and_only_notes_rows_it_has
     md = Path(paths["md"]).read_text()
     assert ("Protocol: 5 tasks of 800 training samples, 200 test samples per task; learning "
             "rate 0.05; 3 iterations per batch; M = 300; batches of 10, replay batches of 10 "
-            "(as many as it takes in: the GSS paper's replay protocol); seed 0. Methods with their own settings (the authors' scripts): Single: 1 "
-            "iteration per batch.") in md
+            "(as many as it takes in: the GSS paper's replay protocol); seed 0. Methods with "
+            "their own settings (the authors' scripts): Single: 1 iteration per batch.") in md
     assert "columns: M=m: a memory (buffer) of m samples" in md
     # CB-GSS with its own retrieval: its note, and no word of a "CB-GSS (random)" row.
     assert "CB-GSS replays the classes" in md and "CB-GSS (random)" not in md

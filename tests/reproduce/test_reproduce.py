@@ -26,7 +26,8 @@ def test_table_outputs_on_a_short_real_run(tmp_path, capsys):
         assert len(row["train_seconds"]) == 1
     md = (out / "table1.md").read_text()
     assert "(37.5 ± 1.3)" in md  # the paper's Rand at M=300 beside ours
-    assert (out / "table1.csv").read_text().startswith("method,buffer_size,replay_batch_size,seed,avg,T1")
+    assert (out / "table1.csv").read_text().startswith(
+        "method,buffer_size,replay_batch_size,seed,avg,T1")
     # Buffer methods log their composition to TensorBoard; Single has no buffer. Rand has
     # no variants and one update: its run name carries neither.
     logged = [p.parent.name for p in (tmp_path / "tb").rglob("events.out.tfevents*")]
