@@ -59,6 +59,9 @@ ABLATIONS: tuple[tuple[str, str, str], ...] = (
     ("the logit-adjusted loss, on CB-GSS (step)", "CB-GSS (step)+LA", "CB-GSS (step)"),
     ("the class quotas", "CBRS", "Reservoir"),
     ("the other-class replay", "CBRS+OC", "CBRS"),
+    ("ER-ACE's loss in a joint step, on Reservoir", "ER-ACE", "Reservoir"),
+    ("momentum distillation (MKD), on Reservoir", "ER+MKD", "Reservoir"),
+    ("the reducible-loss selection, against reservoir sampling", "CSReL", "Reservoir"),
 )
 """Each ablation: what it asks (what the first policy adds to the second), and the pair."""
 
