@@ -99,3 +99,13 @@ def test_a_replay_batch_the_command_cannot_take_is_refused_in_one_line(tmp_path,
     res = cli(*args, "--out", "o", cwd=tmp_path, timeout=120)
     assert res.returncode == 2
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_protocol_line_names_the_replay_protocol_or_says_the_rows_differ():
+    from avalanche_gss.reproduce.reports.writing import replay_words
+
+    assert replay_words(10, 10) == ("batches of 10, replay batches of 10 (as many as it takes "
+                                    "in: the GSS paper's replay protocol)")
+    assert replay_words(10, 64).startswith("batches of 10, replay batches of 64 (the GSS paper "
+                                           "replays as many as it takes in; most online")
+    assert replay_words(10, None) == "batch and replay batch sizes as each row's settings say"

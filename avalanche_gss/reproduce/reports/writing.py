@@ -128,9 +128,9 @@ def replay_words(batch_size: object, replay_batch_size: object) -> str:
     :param batch_size: the incoming batch size (``None``: the runs differ).
     :param replay_batch_size: buffer samples per replay step (``None``: the runs differ).
     """
+    if batch_size is None or replay_batch_size is None:  # rows of their own set them apart
+        return "batch and replay batch sizes as each row's settings say"
     words = f"batches of {batch_size}, replay batches of {replay_batch_size}"
-    if batch_size is None or replay_batch_size is None:
-        return words
     if replay_batch_size == batch_size:
         return words + " (as many as it takes in: the GSS paper's replay protocol)"
     return words + (" (the GSS paper replays as many as it takes in; most online papers "
