@@ -33,8 +33,8 @@ from avalanche_gss.reproduce.reports.report import (
     DataFacts,
     Report,
     SettingsFacts,
-    common_setting,
     jsonable,
+    replay_protocol,
 )
 from avalanche_gss.reproduce.reports.rows import RowKeys
 from avalanche_gss.reproduce.reports.writing import (
@@ -316,18 +316,12 @@ def _protocol(args: argparse.Namespace, plan: TablePlan) -> JsonObject:
         "retrieval": (list(args.retrieval) if args.retrieval else
                       {m: default_retrieval(m) for m in chosen["methods"]
                        if m in BUFFER_METHODS}),
-        **({"mir_candidates": common_setting(
-            [s for s in settings if s.retrieval == "mir"], "mir_candidates")}
-           if any(s.retrieval == "mir" for s in settings) else {}),
         "stream": {k: v for k, v in sample_split.protocol.items() if k != "deviations"},
         "deviations": [*sample_split.protocol.get("deviations", []), *quick],
         "lr": facts.value("lr"), "n_iter": facts.value("n_iter"), "model": facts.value("model"),
         "method_overrides": facts.overrides(),
         "settings_by_method": dict(facts.by_method),
-        "batch_size": common_setting(settings, "batch_size"),
-        "replay_batch_size": common_setting(
-            [s for s in settings if s.method in BUFFER_METHODS] or settings,
-            "replay_batch_size"),
+        **replay_protocol(settings),
         "task_aware": [m for m in chosen["methods"] if m in TASK_AWARE],
         "quick": args.quick,
         "paper_numbers_shown": paper_data,

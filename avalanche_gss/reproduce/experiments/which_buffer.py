@@ -103,7 +103,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_stat
 from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
 from avalanche_gss.reproduce.reports.outputs import show_outputs
-from avalanche_gss.reproduce.reports.report import DataFacts, common_setting
+from avalanche_gss.reproduce.reports.report import DataFacts, replay_protocol
 from avalanche_gss.reproduce.reports.writing import (
     group_rows,
     output_paths,
@@ -460,7 +460,6 @@ def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDat
     measured = ranking(records, chosen.policies, columns)
     sizes = "/".join(map(str, chosen.buffer_sizes))
     first = done.runs[0].settings
-    settings = [r.settings for r in done.runs]
     report: ReportRecord = {
         "experiment": NAME,
         "title": f"which buffer policy for which stream, on {data_label(data)}: final average "
@@ -475,10 +474,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDat
             streams=[_stream_record(data, done.runs, chosen, s) for s in chosen.streams],
             buffer_sizes=list(chosen.buffer_sizes), seeds=list(chosen.seeds),
             model=first.model,
-            batch_size=cast(int | None, common_setting(settings, "batch_size")),
-            replay_batch_size=cast(int | None, common_setting(settings, "replay_batch_size")),
-            **({"mir_candidates": cast(int | None, common_setting(mir, "mir_candidates"))}
-               if (mir := [s for s in settings if s.retrieval == "mir"]) else {}),
+            **cast(ProtocolRecord, replay_protocol([r.settings for r in done.runs])),
             quick=args.quick, workers=args.workers,
             train_seconds="wall time of training one run (evaluation excluded), in its "
                           "worker; runs found in the cache keep the time they took then"),

@@ -17,10 +17,10 @@ from typing import Protocol
 
 from avalanche_gss.reproduce.common import data_identity
 from avalanche_gss.reproduce.json_types import Json, JsonObject
-from avalanche_gss.reproduce.runs.training import RunSettings, settings_dict
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunSettings, settings_dict
 from avalanche_gss.streams import ArrayDataset
 
-__all__ = ["DataFacts", "Report", "ReportRow", "SettingsFacts", "common_setting", "jsonable",
+__all__ = ["DataFacts", "Report", "ReportRow", "SettingsFacts", "jsonable", "replay_protocol",
            "shared_setting"]
 
 PER_RUN = ("method", "buffer_size", "seed", "variant", "update", "n", "batch_size", "retrieval")
@@ -97,17 +97,26 @@ def shared_setting(settings: Sequence[RunSettings], name: str) -> Json:
     return jsonable(values[0])
 
 
-def common_setting(settings: Sequence[RunSettings], name: str) -> Json:
-    """The value of setting ``name`` that every run shares, or ``None`` where they differ.
+def replay_protocol(settings: Sequence[RunSettings]) -> JsonObject:
+    """The batch sizes a report's protocol names, read from the runs.
 
-    For a setting that rows of one table may set apart (``replay_batch_size`` given in a
-    ``--methods`` text): the report then says it per row.
+    ``batch_size``; ``replay_batch_size``, the buffer methods' (the baselines replay
+    nothing); ``mir_candidates`` where a run retrieves with MIR. Each is the value every
+    run it concerns shares, or ``None`` where rows of their own set them apart (a
+    ``--methods`` text with ``replay.batch_size``): the rows then say it.
 
     :param settings: the runs' settings.
-    :param name: a :class:`RunSettings` field.
     """
-    values = list(dict.fromkeys(getattr(s, name) for s in settings))
-    return jsonable(values[0]) if len(values) == 1 else None
+
+    def common(runs: Sequence[RunSettings], name: str) -> Json:
+        values = list(dict.fromkeys(getattr(s, name) for s in runs))
+        return jsonable(values[0]) if len(values) == 1 else None
+
+    buffered = [s for s in settings if s.method in BUFFER_METHODS] or settings
+    mir = [s for s in settings if s.retrieval == "mir"]
+    return {"batch_size": common(settings, "batch_size"),
+            "replay_batch_size": common(buffered, "replay_batch_size"),
+            **({"mir_candidates": common(mir, "mir_candidates")} if mir else {})}
 
 
 @dataclass(frozen=True)
