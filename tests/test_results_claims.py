@@ -1,10 +1,11 @@
 """The recommendations the README and docs/RESULTS.md state are the ones their reports give.
 
 docs/which_buffer.json is the report of the default ``which-buffer --compute-matched`` run
-of the 19 policies before ER-ACE, MKD and CSReL; docs/which_buffer_m300.json and
-docs/which_buffer_m300_replay64.json the reports of every policy at M = 300, replaying 10
-and 64. docs/RESULTS.md quotes all three. Their statistics are recomputed here from their
-runs with today's rule: a changed rule, or a changed report, fails these tests until the
+(replaying 10), docs/which_buffer_replay64.json the same run replaying 64;
+docs/which_buffer_m300.json and docs/which_buffer_m300_replay64.json the reports of every
+policy at M = 300, replaying 10 and 64. docs/RESULTS.md quotes all four, and compares each
+policy across the two default runs. Their statistics are recomputed here from their runs
+with today's rule: a changed rule, or a changed report, fails these tests until the
 sentences are changed with it.
 """
 
@@ -14,14 +15,17 @@ from pathlib import Path
 import pytest
 
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import (
+    paired_values,
     recommendation_sentence,
     restate,
     statistics_lines,
 )
+from avalanche_gss.reproduce.reports.comparisons import ALPHA, compare
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 REPORT = DOCS / "which_buffer.json"
-REPORTS = {"default": REPORT, "m300": DOCS / "which_buffer_m300.json",
+REPORTS = {"default": REPORT, "replay64": DOCS / "which_buffer_replay64.json",
+           "m300": DOCS / "which_buffer_m300.json",
            "m300-replay64": DOCS / "which_buffer_m300_replay64.json"}
 README = DOCS.parent / "README.md"
 RESULTS = DOCS / "RESULTS.md"
@@ -82,3 +86,21 @@ def test_results_states_every_line_of_each_reports_statistics(named):
     for line in statistics_lines(report):
         if line.startswith(("|", "- ")) and not line.startswith("|---"):
             assert " ".join(line.split()) in text, (name, line)
+
+
+def test_results_compares_each_policy_across_the_two_default_protocols():
+    # each policy replaying 64 minus itself replaying 10, paired over the runs the two
+    # default reports share, as measured; Holm over the policies
+    ten, sixty_four = (json.loads(REPORTS[n].read_text()) for n in ("default", "replay64"))
+    policies = ten["protocol"]["policies"]
+    assert sixty_four["protocol"]["policies"] == policies
+    a, b = paired_values(ten["rows"]), paired_values(sixty_four["rows"])
+    values = {**{f"{p} @64": b[p] for p in policies}, **{f"{p} @10": a[p] for p in policies}}
+    text = _flat(RESULTS)
+    for p, c in zip(policies, compare(values, [(f"{p} @64", f"{p} @10") for p in policies]),
+                    strict=True):
+        assert c.pairs == 96
+        verdict = "" if c.p_holm < ALPHA else ", tie (not significant)"
+        row = (f"| {p} | {c.mean_difference:+.2f} [{c.low:+.2f}, {c.high:+.2f}]{verdict} | "
+               f"{c.wins} / {c.losses} | {c.p_holm:.2g} |")
+        assert row in text, row
