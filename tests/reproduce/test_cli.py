@@ -142,7 +142,7 @@ def test_outputs_state_the_run_as_it_was(outside):
     data = toy_npz(outside / "blobs.npz")
     res = cli("table1", "--quick", "--data", data, "--methods", "Rand", "iCaRL",
               "--buffer-sizes", 20, "--seeds", 0, 1, "--lr", 0.1, "--n-iter", 2,
-              "--out", "o", cwd=outside)
+              "--out", "o", cwd=outside, warm=True)
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((outside / "o" / "table1.json").read_text())
     protocol = report["protocol"]
