@@ -337,3 +337,46 @@ def test_a_ctrl_c_that_a_job_swallowed_still_stops_the_sweep(tmp_path, monkeypat
         signal.signal(signal.SIGINT, before)
     assert (caught.value.cached, caught.value.total) == (1, 3)  # job 0 kept, none after
     assert signal.getsignal(signal.SIGINT) is before  # the sweep put its handler back
+
+
+def _ctrl_c_in_a_gc_callback(config):
+    """A job during which Ctrl-C arrives while a garbage-collector callback runs (as JAX's
+    does at every full collection): Python hands the callback's KeyboardInterrupt to
+    ``sys.unraisablehook`` and the job goes on."""
+    if config["i"] == 0:
+        import gc
+
+        def callback(phase, info):
+            if phase == "start":
+                gc.callbacks.remove(callback)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1.0)  # the handler runs here, inside the callback
+
+        gc.callbacks.append(callback)
+        gc.collect()
+    return {"i": config["i"]}
+
+
+def test_a_ctrl_c_in_a_gc_callback_stops_the_sweep_and_prints_no_traceback(tmp_path,
+                                                                          monkeypatch):
+    from avalanche_gss.reproduce.runs.sweep import SweepInterrupted
+
+    unraisable = []  # what reaches the hook in place before the sweep
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with pytest.raises(SweepInterrupted) as caught:
+            run_sweep([{"i": i} for i in range(3)], _ctrl_c_in_a_gc_callback,
+                      cache_dir=tmp_path / "cache", progress=False)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert (caught.value.cached, caught.value.total) == (1, 3)  # job 0 kept, none after
+    assert unraisable == []  # the default hook would print it with a traceback
+    assert sys.unraisablehook == unraisable.append  # the sweep put the hook back
+
+    class Broken:  # any other unraisable exception still reaches the hook
+        def __del__(self):
+            raise ValueError("from __del__")
+
+    Broken()
+    assert [u.exc_type for u in unraisable] == [ValueError]

@@ -464,6 +464,13 @@ def _remember_interrupts(jobs: _Jobs) -> Iterator[None]:
 
     Only where Python's own handler is in place, in the main thread; the handler before
     is restored after. A handler of the caller's own is left alone.
+
+    A Ctrl-C that lands in a garbage-collector callback or a ``__del__`` (JAX, which a
+    solver imports, runs one at every full collection) cannot stop the code it interrupts:
+    Python hands its ``KeyboardInterrupt`` to ``sys.unraisablehook``, whose default prints
+    it with a traceback. The sweep stops at its next job instead (:meth:`_Jobs.check`), so
+    while the handler is in place that one exception is not printed; every other one
+    goes to the hook as before, which is restored after.
     """
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
@@ -474,11 +481,19 @@ def _remember_interrupts(jobs: _Jobs) -> Iterator[None]:
         jobs.interrupted = True
         raise KeyboardInterrupt
 
+    hook = sys.unraisablehook
+
+    def unraisable(info: Any) -> None:
+        if not (jobs.interrupted and info.exc_type is KeyboardInterrupt):
+            hook(info)
+
     signal.signal(signal.SIGINT, interrupt)
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = hook
 
 
 def _run_here(jobs: _Jobs, fn: JobFn, cache: ResultCache) -> None:
