@@ -25,7 +25,10 @@ def _group_alive(group):
 
     Python's multiprocessing resource tracker, which ends by itself once the command that
     started it has exited (it reads its pipe to the end), and which neither starts nor
-    stores a run, is not counted: on a loaded machine it may still be ending.
+    stores a run, is not counted: on a loaded machine it may still be ending. Nor is a
+    process whose command line reads empty: its memory is already released (the kernel
+    is ending it), so it runs no code any more. A process that is ending (the tracker, or
+    a worker in its last moments) reads so for a while before it turns zombie.
     """
     alive = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -33,7 +36,7 @@ def _group_alive(group):
             fields = stat.read_text().rsplit(")", 1)[1].split()
             if int(fields[2]) == group and fields[0] != "Z":
                 line = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
-                if b"multiprocessing.resource_tracker" not in line:
+                if line and b"multiprocessing.resource_tracker" not in line:
                     alive.append(line)
         except (OSError, IndexError):
             continue
