@@ -325,17 +325,24 @@ def _swallows_a_ctrl_c(config):
     return {"i": config["i"]}
 
 
-def test_a_ctrl_c_that_a_job_swallowed_still_stops_the_sweep(tmp_path, monkeypatch):
+def _interrupted_sweep(tmp_path, job):
+    """Run 3 jobs of ``job`` under Python's own SIGINT handler (as in a terminal), which
+    must end in ``SweepInterrupted``; return it and the handler that was in place before."""
     from avalanche_gss.reproduce.runs.sweep import SweepInterrupted
 
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(SweepInterrupted) as caught:
-            run_sweep([{"i": i} for i in range(3)], _swallows_a_ctrl_c,
-                      cache_dir=tmp_path / "cache", progress=False)
+            run_sweep([{"i": i} for i in range(3)], job, cache_dir=tmp_path / "cache",
+                      progress=False)
     finally:
         signal.signal(signal.SIGINT, before)
-    assert (caught.value.cached, caught.value.total) == (1, 3)  # job 0 kept, none after
+    return caught.value, before
+
+
+def test_a_ctrl_c_that_a_job_swallowed_still_stops_the_sweep(tmp_path, monkeypatch):
+    interrupted, before = _interrupted_sweep(tmp_path, _swallows_a_ctrl_c)
+    assert (interrupted.cached, interrupted.total) == (1, 3)  # job 0 kept, none after
     assert signal.getsignal(signal.SIGINT) is before  # the sweep put its handler back
 
 
@@ -367,18 +374,10 @@ def _ctrl_c_in_a_gc_callback(config):
 
 def test_a_ctrl_c_in_a_gc_callback_stops_the_sweep_and_prints_no_traceback(tmp_path,
                                                                           monkeypatch):
-    from avalanche_gss.reproduce.runs.sweep import SweepInterrupted
-
     unraisable = []  # what reaches the hook in place before the sweep
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
-    try:
-        with pytest.raises(SweepInterrupted) as caught:
-            run_sweep([{"i": i} for i in range(3)], _ctrl_c_in_a_gc_callback,
-                      cache_dir=tmp_path / "cache", progress=False)
-    finally:
-        signal.signal(signal.SIGINT, before)
-    assert (caught.value.cached, caught.value.total) == (1, 3)  # job 0 kept, none after
+    interrupted, _ = _interrupted_sweep(tmp_path, _ctrl_c_in_a_gc_callback)
+    assert (interrupted.cached, interrupted.total) == (1, 3)  # job 0 kept, none after
     # the Ctrl-C did not reach the hook (the default one prints it with a traceback); the
     # other exception did, and the sweep put the hook back
     assert [u.exc_type for u in unraisable] == [ValueError]
