@@ -8,7 +8,7 @@ import torch
 from avalanche.models import MultiTaskModule
 from torch import Tensor, nn
 
-__all__ = ["Rows", "task_labels_for", "labels_on", "model_device"]
+__all__ = ["Rows", "task_labels_for", "labels_on", "model_device", "same_shapes"]
 
 
 def task_labels_for(model: nn.Module | None, t: Tensor) -> Tensor | None:
@@ -38,6 +38,16 @@ def model_device(model: nn.Module) -> torch.device | None:
     """The device of the model's first parameter (``None``: it has none)."""
     param = next(model.parameters(), None)
     return None if param is None else param.device
+
+
+def same_shapes(a: nn.Module, b: nn.Module) -> bool:
+    """Whether two networks' parameters have the same shapes, in order (host metadata only).
+
+    :param a: a network (a copy of ``b`` made earlier, say).
+    :param b: the other network (its head may have grown since).
+    """
+    pa, pb = list(a.parameters()), list(b.parameters())
+    return len(pa) == len(pb) and all(x.shape == y.shape for x, y in zip(pa, pb, strict=True))
 
 
 @dataclass

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from avalanche_gss.buffers import GradientScored, OnlineBuffer, Rows
 from avalanche_gss.buffers.base import reject
-from avalanche_gss.buffers.rows import labels_on, model_device
+from avalanche_gss.buffers.rows import labels_on, model_device, same_shapes
 from avalanche_gss.gradients import eval_mode
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.csrel import admission_weights, reducible_loss, streaming_slots
@@ -133,7 +133,7 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
         :param model: the learner (its architecture, and its device).
         """
         net = self._coreset
-        if net is not None and not _same_shapes(net, model):
+        if net is not None and not same_shapes(net, model):
             net = None  # the learner grew: start again
         if net is None:
             if self._pending is not None:
@@ -270,12 +270,6 @@ def _sgd_step(params: Sequence[Tensor], loss: Tensor, lr: float) -> None:
             torch._foreach_add_(used, grads, alpha=-lr)
         for p in used:
             p.grad = None
-
-
-def _same_shapes(a: nn.Module, b: nn.Module) -> bool:
-    """Whether two networks' parameters have the same shapes, in order (host metadata only)."""
-    pa, pb = list(a.parameters()), list(b.parameters())
-    return len(pa) == len(pb) and all(x.shape == y.shape for x, y in zip(pa, pb, strict=True))
 
 
 class CSReL(BufferStrategy):

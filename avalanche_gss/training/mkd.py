@@ -18,6 +18,8 @@ from avalanche.core import SupervisedPlugin
 from avalanche.models import avalanche_forward
 from torch import Tensor, nn
 
+from avalanche_gss.buffers.rows import same_shapes
+
 if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
@@ -121,7 +123,7 @@ class MKDPlugin(SupervisedPlugin):
         pairs = self._pairs
         if pairs is not None and pairs[0] is model and pairs[1] is teacher:
             return teacher  # checked at the start of this experience (see _pair)
-        if teacher is not None and not _same_shapes(teacher, model):
+        if teacher is not None and not same_shapes(teacher, model):
             teacher = None  # the learner grew: restart from it
         if teacher is None:
             teacher = copy.deepcopy(model)
@@ -255,9 +257,3 @@ class MKDPlugin(SupervisedPlugin):
         else:
             self.teacher = None
             self._pending = weights or None
-
-
-def _same_shapes(a: nn.Module, b: nn.Module) -> bool:
-    """Whether two networks' parameters have the same shapes, in order (host metadata only)."""
-    pa, pb = list(a.parameters()), list(b.parameters())
-    return len(pa) == len(pb) and all(x.shape == y.shape for x, y in zip(pa, pb, strict=True))
