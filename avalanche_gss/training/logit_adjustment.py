@@ -8,6 +8,7 @@ run's ``logit_adjustment`` is above 0.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import torch
@@ -23,8 +24,8 @@ even float16's range; a larger ``tau`` leaves the logits nothing to learn agains
 
 MAX_WINDOW = 10**7
 """The largest ``window``: its ring of int64 labels takes 8 bytes a label, 80 MB here, on
-the training device (a training call updates only the counts of the labels it adds and
-the labels these push out)."""
+the training device and as much again on the host (a training call updates only the
+counts of the labels it adds and the labels these push out)."""
 
 
 def check_tau(value: object, name: str = "tau") -> float:
@@ -93,7 +94,9 @@ class LogitAdjustedLoss(nn.Module):
     save it with the strategy (:func:`~avalanche_gss.checkpoint.save_state`). The counts
     ``c_k`` are kept as a running tally, updated as labels enter and leave the window
     (``O(N)`` per call of ``N`` labels, not ``O(window)``); they are not saved but rebuilt
-    from the window when a state is loaded, so the state is the window alone.
+    from the window when a state is loaded, so the state is the window alone. A training
+    call touches no tensor but the logits: the window is kept on the host too, and the
+    buffers ``recent`` and ``filled`` are written from it when they are read or saved.
 
     **Refused calls.** Logits that are not ``(N, num_classes)``, labels that are not ``N``
     integers in ``[0, num_classes)`` raise a ``ValueError`` naming the bad value, before
@@ -102,7 +105,7 @@ class LogitAdjustedLoss(nn.Module):
     :param tau: the adjustment's strength (the paper's ``tau``; ``1`` is its default and
         the Bayes-optimal one; ``0`` is the plain cross-entropy), at most :data:`MAX_TAU`.
     :param window: how many recent training labels estimate the prior, at most
-        :data:`MAX_WINDOW` (8 bytes each, on the module's device).
+        :data:`MAX_WINDOW` (8 bytes each, on the module's device and on the host).
     :raises ValueError: a negative, non-finite or too large ``tau``, or a ``window`` below
         1 or too large (:func:`check_tau`, :func:`check_window`).
     """
@@ -123,6 +126,13 @@ class LogitAdjustedLoss(nn.Module):
         # the host; derived from ``recent``, so not saved (rebuilt in _load_from_state_dict)
         self._tally: list[int] = []
         self._filled_host: int | None = 0  # ``filled`` as a host int (None: read it)
+        # ``recent`` on the host (None: read it), so that a call reads no label back
+        self._ring: array[int] | None = None
+        self._synced = True  # ``recent`` and ``filled`` hold what the host copy holds
+        # the adjustment of each count, ``tau * log(c + eps)`` as float32 values, grown as
+        # counts grow (the key: the tau and eps it was computed with)
+        self._table: list[float] = []
+        self._table_key: tuple[float, float] | None = None
 
     @property
     def tally(self) -> Tensor:
@@ -134,11 +144,16 @@ class LogitAdjustedLoss(nn.Module):
 
         :param num_classes: the number of logits (labels beyond it are not counted).
         """
+        # exact: every count is below 2**24
+        return torch.tensor(self._counts(num_classes), dtype=torch.float32,
+                            device=self.recent.device)
+
+    def _counts(self, num_classes: int) -> list[int]:
+        """:meth:`counts` as host ints."""
         counts = self._tally[:num_classes]
         if len(counts) < num_classes:  # classes no label of the window has reached yet
             counts = counts + [0] * (num_classes - len(counts))
-        # exact: every count is below 2**24
-        return torch.tensor(counts, dtype=torch.float32, device=self.recent.device)
+        return counts
 
     def observe(self, y: Tensor) -> None:
         """Add the labels ``y`` to the window (the oldest leave it).
@@ -151,49 +166,81 @@ class LogitAdjustedLoss(nn.Module):
         low = min(labels, default=0)
         if low < 0:
             raise ValueError(f"labels must be >= 0, got {low}")
-        self._push(y, labels)
+        self._push(labels)
 
-    def _push(self, y: Tensor, labels: list[int]) -> None:
-        """Write the checked labels ``y`` (``labels``, read on the host) into the window.
+    def _push(self, labels: list[int]) -> None:
+        """Add the checked ``labels`` (host ints) to the window's host copy.
 
-        The labels the new ones overwrite leave the tally, the new ones enter it.
+        The labels the new ones overwrite leave the tally, the new ones enter it. Nothing
+        touches a tensor: ``recent`` and ``filled`` are written from the host copy when
+        they are read or saved (:meth:`_sync`).
         """
-        window, recent = self.window, self.recent
-        y = y.detach().to(recent.device, torch.long)
+        window = self.window
         if len(labels) > window:
-            y, labels = y[-window:], labels[-window:]
+            labels = labels[-window:]
         n = len(labels)
         filled = getattr(self, "_filled_host", None)
         if filled is None:  # one read of the count, after a load (then kept on the host)
-            filled = self._filled_host = int(self.filled)
+            filled = self._filled_host = int(self._buffers["filled"])  # type: ignore[arg-type]
+        ring = self._host_ring()
         start = filled % window
         tally = self._tally
         high = max(labels, default=-1)
         if high >= len(tally):  # a label beyond the tally: grow it (rare)
             tally.extend([0] * (high + 1 - len(tally)))
-        if start + n <= window:  # the usual case: one slice of the window
-            slot = recent[start : start + n]
-            if filled >= window:  # a full window: each overwritten label leaves
-                for old in slot.tolist():
+        end = min(start + n, window)
+        for old in ring[start:end]:  # -1 where the window is not full yet
+            if old >= 0:
+                tally[old] -= 1
+        ring[start:end] = array("q", labels[: end - start])
+        if end - start < n:  # the labels wrap around the window's end
+            rest = n - (end - start)
+            for old in ring[:rest]:
+                if old >= 0:
                     tally[old] -= 1
-            # (not full: start == filled, and the slice holds no label yet)
-            slot.copy_(y)
-        else:  # the labels wrap around the window's end
-            positions = (start + torch.arange(n, device=recent.device)) % window
-            for old in recent[positions].tolist():
-                if old >= 0:  # -1 where the window was not full yet
-                    tally[old] -= 1
-            recent[positions] = y
+            ring[:rest] = array("q", labels[end - start :])
         for label in labels:
             tally[label] += 1
-        self.filled.add_(n)  # in place: no module attribute set
         self._filled_host = filled + n
+        self._synced = False
+
+    def _host_ring(self) -> array[int]:
+        """``recent``'s labels on the host (read once after a load, then kept in step)."""
+        ring = getattr(self, "_ring", None)
+        if ring is None:
+            ring = self._ring = array("q", self._buffers["recent"].tolist())  # type: ignore[union-attr]
+        return ring
+
+    def _sync(self) -> None:
+        """Write the host copy of the window into ``recent`` and ``filled``, if it moved on."""
+        if getattr(self, "_synced", True):
+            return
+        recent, filled = self._buffers["recent"], self._buffers["filled"]
+        assert recent is not None and filled is not None
+        assert self._ring is not None and self._filled_host is not None
+        recent.copy_(torch.frombuffer(self._ring, dtype=torch.long))
+        filled.fill_(self._filled_host)
+        self._synced = True
+
+    def __getattr__(self, name: str) -> Any:
+        """``recent`` and ``filled`` as the window is now (:meth:`_sync` first)."""
+        if name in ("recent", "filled"):
+            self._sync()
+        return super().__getattr__(name)
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:
+        """Save the window as it is now (:meth:`_sync` first)."""
+        self._sync()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
         """Load the window, then rebuild the tally from it (the tally is not saved)."""
+        self._sync()  # a key left out of the state keeps the current window
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._filled_host = None  # read again at the next call
+        self._ring = None
         seen = self.recent[self.recent >= 0]
         self._tally = torch.bincount(seen).tolist() if len(seen) else []
 
@@ -202,8 +249,28 @@ class LogitAdjustedLoss(nn.Module):
 
         :param num_classes: the number of logits.
         """
-        # in place on the new float tensor: the same ops as tau * log(c + eps)
-        return self.counts(num_classes).add_(self.eps).log_().mul_(self.tau)
+        return torch.tensor(self._adjustments(num_classes), dtype=torch.float32,
+                            device=self.recent.device)
+
+    def _adjustments(self, num_classes: int) -> list[float]:
+        """:meth:`adjustment`'s values as host floats, looked up by count.
+
+        The table holds ``tau * log(c + eps)`` for the counts ``c`` up to the largest seen,
+        computed by the float32 tensor ops of the formula: elementwise, so each value is
+        the one those ops give on a tensor of counts, bit for bit.
+        """
+        counts = self._counts(num_classes)
+        key = (self.tau, self.eps)
+        same = getattr(self, "_table_key", None) == key  # else tau changed: a new table
+        table: list[float] = self._table if same else []
+        high = max(counts, default=0)
+        if high >= len(table):
+            size = min(max(2 * len(table), high + 1, 1024), self.window + 1)
+            size = max(size, high + 1)
+            table = torch.arange(size, dtype=torch.float32).add_(self.eps).log_() \
+                .mul_(self.tau).tolist()
+            self._table, self._table_key = table, key
+        return [table[c] for c in counts]
 
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
         """The mean cross-entropy of the adjusted logits (of ``logits`` without gradients).
@@ -217,8 +284,11 @@ class LogitAdjustedLoss(nn.Module):
         labels = _check_call(logits, y, read_all=training)
         if training:
             assert labels is not None
-            self._push(y, labels)
-            logits = logits + self.adjustment(logits.shape[1]).to(logits.device, logits.dtype)
+            self._push(labels)
+            # a tensor over a new host array: cheaper to build than torch.tensor(list)
+            shift = torch.frombuffer(array("f", self._adjustments(logits.shape[1])),
+                                     dtype=torch.float32)
+            logits = logits + shift.to(logits.device, logits.dtype)
         return F.cross_entropy(logits, y)
 
     def extra_repr(self) -> str:

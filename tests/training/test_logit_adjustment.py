@@ -302,6 +302,7 @@ def test_the_running_counts_are_the_windows_recount_after_every_call(seed):
     g = torch.Generator().manual_seed(seed)
     window = int(torch.randint(1, 12, (1,), generator=g))
     loss, seen = LogitAdjustedLoss(1.0, window), []
+    ring, filled = [-1] * window, 0  # the saved window, written in a circle
     for step in range(40):
         n = int(torch.randint(0, 2 * window + 2, (1,), generator=g))
         y = torch.randint(0, 3 + step // 5, (n,), generator=g)
@@ -310,6 +311,9 @@ def test_the_running_counts_are_the_windows_recount_after_every_call(seed):
         elif n:
             loss(torch.zeros(n, 3 + step // 5, requires_grad=True), y)
         seen.extend(y.tolist())
+        for label in y.tolist()[-window:]:  # a call longer than the window: its last labels
+            ring[filled % window] = label
+            filled += 1
         if step == 20:
             fresh = LogitAdjustedLoss(1.0, window)
             fresh.load_state_dict(loss.state_dict())
@@ -317,3 +321,20 @@ def test_the_running_counts_are_the_windows_recount_after_every_call(seed):
         recent = seen[-window:]
         width = 12
         assert loss.counts(width).tolist() == [float(recent.count(k)) for k in range(width)]
+        assert loss.recent.tolist() == ring and int(loss.filled) == filled
+        assert loss.state_dict()["recent"].tolist() == ring
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5, 3.7])
+def test_the_adjustment_is_the_formulas_float32_ops_bit_for_bit(tau):
+    # Looked up by count, it must give what tau * log(c + eps) gives on a tensor of counts
+    loss = LogitAdjustedLoss(tau, 5000)
+    g = torch.Generator().manual_seed(0)
+    loss.observe(torch.randint(0, 7, (4000,), generator=g))
+    counts = loss.counts(9)
+    assert torch.equal(loss.adjustment(9), counts.clone().add_(1e-3).log_().mul_(tau))
+    every = torch.arange(5001, dtype=torch.float32)
+    loss._tally = every.long().tolist()  # every count the window allows, at once
+    assert torch.equal(loss.adjustment(5001), every.add_(1e-3).log_().mul_(tau))
+    loss.tau = 2.0  # a changed tau: a new table
+    assert torch.equal(loss.adjustment(9), loss.counts(9).add_(1e-3).log_().mul_(2.0))
