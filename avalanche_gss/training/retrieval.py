@@ -357,11 +357,45 @@ class OtherClassesRetrieval(Retrieval):
         stored = _stored_labels(policy)
         if stored is None or len(stored) == 0:
             return None
-        order = torch.randperm(len(stored), generator=generator).to(stored.device,
-                                                                   non_blocking=True)
-        held = torch.isin(stored[order], strategy.mb_y.detach().to(stored.device))
-        pick = order[torch.argsort(held.to(torch.uint8), stable=True)[:k]]  # absent first
+        order = torch.randperm(len(stored), generator=generator)
+        batch = strategy.mb_y.detach()
+        if stored.device.type == "cpu" and batch.device.type == "cpu":
+            pick = _absent_first(order.tolist(), stored.tolist(), set(batch.tolist()), k)
+        else:
+            pick = _absent_first_on_device(order, stored, batch, k)
         return _read(policy, pick, strategy.device)
+
+
+def _absent_first_on_device(order: Tensor, labels: Tensor, held: Tensor, k: int) -> Tensor:
+    """The first ``k`` of ``order`` by a stable sort on whether their label is ``held``.
+
+    Tensor ops on ``labels``' device, with no sync: for a buffer on an accelerator.
+
+    :param order: a CPU permutation of the slots.
+    :param labels: the stored labels, by slot.
+    :param held: the incoming batch's labels.
+    """
+    order = order.to(labels.device, non_blocking=True)
+    present = torch.isin(labels[order], held.to(labels.device))
+    return order[torch.argsort(present.to(torch.uint8), stable=True)[:k]]
+
+
+def _absent_first(order: list[int], labels: list[int], held: set[int], k: int) -> Tensor:
+    """The first ``k`` of ``order`` whose label is not ``held``, then those whose label is.
+
+    On the host, what :func:`_absent_first_on_device` picks, for a CPU buffer (a few
+    tensor ops cost more than this loop, which stops at the ``k``-th absent slot).
+    """
+    absent: list[int] = []
+    present: list[int] = []
+    for slot in order:
+        if labels[slot] in held:
+            present.append(slot)
+        else:
+            absent.append(slot)
+            if len(absent) == k:
+                break
+    return torch.tensor((absent + present)[:k], dtype=torch.long)
 
 
 def _stored_labels(policy: ExemplarsBuffer) -> Tensor | None:

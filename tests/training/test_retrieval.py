@@ -259,6 +259,22 @@ def test_other_classes_come_first_in_the_order_of_the_uniform_draw(batch, k):
     assert int((~torch.isin(got[1], torch.tensor(batch))).sum()) == min(k, n_others)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_other_classes_pick_the_same_on_the_host_as_with_device_ops(seed):
+    # A CPU buffer takes the host loop; a buffer on an accelerator the tensor ops (no sync).
+    from avalanche_gss.training.retrieval import _absent_first, _absent_first_on_device
+
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(20):
+        n = int(torch.randint(1, 40, (1,), generator=g))
+        labels = torch.randint(0, 5, (n,), generator=g)
+        held = torch.randint(0, 5, (int(torch.randint(1, 4, (1,), generator=g)),), generator=g)
+        order = torch.randperm(n, generator=g)
+        for k in (1, 3, n, n + 2):
+            host = _absent_first(order.tolist(), labels.tolist(), set(held.tolist()), k)
+            assert torch.equal(host, _absent_first_on_device(order, labels, held, k))
+
+
 def test_other_classes_draw_as_many_numbers_as_the_uniform_draw():
     buf = _labelled([0, 1, 2] * 5)
     strategy = SimpleNamespace(device="cpu", mb_y=torch.tensor([1]))
