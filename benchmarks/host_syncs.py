@@ -94,6 +94,20 @@ class SyncCounter(TorchFunctionMode):
         """Whether ``t`` would be a host tensor in a GPU run."""
         return t in self._host
 
+    def __enter__(self) -> SyncCounter:
+        # the library's host-or-device branches follow this model of a GPU run
+        import avalanche_gss._host as host
+
+        self._on_host = host.on_host
+        host.on_host = lambda *tensors: all(self.is_host(t) for t in tensors)
+        return super().__enter__()  # type: ignore[no-any-return]
+
+    def __exit__(self, *exc: Any) -> None:
+        import avalanche_gss._host as host
+
+        host.on_host = self._on_host
+        super().__exit__(*exc)
+
     def _note(self, kind: str, op: str) -> None:
         self.events.append((kind, op, _where()))
 

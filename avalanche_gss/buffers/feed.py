@@ -17,7 +17,7 @@ from torch import Tensor
 
 from avalanche_gss._avalanche import has_transforms, reading_copy
 from avalanche_gss.buffers.rows import Rows
-from avalanche_gss.streams.online import dataset_tensors
+from avalanche_gss.streams.online import TensorExperience, dataset_tensors
 
 __all__ = ["Samples", "dataset_samples", "experience_samples", "batches"]
 
@@ -26,7 +26,8 @@ class Samples(NamedTuple):
     """The samples of one source, as a buffer is offered them."""
 
     data: Any
-    """The source: the dataset each sample's index refers to."""
+    """The source: the dataset each sample's index refers to, or the
+    :class:`~avalanche_gss.streams.online.DatasetCell` that builds it when it is read."""
     x: Tensor
     y: Tensor
     t: Tensor
@@ -51,7 +52,9 @@ def experience_samples(exp: Any) -> Samples:
     if tensors is not None and isinstance(exp, CLExperience):
         x, y = tensors
         t = torch.full((len(y),), int(getattr(exp, "task_label", 0)), dtype=torch.long)
-        return Samples(exp.dataset, x, y, t, len(y) or None, True)
+        # a TensorExperience's dataset is built only if the buffer is read as a dataset
+        source = exp.cell if isinstance(exp, TensorExperience) else exp.dataset
+        return Samples(source, x, y, t, len(y) or None, True)
     return dataset_samples(exp.dataset if isinstance(exp, CLExperience) else exp)
 
 

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from avalanche_gss._avalanche import tensor_dataset
 from avalanche_gss.buffers.columns import SlotStore
+from avalanche_gss.streams.online import DatasetCell
 
 __all__ = ["BufferView", "ProvenanceIndex"]
 
@@ -166,7 +167,10 @@ class ProvenanceIndex:
                 parts += parts_t
                 order += order_t
             else:
-                parts.append(self.datasets[sid].subset(idx[mask].tolist()))
+                source = self.datasets[sid]
+                if isinstance(source, DatasetCell):  # an experience's, built now
+                    source = source.dataset()
+                parts.append(source.subset(idx[mask].tolist()))
                 order.append(slots[mask])
         return parts, order
 

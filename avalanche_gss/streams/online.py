@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from avalanche.benchmarks import (
@@ -51,12 +51,39 @@ def tensor_dataset(x: Tensor, y: Tensor) -> AvalancheDataset:
     return _tensor_dataset(x, y, 0)
 
 
+class DatasetCell:
+    """A tensor dataset built at its first read, shared by an experience and its copies.
+
+    Avalanche hands plugins copies of an experience (``train()``, ``eval()``,
+    ``logging()``); they share this cell, so they share one dataset, as they would share
+    an eager one. A buffer registers the cell as the source of the samples it stores, and
+    reads it (:meth:`dataset`) only when it is read as a dataset.
+
+    :param x: ``(N, ...)`` inputs.
+    :param y: ``(N,)`` int64 labels.
+    """
+
+    __slots__ = ("x", "y", "_data")
+
+    def __init__(self, x: Tensor, y: Tensor) -> None:
+        self.x, self.y = x, y
+        self._data: AvalancheDataset | None = None
+
+    def dataset(self) -> AvalancheDataset:
+        """The tensors as :func:`tensor_dataset` wraps them (built once)."""
+        if self._data is None:
+            self._data = tensor_dataset(self.x, self.y)
+        return self._data
+
+
 class TensorExperience(DatasetExperience):
     """An experience over tensors: task label 0 and nothing that reveals a task boundary.
 
     Besides ``dataset`` it carries ``task_label`` (0), ``task_labels`` (``[0]``) and
     ``classes_in_this_experience`` (the labels present in its own samples), which
-    Avalanche metrics and model adaptation read.
+    Avalanche metrics and model adaptation read. ``dataset`` is built at its first read
+    (:class:`DatasetCell`): the online template and this library's buffers read the
+    tensors, so a run that never reads it does not pay for 400 small datasets.
 
     :param x: ``(N, ...)`` inputs.
     :param y: ``(N,)`` int64 labels.
@@ -64,11 +91,23 @@ class TensorExperience(DatasetExperience):
     """
 
     def __init__(self, x: Tensor, y: Tensor, *, current_experience: int | None = None):
-        super().__init__(dataset=tensor_dataset(x, y), current_experience=current_experience)
+        self._cell = DatasetCell(x, y)  # before DatasetExperience sets _dataset (unused)
+        super().__init__(dataset=cast(AvalancheDataset, None),
+                         current_experience=current_experience)
         self._tensors = (x, y)
         self.task_label = 0
         self.task_labels = [0]
         self.classes_in_this_experience = sorted(set(y.tolist()))
+
+    @property
+    def dataset(self) -> AvalancheDataset:
+        """The samples as an Avalanche classification dataset (built at the first read)."""
+        return self._cell.dataset()
+
+    @property
+    def cell(self) -> DatasetCell:
+        """The holder of :attr:`dataset`, shared with the experience's copies."""
+        return self._cell
 
     @property
     def tensors(self) -> tuple[Tensor, Tensor]:

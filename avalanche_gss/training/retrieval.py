@@ -32,6 +32,7 @@ from avalanche.training.storage_policy import ExemplarsBuffer
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from avalanche_gss import _host
 from avalanche_gss._avalanche import criterion_of
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.gradients import eval_mode
@@ -359,7 +360,7 @@ class OtherClassesRetrieval(Retrieval):
             return None
         order = torch.randperm(len(stored), generator=generator)
         batch = strategy.mb_y.detach()
-        if stored.device.type == "cpu" and batch.device.type == "cpu":
+        if _host.on_host(stored, batch):
             pick = _absent_first(order.tolist(), stored.tolist(), set(batch.tolist()), k)
         else:
             pick = _absent_first_on_device(order, stored, batch, k)

@@ -232,10 +232,28 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
 
     # The fast data path (see the class's docstring).
 
+    @property
+    def adapted_dataset(self) -> Any:
+        """The dataset of this experience's training, as in Avalanche.
+
+        On the fast path it is the tensor experience's own dataset, built when it is first
+        read (a plugin may read it, or replace it as in Avalanche).
+        """
+        if self.__dict__.get("_adapted_is_experience"):
+            return self.experience.dataset
+        return self.__dict__.get("_adapted_dataset")
+
+    @adapted_dataset.setter
+    def adapted_dataset(self, value: Any) -> None:
+        self.__dict__["_adapted_is_experience"] = False
+        self.__dict__["_adapted_dataset"] = value
+
     def train_dataset_adaptation(self, **kwargs: Any) -> None:
         """``adapted_dataset``: the experience's dataset (in its train transform group)."""
         if isinstance(self.experience, TensorExperience):
-            self.adapted_dataset = self.experience.dataset  # no transform: train() is a no-op
+            # no transform, so train() would be a no-op; the dataset is built if read
+            self.adapted_dataset = None
+            self.__dict__["_adapted_is_experience"] = True
         else:
             super().train_dataset_adaptation(**kwargs)
 
@@ -245,7 +263,8 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
         reason = None
         if not isinstance(experience, TensorExperience):
             reason = f"the experiences are {type(experience).__name__}, not tensor experiences"
-        elif self.adapted_dataset is not experience.dataset:
+        elif not (self.__dict__.get("_adapted_is_experience")
+                  or self.adapted_dataset is experience.dataset):
             reason = "a plugin replaced the adapted dataset"
         elif type(self).make_train_dataloader is not OnlineTemplate.make_train_dataloader:
             reason = f"{type(self).__name__} overrides make_train_dataloader"

@@ -379,6 +379,47 @@ def test_a_plugin_that_replaces_the_dataset_takes_effect_and_is_said_once():
     assert len(slow) == 1 and "replaced the adapted dataset" in str(slow[0].message)
 
 
+def test_an_experience_dataset_is_built_only_when_read():
+    # The tensor path and the buffer read the tensors; a plugin reading adapted_dataset, or
+    # the buffer read as a dataset, gets the experience's own dataset, built then.
+    from avalanche_gss.streams import online
+
+    built: list[int] = []
+    make = online.tensor_dataset
+
+    def counting(x, y):
+        built.append(len(y))
+        return make(x, y)
+
+    bench = online_benchmark(_split())
+    model = _mlp()
+    buf = ReservoirBuffer(15, seed=0)
+    strategy = OnlineRehearsal(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                               n_iter=1, storage_policy=buf)
+    online.tensor_dataset = counting
+    try:
+        strategy.train(bench.train_stream[:6])
+        assert built == []
+        read: list[bool] = []
+
+        class Reads(SupervisedPlugin):
+            def after_train_dataset_adaptation(self, strategy, **kwargs):
+                read.append(strategy.adapted_dataset is strategy.experience.dataset)
+
+        strategy.plugins.append(Reads())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SlowPathWarning)  # reading it keeps the fast path
+            strategy.train(bench.train_stream[6:8])
+        assert read == [True, True] and built == [10, 10]
+        data = buf.buffer  # 15 samples of 8 experiences: their datasets are built now
+        x, y = buf.tensors()
+        assert len(data) == 15 and all(torch.equal(data[i][0], x[i]) for i in range(15))
+        assert all(int(data[i][1]) == int(y[i]) for i in range(15))
+        assert len(built) > 2
+    finally:
+        online.tensor_dataset = make
+
+
 def test_ewc_and_lwf_together_with_a_gss_buffer():
     bench = online_benchmark(_split())
     model = _mlp()
