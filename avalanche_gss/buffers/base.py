@@ -240,8 +240,10 @@ class OnlineBuffer(SlotBuffer):
         self.last_scores = scores
         slots = slots.cpu()
         keep, target, new_size = self.store.check_slots(slots)  # the slot map's invariants
-        self._write(rows.take(keep) if len(keep) < len(rows) else rows, target,
-                    None if scores is None else scores[keep.to(scores.device, non_blocking=True)])
+        if len(keep):  # (once the buffer is full, most batches store no sample: no write)
+            self._write(rows.take(keep) if len(keep) < len(rows) else rows, target,
+                        None if scores is None
+                        else scores[keep.to(scores.device, non_blocking=True)])
         self.store.size = new_size
         self.n_seen += len(rows)
         return slots

@@ -15,6 +15,7 @@ nothing.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import os
@@ -29,6 +30,10 @@ __all__ = ["SlotStore", "available_bytes", "check_memory", "check_size", "new_co
 
 _DEVICE_COLUMNS = ("x", "y", "t", "scores")
 _CPU_COLUMNS = (("src", -1), ("src_idx", 0), ("plain", True))
+_VERSIONS = itertools.count()
+"""Numbers of :attr:`SlotStore.version`: never one twice in a process, so that a value
+cached with one cannot be taken for another state's."""
+_CACHES = ("_all_plain", "_label_list")  # what a store caches per version (never copied)
 _DEVICE_SLOT_BYTES = 8 + 8 + 4  # y, t (int64), scores (float32), beside the inputs x
 _CPU_SLOT_BYTES = 8 + 8 + 1 + 8  # src, src_idx, plain and the dataset view's position
 
@@ -162,6 +167,7 @@ class SlotStore:
         check_memory(owner, max_size, None)
         self.max_size = max_size
         self.size = 0
+        self.version = next(_VERSIONS)  # a new number at every change of the columns
         self.x: Tensor | None = None  # (M, *input_shape) once the first batch arrived
         self.y: Tensor | None = None  # (M,) class labels
         self.t: Tensor | None = None  # (M,) task labels
@@ -229,6 +235,7 @@ class SlotStore:
         self.src[target] = rows.src
         self.src_idx[target] = rows.idx
         self.plain[target] = rows.plain
+        self.version = next(_VERSIONS)
 
     def move(self, dest: Tensor, source: Tensor) -> None:
         """Copy the samples of slots ``source`` into slots ``dest`` (CPU indices)."""
@@ -239,6 +246,7 @@ class SlotStore:
         for name, _ in _CPU_COLUMNS:
             column = getattr(self, name)
             column[dest] = column[source]
+        self.version = next(_VERSIONS)
 
     def copy_kept(self, columns: dict[str, Tensor], keep: Tensor) -> None:
         """Copy the slots ``keep`` into the head of :meth:`allocate`'s new ``columns``."""
@@ -252,6 +260,7 @@ class SlotStore:
             setattr(self, name, new)
         self.size = size
         self.max_size = len(columns["src"])
+        self.version = next(_VERSIONS)
 
     def rows(self, slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The stored ``(x, y, t)`` tensors of ``slots``, on the store's device.
@@ -309,6 +318,7 @@ class SlotStore:
         self.src = torch.full((m,), -1, dtype=torch.long)
         self.src_idx = torch.zeros(m, dtype=torch.long)
         self.plain = torch.ones(m, dtype=torch.bool)
+        self.version = next(_VERSIONS)
 
     def to(self, device: torch.device | str) -> None:
         """Move the device columns to ``device``."""
@@ -316,11 +326,42 @@ class SlotStore:
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value.to(device))
+        self.version = next(_VERSIONS)
 
     def snapshot(self) -> dict[str, Any]:
         """The store's attributes, for :meth:`restore` (columns are written in place last)."""
         return dict(self.__dict__)
 
     def restore(self, snapshot: dict[str, Any]) -> None:
-        """Go back to what :meth:`snapshot` saved."""
+        """Go back to what :meth:`snapshot` saved (with a new :attr:`version`)."""
         self.__dict__.update(snapshot)
+        self.version = next(_VERSIONS)  # nothing read before the rollback is reused
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The attributes without what :meth:`all_plain` and :meth:`label_list` cached."""
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHES}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`__getstate__`'s attributes, with a version new to this process."""
+        self.__dict__.update(state)
+        self.version = next(_VERSIONS)
+
+    def all_plain(self) -> bool:
+        """Whether every filled slot holds a sample read with no transform (cached per change)."""
+        key = (self.size, self.version)
+        cached = self.__dict__.get("_all_plain")
+        if cached is None or cached[0] != key:
+            cached = self._all_plain = (key, bool(self.plain[: self.size].all()))
+        return cached[1]
+
+    def label_list(self) -> list[int]:
+        """The filled slots' class labels as host ints, read once per change of the store.
+
+        On an accelerator each read waits for the device: for a store on the host.
+        """
+        key = (self.size, self.version)
+        cached = self.__dict__.get("_label_list")
+        if cached is None or cached[0] != key:
+            labels = [] if self.y is None else self.y[: self.size].tolist()
+            cached = self._label_list = (key, labels)
+        return cached[1]

@@ -110,7 +110,7 @@ class StoredSamples(ExemplarsBuffer):
         Then replay may use the tensors directly; otherwise it reads :attr:`buffer`, so
         that a random augmentation is drawn anew at each read.
         """
-        return bool(self.store.plain[: self.size].all())
+        return self.store.all_plain()
 
     @property
     def buffer(self) -> AvalancheDataset:

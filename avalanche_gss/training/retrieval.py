@@ -361,7 +361,9 @@ class OtherClassesRetrieval(Retrieval):
         order = torch.randperm(len(stored), generator=generator)
         batch = strategy.mb_y.detach()
         if _host.on_host(stored, batch):
-            pick = _absent_first(order.tolist(), stored.tolist(), set(batch.tolist()), k)
+            labels = (policy.store.label_list() if isinstance(policy, OnlineBuffer)
+                      else stored.tolist())
+            pick = _absent_first(order.tolist(), labels, set(batch.tolist()), k)
         else:
             pick = _absent_first_on_device(order, stored, batch, k)
         return _read(policy, pick, strategy.device)
