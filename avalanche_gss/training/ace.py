@@ -111,5 +111,7 @@ def replay_criterion(criterion: Any) -> Any:
 
     :param criterion: the strategy's loss module.
     """
-    for_replay = getattr(criterion, "for_replay", None)
-    return for_replay() if callable(for_replay) else criterion
+    # looked up on the class: a module's missing attribute raises (and formats) an error
+    if callable(getattr(type(criterion), "for_replay", None)):
+        return criterion.for_replay()
+    return criterion

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
@@ -191,10 +191,10 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         nothing) for the replayed inputs ``x`` and the learner's logits ``out`` on them.
         """
         for plugin in strategy.plugins:
-            term = getattr(plugin, "replay_term", None)
-            if plugin is self or not callable(term):
+            # looked up on the class: an EvaluationPlugin's own attribute lookup is slow
+            if plugin is self or not callable(getattr(type(plugin), "replay_term", None)):
                 continue
-            extra = term(strategy, x, t, out)
+            extra = plugin.replay_term(strategy, x, t, out)
             if extra is not None:
                 loss = loss + extra
         return loss
@@ -232,8 +232,7 @@ class OnlineRehearsalPlugin(SupervisedPlugin):
         self.retrieval.reset()
 
 
-@contextmanager
-def single_sample_norm(model: nn.Module, n: int) -> Iterator[None]:
+def single_sample_norm(model: nn.Module, n: int) -> AbstractContextManager[None]:
     """One sample: a BatchNorm layer seeing one value per channel uses its running statistics.
 
     PyTorch cannot take the batch statistics of a single value (a train-mode BatchNorm
@@ -245,9 +244,14 @@ def single_sample_norm(model: nn.Module, n: int) -> Iterator[None]:
     :param model: the network.
     :param n: the number of samples of the forward.
     """
-    if n != 1:
-        yield
-        return
+    if n != 1:  # (every replay step but those of one sample: no generator to run)
+        return nullcontext()
+    return _running_statistics_for_one_value(model)
+
+
+@contextmanager
+def _running_statistics_for_one_value(model: nn.Module) -> Iterator[None]:
+    """:func:`single_sample_norm` for a forward of one sample."""
     switched: list[nn.Module] = []
 
     def one_value(module: nn.Module, args: tuple[Any, ...]) -> None:
