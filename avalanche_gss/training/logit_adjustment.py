@@ -175,19 +175,19 @@ class LogitAdjustedLoss(nn.Module):
         touches a tensor: ``recent`` and ``filled`` are written from the host copy when
         they are read or saved (:meth:`_sync`).
         """
+        state = self.__dict__  # (read and written directly: Module.__setattr__ is slow)
         window = self.window
         if len(labels) > window:
             labels = labels[-window:]
         n = len(labels)
-        filled = getattr(self, "_filled_host", None)
+        filled = state.get("_filled_host")
         if filled is None:  # one read of the count, after a load (then kept on the host)
-            filled = self._filled_host = int(self._buffers["filled"])  # type: ignore[arg-type]
-        ring = self._host_ring()
-        start = filled % window
+            filled = int(self._buffers["filled"])  # type: ignore[arg-type]
+        ring = state.get("_ring") or self._host_ring()
         tally = self._tally
-        high = max(labels, default=-1)
-        if high >= len(tally):  # a label beyond the tally: grow it (rare)
-            tally.extend([0] * (high + 1 - len(tally)))
+        if labels and max(labels) >= len(tally):  # a label beyond the tally: grow it (rare)
+            tally.extend([0] * (max(labels) + 1 - len(tally)))
+        start = filled % window
         end = min(start + n, window)
         for old in ring[start:end]:  # -1 where the window is not full yet
             if old >= 0:
@@ -201,8 +201,8 @@ class LogitAdjustedLoss(nn.Module):
             ring[:rest] = array("q", labels[end - start :])
         for label in labels:
             tally[label] += 1
-        self._filled_host = filled + n
-        self._synced = False
+        state["_filled_host"] = filled + n
+        state["_synced"] = False
 
     def _host_ring(self) -> array[int]:
         """``recent``'s labels on the host (read once after a load, then kept in step)."""
@@ -300,8 +300,10 @@ def _check_labels(y: Tensor) -> None:
     """Refuse labels that are not a 1-D tensor of integers (no read of their values)."""
     if not isinstance(y, Tensor):
         raise ValueError(f"labels must be a tensor of class indices, got {type(y).__name__}")
-    if y.dtype == torch.bool or y.dtype.is_floating_point or y.dtype.is_complex:
-        raise ValueError(f"labels must be integer class indices, got dtype {y.dtype}")
+    dtype = y.dtype
+    if dtype is not torch.long and (dtype == torch.bool or dtype.is_floating_point
+                                    or dtype.is_complex):
+        raise ValueError(f"labels must be integer class indices, got dtype {dtype}")
     if y.dim() != 1:
         raise ValueError(f"labels must be one class index per sample, shape (N,), got shape "
                          f"{tuple(y.shape)}")
