@@ -329,18 +329,16 @@ class OnlineBuffer(SlotBuffer):
         try:
             self._check_labels(rows, checked.high, model)
             finite = checked.finite
-            slots = torch.full((len(rows),), -1, dtype=torch.long)
-            if finite is not None:  # samples with NaN/inf inputs are not offered
+            if finite is None:  # every input is finite (the usual case)
+                slots = self._admit(rows, model)
+            else:  # samples with NaN/inf inputs are not offered
+                slots = torch.full((len(rows),), -1, dtype=torch.long)
                 bad = int((~finite).sum())
                 reject(self, bad, f"{bad} sample(s) with NaN or infinite inputs not stored",
                        stacklevel=stacklevel + 1)
                 rows = rows.take(finite)
-            if len(rows):
-                assigned = self._admit(rows, model)
-                if finite is None:
-                    slots = assigned
-                else:
-                    slots[finite] = assigned
+                if len(rows):
+                    slots[finite] = self._admit(rows, model)
         except BaseException:
             self._rollback(before)
             raise

@@ -75,7 +75,11 @@ def batches(samples: Samples, sid: int, step: int, device: torch.device | str | 
     n = len(y)
     for start in range(0, n, step):
         end = min(start + step, n)
-        rows = Rows(x[start:end], y[start:end], t[start:end],
-                    torch.full((end - start,), sid, dtype=torch.long),
+        if start == 0 and end == n:  # one batch (an online experience): nothing to cut
+            bx, by, bt, bhx, bhy = x, y, t, hx, hy
+        else:
+            bx, by, bt = x[start:end], y[start:end], t[start:end]
+            bhx, bhy = hx[start:end], hy[start:end]
+        rows = Rows(bx, by, bt, torch.full((end - start,), sid, dtype=torch.long),
                     torch.arange(start, end), torch.full((end - start,), samples.plain))
-        yield rows, hx[start:end], hy[start:end]
+        yield rows, bhx, bhy
