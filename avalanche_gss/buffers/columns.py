@@ -19,7 +19,8 @@ import itertools
 import math
 import operator
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -33,6 +34,7 @@ _CPU_COLUMNS = (("src", -1), ("src_idx", 0), ("plain", True))
 _VERSIONS = itertools.count()
 """Numbers of :attr:`SlotStore.version`: never one twice in a process, so that a value
 cached with one cannot be taken for another state's."""
+_T = TypeVar("_T")
 _CACHES = ("_all_plain", "_label_list")  # what a store caches per version (never copied)
 _DEVICE_SLOT_BYTES = 8 + 8 + 4  # y, t (int64), scores (float32), beside the inputs x
 _CPU_SLOT_BYTES = 8 + 8 + 1 + 8  # src, src_idx, plain and the dataset view's position
@@ -348,20 +350,25 @@ class SlotStore:
 
     def all_plain(self) -> bool:
         """Whether every filled slot holds a sample read with no transform (cached per change)."""
-        key = (self.size, self.version)
-        cached = self.__dict__.get("_all_plain")
-        if cached is None or cached[0] != key:
-            cached = self._all_plain = (key, bool(self.plain[: self.size].all()))
-        return cached[1]
+        return self._per_change("_all_plain", lambda: bool(self.plain[: self.size].all()))
 
     def label_list(self) -> list[int]:
         """The filled slots' class labels as host ints, read once per change of the store.
 
         On an accelerator each read waits for the device: for a store on the host.
         """
+        return self._per_change(
+            "_label_list", lambda: [] if self.y is None else self.y[: self.size].tolist())
+
+    def _per_change(self, name: str, compute: Callable[[], _T]) -> _T:
+        """``compute()``, kept until the columns or the size change.
+
+        :param name: the attribute that keeps it, one of :data:`_CACHES`.
+        :param compute: what to keep.
+        """
         key = (self.size, self.version)
-        cached = self.__dict__.get("_label_list")
+        cached = self.__dict__.get(name)
         if cached is None or cached[0] != key:
-            labels = [] if self.y is None else self.y[: self.size].tolist()
-            cached = self._label_list = (key, labels)
-        return cached[1]
+            cached = (key, compute())
+            self.__dict__[name] = cached
+        return cast(_T, cached[1])

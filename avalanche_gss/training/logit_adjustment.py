@@ -183,7 +183,7 @@ class LogitAdjustedLoss(nn.Module):
         filled = state.get("_filled_host")
         if filled is None:  # one read of the count, after a load (then kept on the host)
             filled = int(self._buffers["filled"])  # type: ignore[arg-type]
-        ring = state.get("_ring") or self._host_ring()
+        ring = self._host_ring()
         tally = self._tally
         if labels and max(labels) >= len(tally):  # a label beyond the tally: grow it (rare)
             tally.extend([0] * (max(labels) + 1 - len(tally)))
@@ -206,7 +206,7 @@ class LogitAdjustedLoss(nn.Module):
 
     def _host_ring(self) -> array[int]:
         """``recent``'s labels on the host (read once after a load, then kept in step)."""
-        ring = getattr(self, "_ring", None)
+        ring = self.__dict__.get("_ring")
         if ring is None:
             ring = self._ring = array("q", self._buffers["recent"].tolist())  # type: ignore[union-attr]
         return ring
