@@ -218,10 +218,11 @@ def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, Arr
         if name.lower().endswith(".npz"):
             raise SystemExit(f"{prog}: error: --data: {_one_line(err)}") from None
         if not (protocol.standin and args.quick and args.data is None):
-            raise SystemExit(f"{prog}: error: --data {name}: {_one_line(err)}; "
-                             "give --root with the data, or --download (needs internet)"
+            # The loader's message says what to pass, as download=True and as --download
+            raise SystemExit(f"{prog}: error: --data {name}: {_one_line(err).rstrip('.')}"
                              ) from None
-        log.warning("%s; --quick runs on a generated stand-in instead (not CIFAR-10)", err)
+        log.warning("%s; --quick runs on a generated stand-in instead (not CIFAR-10)",
+                    _one_line(err).rstrip("."))
         return STANDIN, load(STANDIN, None, False)
     except ValueError as err:
         raise SystemExit(f"{prog}: error: --data {name}: {_one_line(err)}") from None

