@@ -226,10 +226,14 @@ def _explained(report: ReportView, paper: bool) -> str:
 
 
 def _table_rows(report: ReportView, columns: list[tuple[str, Any]], row_key: str,
-                paper: PaperCells, paper_avg: PaperAverages | None) -> list[str]:
-    """The table's lines: one per method (and tags), ours beside the paper's number."""
+                paper: PaperCells, paper_avg: PaperAverages | None) -> tuple[list[str], bool]:
+    """The table's lines: one per method (and tags), ours beside the paper's number.
+
+    :return: the lines, and whether any cell shows a paper number.
+    """
     rows = report["rows"]
     lines = []
+    shown = False
     for method in dict.fromkeys(_row_label(r) for r in rows):
         cells = []
         for _, value in columns:
@@ -239,13 +243,15 @@ def _table_rows(report: ReportView, columns: list[tuple[str, Any]], row_key: str
             ref = paper.get((method, value)) or paper.get(
                 (match[0]["method"] if match else method, value))
             cells.append(ours + (f" ({format_cell(*ref)})" if ref else ""))
+            shown = shown or bool(ref)
         if paper_avg is not None:  # mean over the columns; std across the columns' means
             means = [r["avg_mean"] for r in rows if _row_label(r) == method]
             ours = format_cell(statistics.fmean(means), _std(means)) if means else "-"
             ref = paper_avg.get(method.split(" (")[0])
             cells.append(ours + (f" ({format_cell(*ref)})" if ref else ""))
+            shown = shown or bool(ref)
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return lines
+    return lines, shown
 
 
 def _notes(report: ReportView) -> list[str]:
@@ -286,7 +292,8 @@ def table_markdown(report: ReportView, columns: list[tuple[str, Any]], row_key: 
     n_seeds = max((len(r["seeds"]) for r in report["rows"]), default=0)
     cell_text = ("Each cell: our mean ± std over seeds" if n_seeds > 1
                  else "Each cell: our accuracy (one seed, so no spread)")
-    if paper or paper_avg:
+    table_rows, paper_shown = _table_rows(report, columns, row_key, paper, paper_avg)
+    if paper_shown:  # only where some row has one: no legend for numbers no row shows
         cell_text += " (the paper's number in parentheses)"
     protocol = protocol_line(report["protocol"])
     lines = [
@@ -294,7 +301,7 @@ def table_markdown(report: ReportView, columns: list[tuple[str, Any]], row_key: 
         "",
         *data_lines(report),
         *([protocol, ""] if protocol else []),
-        cell_text + "." + _explained(report, bool(paper)),
+        cell_text + "." + _explained(report, paper_shown),
         "",
         _legend(columns, row_key, paper_avg is not None),
         "",
