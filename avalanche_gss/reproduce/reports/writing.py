@@ -308,7 +308,7 @@ def table_markdown(report: ReportView, columns: list[tuple[str, Any]], row_key: 
         "| method | " + " | ".join(label for label, _ in columns)
         + (" | Avg |" if paper_avg is not None else " |"),
         "|---|" + "---|" * (len(columns) + (paper_avg is not None)),
-        *_table_rows(report, columns, row_key, paper, paper_avg),
+        *table_rows,
         *_notes(report),
     ]
     if report.get("provenance"):
