@@ -1,5 +1,6 @@
 """Resumable sweeps: one cached result per finished job, survives SIGKILL, reruns the rest."""
 
+import contextlib
 import json
 import os
 import signal
@@ -27,10 +28,17 @@ import time
 
 
 def record(config):
-    """Log the start of the job, sleep, and return something computed from the config."""
+    """Log the start of the job, sleep, and return something computed from the config.
+
+    A job from number ``free`` on waits, after its start is logged, until the file
+    ``gate`` exists: it is provably running until the test opens the gate.
+    """
     with open(config["log"], "a") as f:
         f.write(json.dumps({"i": config["i"], "pid": os.getpid()}) + "\\n")
     time.sleep(config.get("sleep", 0.0))
+    if "gate" in config and config["i"] >= config["free"]:
+        while not os.path.exists(config["gate"]):
+            time.sleep(0.01)
     if config.get("fail"):
         raise RuntimeError("asked to fail")
     return {"i": config["i"], "square": config["i"] ** 2, "pid": os.getpid(),
@@ -100,29 +108,49 @@ def stored(cache_dir):
     return done
 
 
+def make_gated_jobs(tmp_path, n, free):
+    """``n`` jobs of which the first ``free`` finish at once and the others wait, once
+    started, for the gate (``tmp_path / "gate"``) to open: while it is closed, a sweep of
+    them can neither end nor store more than ``free`` results, however slow the machine."""
+    return make_jobs(tmp_path, n, gate=str(tmp_path / "gate"), free=free)
+
+
+def wait_for_a_blocked_job(tmp_path, proc, free):
+    """Return once ``free`` results are stored and a later job has started (it then waits
+    at the gate): the loop ends on those events, or fails if the sweep's process ended."""
+    cache = tmp_path / "cache"
+    while not (cache.exists() and len(stored(cache)) >= free
+               and any(i >= free for i in starts(tmp_path))):
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sigkill_halfway_then_rerun_skips_every_finished_job(tmp_path, jobs_module, workers):
-    # Given a sweep of 6 jobs (0.4 s each) running in its own process group
-    jobs = make_jobs(tmp_path, 6, sleep=0.4)
+    # Given a sweep of 6 jobs running in its own process group, of which jobs 2 to 5 wait,
+    # once started, for a gate the test opens only after the kill
+    jobs = make_gated_jobs(tmp_path, 6, free=2)
     cache = tmp_path / "cache"
     (tmp_path / "driver.py").write_text(DRIVER)
     cmd = [sys.executable, str(tmp_path / "driver.py"), json.dumps(jobs), str(cache), str(workers)]
-    proc = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
-    # When it is killed with SIGKILL (with its workers) once two results exist
-    # (no wall-clock limit: the loop ends when two results exist or the sweep dies)
-    while not cache.exists() or len(stored(cache)) < 2:
-        assert proc.poll() is None, proc.stderr.read().decode()
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
+    proc = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    # When it is killed with SIGKILL (with its workers) once two results exist and a
+    # third job runs
+    try:
+        wait_for_a_blocked_job(tmp_path, proc, free=2)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # gone already: the loop failed
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
     finished = stored(cache)  # results written before the kill (all processes are dead)
-    assert 2 <= len(finished) < 6
+    assert finished == {0, 1}
     before = starts(tmp_path)
     assert all(before[i] == 1 for i in finished)
-    # And the same sweep is started again
-    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    # And the same sweep is started again, the gate open
+    (tmp_path / "gate").touch()
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
     # Then no job finished before the kill started again, and every job has a result
     after = starts(tmp_path)
@@ -194,31 +222,36 @@ def _alive(pid):
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ctrl_c_stops_the_sweep_and_no_job_starts_after_it(tmp_path, jobs_module, workers):
-    # Given a sweep of 8 jobs (0.5 s each) in its own process group, as a terminal runs it
-    jobs = make_jobs(tmp_path, 8, sleep=0.5)
+    # Given a sweep of 8 jobs in its own process group, as a terminal runs it, of which
+    # jobs 1 to 7 wait, once started, for a gate that stays closed until the sweep ended
+    jobs = make_gated_jobs(tmp_path, 8, free=1)
     cache = tmp_path / "cache"
     (tmp_path / "driver.py").write_text(INTERRUPTED_DRIVER)
     cmd = [sys.executable, str(tmp_path / "driver.py"), json.dumps(jobs), str(cache),
            str(workers)]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    while not cache.exists() or not stored(cache):
-        assert proc.poll() is None, proc.stderr.read()
-        time.sleep(0.02)
-    # When Ctrl-C reaches the group (the sweep's process and its workers) once a result
-    # is stored
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        # When Ctrl-C reaches the group (the sweep's process and its workers) once a
+        # result is stored and another job runs (it cannot end before the signal)
+        wait_for_a_blocked_job(tmp_path, proc, free=1)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        (tmp_path / "gate").touch()  # a job left running ends (the test failed)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     # Then the sweep says how many results are stored, and nothing else is said
     assert proc.returncode == 130, err
     assert err == ""
     finished = stored(cache)
-    assert json.loads(out) == {"cached": len(finished), "total": 8}
+    assert finished == {0}
+    assert json.loads(out) == {"cached": 1, "total": 8}
     # and every job that started either finished or was running at the signal (one per
     # worker): none started after it, the queued ones did not run
     started = starts(tmp_path)
     assert set(finished) <= set(started) and len(started) <= len(finished) + workers
-    assert len(finished) < 8
     # and its workers are gone with it (nothing more can start or be stored)
     lines = (tmp_path / "starts.log").read_text().splitlines()
     pids = {json.loads(line)["pid"] for line in lines}
@@ -319,7 +352,8 @@ def _swallows_a_ctrl_c(config):
     if config["i"] == 0:
         try:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1.0)  # the handler runs here
+            while True:  # until the handler runs, here (however late the signal comes)
+                time.sleep(0.01)
         except KeyboardInterrupt:
             pass  # dropped, as Python drops it inside a gc callback
     return {"i": config["i"]}
@@ -365,7 +399,8 @@ def _ctrl_c_in_a_gc_callback(config):
             if phase == "start":
                 gc.callbacks.remove(callback)
                 os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(1.0)  # the handler runs here, inside the callback
+                while True:  # until the handler runs, here, inside the callback
+                    time.sleep(0.01)
 
         gc.callbacks.append(callback)
         gc.collect()
