@@ -95,6 +95,42 @@ class TaskSplit:
                 return False
         return True
 
+    def check_learnable(self) -> None:
+        """Refuse a split that a learner cannot train on and measure, in one line.
+
+        Every input is float32 (the models' weights are: a ``float64`` or ``uint8`` input
+        is refused, with the conversion to make, not converted here), of one shape across
+        the tasks, train and test alike (the model is built for one); every label is in
+        ``0 .. num_classes - 1`` (the output head); the stream holds training samples (a
+        task may have none, not all of them); every task has test samples (its accuracy
+        would count as 0 % in the average otherwise).
+
+        :raises ValueError: the first problem, naming the task (``train task 2``) and what
+            is wrong with it.
+        """
+        shape = self.input_shape
+        for part, pairs in (("train", self.train), ("test", self.test)):
+            for k, (x, y) in enumerate(pairs):
+                if x.dtype != torch.float32:
+                    hint = (" / 255 if they are 0-255 pixels" if not x.dtype.is_floating_point
+                            else "")
+                    raise ValueError(f"{part} task {k}: inputs are {x.dtype}, not "
+                                     f"torch.float32; convert them (x.float(){hint})")
+                if tuple(x.shape[1:]) != shape:
+                    raise ValueError(f"{part} task {k}: inputs of shape {tuple(x.shape[1:])}, "
+                                     f"train task 0's are {shape}: every input of a stream "
+                                     "has one shape")
+                if y.numel() and not 0 <= int(y.min()) <= int(y.max()) < self.num_classes:
+                    raise ValueError(f"{part} task {k}: labels {int(y.min())}..{int(y.max())} "
+                                     f"outside 0..{self.num_classes - 1} (num_classes "
+                                     f"{self.num_classes})")
+        if not any(self.train_sizes):
+            raise ValueError(f"no training samples in any of its {self.n_tasks} task(s)")
+        empty = [k for k, size in enumerate(self.test_sizes) if size == 0]
+        if empty:
+            raise ValueError(f"test task {empty[0]} has no samples: its accuracy would count "
+                             "as 0 % in the average; give every task test samples")
+
     def stream_tensors(self) -> tuple[Tensor, Tensor]:
         """Concatenate the training stream into one ``(x, y)`` pair, tasks in order (a copy).
 

@@ -88,8 +88,16 @@ class StreamDefinition:
         :param data: the dataset.
         :param seed: seeds every random choice of the stream.
         :param options: options that replace its defaults (:meth:`resolve`).
+        :raises TypeError: ``build_split`` returned something other than a ``TaskSplit``,
+            in one line naming its type.
         """
-        return self.build_split(data, seed=seed, **self.resolve(options))
+        from ._split import TaskSplit
+
+        split = self.build_split(data, seed=seed, **self.resolve(options))
+        if not isinstance(split, TaskSplit):
+            raise TypeError(f"its build_split returned a {type(split).__name__}, not an "
+                            "avalanche_gss.streams.TaskSplit")
+        return split
 
     def describe(self) -> str:
         """One line: the description, then its default options."""

@@ -123,7 +123,8 @@ from avalanche_gss.reproduce.runs.sweep import config_key
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, settings_dict
 from avalanche_gss.streams import REGISTRY, ArrayDataset
 
-__all__ = ["NAME", "STEM", "PolicyChoices", "StreamJob", "check_policies", "choices", "fit_model",
+__all__ = ["NAME", "STEM", "PolicyChoices", "StreamJob", "check_policies", "check_streams",
+           "choices", "fit_model",
            "plan", "policy_problem", "ranking", "stream_config", "traced_streams",
            "which_buffer"]
 
@@ -405,6 +406,35 @@ def _check_data(args: argparse.Namespace, runs: list[Run], chosen: PolicyChoices
     return runs, left_out, data_name, data
 
 
+def check_streams(args: argparse.Namespace, chosen: PolicyChoices, data: ArrayDataset) -> None:
+    """Build each chosen stream of one's own once, before any run; refuse one that fails.
+
+    A stream registered from code of one's own (:func:`avalanche_gss.streams.register_stream`)
+    is built for the first seed, as its runs build it, and its split checked
+    (:meth:`~avalanche_gss.streams.TaskSplit.check_learnable`): a build that fails or
+    returns no ``TaskSplit``, inputs of several shapes or of another dtype than float32,
+    labels outside the output head, a stream without training samples, a task without test
+    samples. This package's streams are not built here.
+
+    :param args: the parsed command line.
+    :param chosen: :func:`choices`' result.
+    :param data: the loaded data.
+    :raises SystemExit: the first such stream, in one line naming it, the task and what is
+        wrong.
+    """
+    for name in chosen.streams:
+        if name in BUILTIN_STREAMS:
+            continue
+        try:
+            build_split(data, cast(JsonObject, dict(stream_config(name, chosen))),
+                        chosen.seeds[0]).check_learnable()
+        except Exception as err:  # code of one's own can fail in any way: one line naming it
+            kind = "" if isinstance(err, (TypeError, ValueError)) else f"{type(err).__name__}: "
+            raise SystemExit(f"{prog_of(args)}: error: argument --streams: stream {name!r} "
+                             f"(seed {chosen.seeds[0]}): {kind}{' '.join(str(err).split())}"
+                             ) from None
+
+
 @dataclass
 class _Sweep:
     """The comparison's runs, their jobs, results and (``--tensorboard``) log folders."""
@@ -500,6 +530,7 @@ def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) ->
     """
     runs, chosen = plan(args)
     runs, left_out, data_name, data = _check_data(args, runs, chosen)
+    check_streams(args, chosen, data)
     configs = _job_configs(args, runs, data_name, data_identity(data))
     log.info("%s: %d runs (%d policies x %d streams x %d buffer sizes x %d seeds) on %s "
              "(%s), %d torch thread(s) per run", NAME, len({config_key(c) for c in configs}),
