@@ -22,7 +22,7 @@ def _throughput(tmp_path, *args):
     """Run ``benchmarks/online_throughput.py --repeats 1 ARGS`` from ``tmp_path``: its records."""
     out = tmp_path / "r.json"
     res = warm_python([REPO / "benchmarks" / "online_throughput.py", "--repeats", "1", *args,
-                       "--json", out], tmp_path, subprocess_env(), timeout=300)
+                       "--json", out], tmp_path, subprocess_env(), timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())["records"]
 
@@ -170,7 +170,7 @@ def test_iqp_merge_compares_the_last_merge_with_scip_on_its_gram(tmp_path):
     res = warm_python([REPO / "benchmarks" / "iqp.py", "--device", "cpu", "--cases",
                        "merge-resnet", "--merge-size", "20", "--repeats", "1", "--merge-scip",
                        "--time-limit", "5", "--json", out], tmp_path, subprocess_env(),
-                      timeout=300)
+                      timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     (merge,) = json.loads(out.read_text())["records"]
     assert merge["k"] == 120 and merge["m"] == 20

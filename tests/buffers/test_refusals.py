@@ -268,7 +268,7 @@ _UNDER_A_LIMIT = textwrap.dedent("""
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc: Linux")
 def test_a_resize_under_a_memory_limit_is_refused_and_changes_nothing(tmp_path):
     # A process limited to 1.5 GB more address space asks for 50,000,000 slots
-    out = warm_python(["-c", _UNDER_A_LIMIT], tmp_path, subprocess_env(), timeout=120)
+    out = warm_python(["-c", _UNDER_A_LIMIT], tmp_path, subprocess_env(), timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[-1] == "unchanged" and lines[0].startswith("refused: ReservoirBuffer")

@@ -189,7 +189,7 @@ def test_sigkill_in_a_fresh_interpreter_then_resume(tmp_path):
     path = tmp_path / "run.ckpt"
     # Given a fresh Python process, killed with SIGKILL after 17 batches (checkpoint at 15)
     proc = subprocess.run([sys.executable, "-c", DRIVER, str(Path(__file__).parent), str(path)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     # When this process resumes from its file
     resumed = make("GSS-IQP")

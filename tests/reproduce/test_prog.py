@@ -29,7 +29,7 @@ def test_an_error_names_the_program_as_run(tmp_path, module, prog):
     # (test_cli.py's, in a subprocess; the console script's below).
     (tmp_path / "taken").write_text("a file, not a folder")
     res = subprocess.run([sys.executable, "-m", module, "table1", "--quick", "--out",
-                          "taken"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          "taken"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                          env=subprocess_env())
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]

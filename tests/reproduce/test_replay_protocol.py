@@ -96,7 +96,7 @@ def test_a_table_replays_64_for_its_buffer_methods_and_names_it(tmp_path):
      "argument --mir-candidates: 50 is fewer than the 64 samples of a replay batch"),
 ])
 def test_a_replay_batch_the_command_cannot_take_is_refused_in_one_line(tmp_path, args, message):
-    res = cli(*args, "--out", "o", cwd=tmp_path, timeout=120)
+    res = cli(*args, "--out", "o", cwd=tmp_path, timeout=600)
     assert res.returncode == 2
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 

@@ -38,13 +38,23 @@ import time
 def record(config):
     """Log the run's start, sleep, return something of the config.
 
-    Run 3 kills its process (as the OOM killer would) while the file LOG.die exists.
+    Run 3 kills its process (as the OOM killer would) while the file LOG.die exists; run 1
+    waits while the file LOG.hold exists (until it is cancelled). With ``meet``, the run
+    waits until that many processes have logged a start (or for 600 s, to fail, not hang).
     """
     with open(config["log"], "a") as f:
         f.write(json.dumps({"i": config["i"], "pid": os.getpid(),
                             "job": os.environ.get("SLURM_JOB_ID")}) + "\\n")
     if config["i"] == 3 and os.path.exists(config["log"] + ".die"):
         os.kill(os.getpid(), signal.SIGKILL)
+    while config["i"] == 1 and os.path.exists(config["log"] + ".hold"):
+        time.sleep(0.1)
+    deadline = time.monotonic() + 600
+    while config.get("meet") and time.monotonic() < deadline:
+        with open(config["log"]) as f:
+            if len({json.loads(line)["pid"] for line in f}) >= config["meet"]:
+                break
+        time.sleep(0.05)
     time.sleep(config.get("sleep", 0.0))
     return {"i": config["i"], "square": config["i"] ** 2}
 '''
@@ -111,7 +121,9 @@ def test_packed_runs_share_jobs_and_a_rerun_submits_nothing(tmp_path, jobs_modul
 
 
 def test_a_job_with_two_cpus_trains_two_runs_at_a_time(tmp_path, jobs_module):
-    jobs = make_jobs(tmp_path, 4, sleep=0.5)
+    # (each run waits until two processes have started one: both train, however slow the
+    # machine is to start the second)
+    jobs = make_jobs(tmp_path, 4, meet=2)
     results = run_sweep(jobs, jobs_module.record, cache_dir=tmp_path / "cache",
                         launcher="submitit", cluster="local", runs_per_job=4, progress=False,
                         submitit_params={"cpus_per_job": 2})
@@ -172,7 +184,7 @@ def test_the_command_line_says_the_scheduler_is_down_in_one_line(tmp_path, monke
     work.mkdir()
     res = cli("table1", "--quick", "--seeds", "0", "--buffer-sizes", "300", "--methods",
               "Reservoir", "--launcher", "submitit", "--cluster", "slurm", "--runs-per-job",
-              "4", cwd=work, timeout=120, warm=True)
+              "4", cwd=work, timeout=600, warm=True)
     assert res.returncode == 1, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("python -m avalanche_gss.reproduce: error: SLURM does not answer "
@@ -181,7 +193,7 @@ def test_the_command_line_says_the_scheduler_is_down_in_one_line(tmp_path, monke
 
 
 def test_job_options_need_the_submitit_launcher(tmp_path):
-    res = cli("table1", "--quick", "--runs-per-job", "4", cwd=tmp_path, timeout=60)
+    res = cli("table1", "--quick", "--runs-per-job", "4", cwd=tmp_path, timeout=600)
     assert res.returncode == 2
     assert res.stderr.strip() == ("python -m avalanche_gss.reproduce: error: argument "
                                   "--runs-per-job: applies to --launcher submitit")
@@ -197,7 +209,7 @@ def _cluster_problem():
     problem = slurm._sinfo_problem(timeout=3)
     if problem is None:
         states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
-                                timeout=30, check=False).stdout.split()
+                                timeout=600, check=False).stdout.split()
         if not {"idle", "mixed", "allocated"} & set(states):
             problem = f"no node takes jobs (node states: {' '.join(states) or 'none'})"
     return problem
@@ -213,19 +225,19 @@ def cluster():
 def sacct_tasks(job_name, count):
     """``(job id, state)`` of the array tasks named ``job_name`` that accounting lists.
 
-    slurmctld hands its records to slurmdbd as it can: up to 20 s are given for ``count``
-    tasks to be listed as ended.
+    slurmctld hands its records to slurmdbd as it can: up to 600 s (for a loaded machine)
+    are given for ``count`` tasks to be listed as ended.
     """
-    for _ in range(80):
+    deadline = time.monotonic() + 600
+    while True:
         out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "--name",
-                              job_name], capture_output=True, text=True, timeout=30,
+                              job_name], capture_output=True, text=True, timeout=600,
                              check=True).stdout
         tasks = [tuple(line.split("|")) for line in out.splitlines() if line]
-        if len(tasks) >= count and all(state not in ("PENDING", "RUNNING", "COMPLETING")
-                                       for _, state in tasks):
+        if (len(tasks) >= count and all(state not in ("PENDING", "RUNNING", "COMPLETING")
+                                        for _, state in tasks)) or time.monotonic() > deadline:
             return tasks
         time.sleep(0.25)
-    return tasks
 
 
 @pytest.mark.slurm
@@ -250,8 +262,10 @@ def test_on_slurm_runs_are_packed_into_ceil_n_over_k_array_tasks(cluster, tmp_pa
 def test_on_slurm_a_cancelled_job_is_one_line_and_the_rerun_trains_its_runs(
         cluster, tmp_path, jobs_module, caplog, monkeypatch):
     monkeypatch.setattr(slurm, "RESULT_WAIT_S", 2)  # one machine: no file system lag
-    # Given 3 runs of 2 s, one per job, and one job cancelled (scancel) once it runs
-    jobs = make_jobs(tmp_path, 3, sleep=2.0)
+    # Given 3 runs, one per job, and one job cancelled (scancel) once it runs (its run
+    # waits until then: it cannot end before the cancel, however slow the machine)
+    jobs = make_jobs(tmp_path, 3)
+    (tmp_path / "starts.log.hold").touch()
     cache = tmp_path / f"cache-{os.getpid()}-{time.time_ns()}"
     name = f"avalanche-gss-{cache.name}"
     canceller = subprocess.Popen(
@@ -260,13 +274,14 @@ def test_on_slurm_a_cancelled_job_is_one_line_and_the_rerun_trains_its_runs(
     with caplog.at_level("ERROR", logger=LOG), pytest.raises(SweepError) as info:
         run_sweep(jobs, jobs_module.record, cache_dir=cache, launcher="submitit",
                   cluster="slurm", progress=False, submitit_params={"time_min": 5})
-    canceller.wait(timeout=30)
+    canceller.wait(timeout=600)
     # Then one line names the job and its run; the other runs are stored
     lines = [r.getMessage() for r in caplog.records if r.name == LOG]
     assert len(lines) == 1 and "CANCELLED" in lines[0] and ": run-1;" in lines[0], lines
     assert [cfg["i"] for cfg, _ in info.value.failures] == [1]
     assert len(list(Path(cache).glob("*.json"))) == 2
     # And the rerun trains run 1 only
+    (tmp_path / "starts.log.hold").unlink()
     before = starts(tmp_path)[0]
     run_sweep(jobs, jobs_module.record, cache_dir=cache, launcher="submitit", cluster="slurm",
               progress=False, submitit_params={"time_min": 5})

@@ -243,7 +243,7 @@ def test_quick_streams_are_quick_sized():
 
 
 def test_help_lists_which_buffer_and_its_options(tmp_path):
-    res = cli("--help", cwd=tmp_path, timeout=120)
+    res = cli("--help", cwd=tmp_path, timeout=600)
     assert res.returncode == 0, res.stderr
     assert re.search(r"^  which-buffer\s+which buffer policy", res.stdout, re.M)
     text = " ".join(res.stdout.split())
@@ -254,7 +254,7 @@ def test_help_lists_which_buffer_and_its_options(tmp_path):
              "parse_args(['which-buffer']); "
              "print(sorted(m for m in ('torch', 'avalanche', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
-                         env=subprocess_env(), text=True, timeout=60)
+                         env=subprocess_env(), text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
@@ -267,7 +267,7 @@ def test_help_lists_which_buffer_and_its_options(tmp_path):
     (["which-buffer", "--variants", "paper"], ["--variants", "policies"]),
 ])
 def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
-    res = cli(*args, cwd=tmp_path, timeout=120)
+    res = cli(*args, cwd=tmp_path, timeout=600)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr

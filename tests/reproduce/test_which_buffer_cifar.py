@@ -117,7 +117,7 @@ def test_a_chosen_policy_that_cannot_train_the_resnet_is_refused_before_any_run(
     # train-mode BatchNorm mixes across samples: the library says so before any run.
     res = cli("which-buffer", "--quick", "--streams", *CIFAR, "--policies", "Reservoir",
               "CB-GSS (step)", "--root", tmp_path / "no-data", "--out", "o", cwd=tmp_path,
-              warm=True, timeout=300)
+              warm=True, timeout=600)
     assert res.returncode == 1
     line = res.stderr.strip().splitlines()[-1]
     assert line == (

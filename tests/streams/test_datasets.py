@@ -76,7 +76,7 @@ def test_the_offline_digits_warning_is_one_warning_per_process_that_filters_cont
     # Two new processes (forked warm: the package imported, no data loaded, nothing said
     # yet): default filters, and a user's simplefilter("ignore").
     procs = [warm_python(["-c", _FALLBACK.format(setup=setup, root=str(tmp_path))], tmp_path,
-                         subprocess_env(), timeout=300)
+                         subprocess_env(), timeout=600)
              for setup in ("", "warnings.simplefilter('ignore')")]
     (out, err), (out_ignored, err_ignored) = ((p.stdout, p.stderr) for p in procs)
     assert [p.returncode for p in procs] == [0, 0], err + err_ignored

@@ -170,6 +170,6 @@ def test_package_names_resolve_and_online_ones_load_avalanche_on_first_access():
         "assert 'sample_fields' not in b.__all__ and not hasattr(b, 'sample_fields')\n"
         "print(len(lazy))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], check=True, timeout=600,
                           capture_output=True, text=True)
     assert done.stdout.split() == ["8"]
