@@ -250,8 +250,18 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
         self.refits = int(state["refits"])
 
     def report(self) -> dict[str, Any]:
-        """How many times the coreset model was trained."""
-        return {"coreset_refits": self.refits}
+        """How many times the coreset model was trained; a warning where it refused samples.
+
+        ``warnings``, present where samples were refused: the run's result and report
+        carry it (a frozen buffer otherwise shows in the log only).
+        """
+        report: dict[str, Any] = {"coreset_refits": self.refits}
+        if self.n_rejected:
+            report["warnings"] = [
+                f"CSReL refused {self.n_rejected} sample(s) with a non-finite input or "
+                f"reducible loss and holds {self.size} of {self.max_size}: the coreset model "
+                f"or the learner diverged (refit_lr={self.refit_lr:g}: try a smaller one)"]
+        return report
 
 
 def _sgd_step(params: Sequence[Tensor], loss: Tensor, lr: float) -> None:

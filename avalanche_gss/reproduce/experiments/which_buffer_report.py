@@ -35,7 +35,7 @@ from avalanche_gss.reproduce.reports.plotting import (
     plot_intervals,
     plot_panels,
 )
-from avalanche_gss.reproduce.reports.rows import Row
+from avalanche_gss.reproduce.reports.rows import Row, warning_lines
 from avalanche_gss.reproduce.reports.writing import (
     DIVERGED_SHARE,
     data_lines,
@@ -351,6 +351,8 @@ def markdown(report: ReportRecord, columns: Sequence[tuple[str, int]], png: str)
     if any(any(r.get("diverged", [])) for r in report["rows"]):
         lines += ["", f"‡: a run skipped more than {DIVERGED_SHARE:.0%} of its training "
                   "iterations and diverged: its accuracy says nothing about the policy."]
+    lines += warning_lines(report["rows"], lambda r: f"{r['policy']}, {r['stream']}, "
+                                                     f"M={r['buffer_size']}")
     lines += ["", f"Buffer composition along the stream: `{STEM}_composition.md`.",
               "", provenance_line(report["provenance"]), "", f"Plot: `{png}`"
               + ("; each policy against the best, with intervals: "

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar, overload
 
@@ -107,6 +107,21 @@ class Row:
             row["skipped_steps"] = list[Json](self.skipped_steps)
             row["diverged"] = list[Json](self.diverged or [])
         return row
+
+
+def warning_lines(rows: Sequence[Mapping[str, Any]],
+                  label: Callable[[Mapping[str, Any]], str]) -> list[str]:
+    """The warnings the rows' runs reported (each run's ``extras["warnings"]``).
+
+    For a report: a heading and one line per warning, naming its row; none without any.
+
+    :param rows: the report's rows (:meth:`Row.to_dict`, with ``extras`` where any).
+    :param label: a function of a row: the row's name in the lines.
+    """
+    lines = [f"- {label(row)}: {warning}" for row in rows
+             for extras in row.get("extras", []) if isinstance(extras, Mapping)
+             for warning in extras.get("warnings", [])]
+    return ["", "Warnings of the runs:", "", *lines] if lines else []
 
 
 R = TypeVar("R", bound=Row)

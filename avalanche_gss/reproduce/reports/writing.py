@@ -29,6 +29,7 @@ from avalanche_gss.reproduce.reports.rows import (
     diverged,
     group_rows,
     rows_from_runs,
+    warning_lines,
 )
 
 __all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs",
@@ -274,7 +275,8 @@ def _notes(report: ReportView) -> list[str]:
         lines += ["", f"†: some steps were skipped; ‡: a run skipped more than "
                   f"{DIVERGED_SHARE:.0%} of its training iterations and diverged: its "
                   "accuracy says nothing about the method."]
-    return lines
+    return lines + warning_lines(report["rows"],
+                                 lambda r: f"{_row_label(r)}, M={r['buffer_size']}")
 
 
 def table_markdown(report: ReportView, columns: list[tuple[str, Any]], row_key: str,

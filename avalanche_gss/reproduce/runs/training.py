@@ -283,6 +283,11 @@ def _buffer_extras(strategy: Any, split: TaskSplit) -> JsonObject:
             int(class_counts[list(classes)].sum()) for classes in split.task_classes
         ]
     extras.update(buffer.report())
+    rejected = int(getattr(buffer, "n_rejected", 0))
+    if rejected and "warnings" not in extras:  # else the buffer's report said why
+        extras["warnings"] = [f"{type(buffer).__name__} refused {rejected} sample(s) with "
+                              f"a non-finite input or score and holds {len(buffer)} of "
+                              f"{buffer.max_size}"]
     constrained = getattr(strategy, "constrained", None)
     if constrained is not None:
         extras["projected_steps"] = constrained.projections
