@@ -77,7 +77,7 @@ def test_statistics_are_recomputed_not_kept():
 def test_without_pass_counts_the_pick_is_by_train_seconds_and_the_rule_says_so():
     report = add_statistics(_report([0, 1], matched=False))
     assert "recommendation_compute_matched" not in report
-    assert "mean train seconds per run" in report["recommendation"]["rule"]
+    assert "median train seconds per run" in report["recommendation"]["rule"]
 
 
 def test_four_seeds_check_the_recommendation_on_two_halves():

@@ -470,7 +470,8 @@ def figure(rows: Sequence[RowRecord], layout: Layout, path: str, title: str) -> 
     accuracy as measured and one of the compute-matched accuracy, both against C.
     Without, the cost is the training seconds of a run (wall time on this machine).
     A family of several streams (imbalanced sequences) gives, per seed, the mean over its
-    streams; points are the means over seeds, error bars their 95 % t intervals.
+    streams; points are the means over seeds, error bars their 95 % t intervals; a point's
+    seconds are the median of its runs' (one slow run does not move it).
 
     :param rows: the report's rows.
     :param layout: its policies, streams and buffer sizes.
@@ -587,15 +588,21 @@ def redraw(report_path: str | os.PathLike[str], out: str | os.PathLike[str] | No
 
 def _point(members: Sequence[RowRecord], acc_key: Accuracy, cost_key: Cost
            ) -> tuple[float, float, float]:
-    """One point: mean cost, mean accuracy over seeds, the accuracy's half interval.
+    """One point: its cost, mean accuracy over seeds, the accuracy's half interval.
 
-    Each seed's value is the mean over ``members`` (the streams of a family).
+    Each seed's accuracy is the mean over ``members`` (the streams of a family). The cost
+    is the mean over seeds of C (a pass count), but the median of the runs' training
+    seconds: seconds move with the machine's load, and one run slowed by something else
+    would move a mean, not the median.
     """
     n_seeds = len(members[0]["seeds"])
     acc = [statistics.fmean(r[acc_key][i] for r in members) for i in range(n_seeds)]
-    sec = [statistics.fmean(float(Fraction(r[cost_key][i])) for r in members)
-           for i in range(n_seeds)]
-    return statistics.fmean(sec), statistics.fmean(acc), _half_interval(acc)
+    if cost_key == "train_seconds":
+        cost = statistics.median(float(t) for r in members for t in r["train_seconds"])
+    else:
+        cost = statistics.fmean(statistics.fmean(float(Fraction(r[cost_key][i]))
+                                                 for r in members) for i in range(n_seeds))
+    return cost, statistics.fmean(acc), _half_interval(acc)
 
 
 def _series(cell: dict[tuple[str, str, int], RowRecord], policy: str, streams: Sequence[str],
@@ -633,7 +640,7 @@ def _panels(rows: Sequence[RowRecord], layout: Layout, acc_key: Accuracy, cost_k
         name = streams[0] if len(streams) == 1 else (
             f"{family} (mean over {len(streams)} streams)")
         xlabel = ("relative compute C (passes over Reservoir's)" if cost_key ==
-                  "relative_cost" else "train seconds per run (wall time)")
+                  "relative_cost" else "train seconds per run (wall time, median over runs)")
         panels.append(Panel(name + suffix, xlabel, "final average accuracy (%), 95 % interval",
                             series, logx=logx, data_ticks=False))
     return panels

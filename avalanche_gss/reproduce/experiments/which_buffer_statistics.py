@@ -6,7 +6,9 @@ module computes, as measured and (with ``--compute-matched``) compute-matched:
 
 - ``recommendation``: the group of policies not significantly worse than the best and
   the cheapest of them (:func:`~avalanche_gss.reproduce.reports.comparisons.recommend`), for the
-  data the report ran on; ``None`` with one seed (:data:`NO_RECOMMENDATION` says why);
+  data the report ran on; ``None`` with one seed (:data:`NO_RECOMMENDATION` says why), or
+  with too few (column, seed) pairs for any test to decide (``recommendation_note`` says
+  how many more seeds would);
 - ``comparisons``: every pair of policies, Holm-corrected over all pairs;
 - ``ablations``: the questions of :data:`ABLATIONS`, each a paired mean difference with
   its interval, Holm-corrected over the ablations;
@@ -42,7 +44,9 @@ from avalanche_gss.reproduce.reports.comparisons import (
     ComparisonRecord,
     Recommendation,
     RecommendationRecord,
+    TooFewPairs,
     compare,
+    pairs_needed,
     recommend,
 )
 
@@ -179,14 +183,21 @@ def paired_values(rows: Sequence[RowRecord], key: Accuracy = "avg"
 
 
 def _costs(rows: Sequence[RowRecord]) -> tuple[dict[str, float], str]:
-    """Each policy's cost: its mean relative compute C, else its mean training seconds."""
+    """Each policy's cost: its mean relative compute C, else its runs' median seconds.
+
+    Seconds move with the machine's load: the median over a policy's runs is not moved
+    by one run slowed by something else, where a mean would be.
+    """
     counted = all("relative_cost_mean" in r for r in rows)
     by: dict[str, list[float]] = {}
     for r in rows:
-        by.setdefault(r["policy"], []).append(
-            float(r["relative_cost_mean"]) if counted else statistics.fmean(r["train_seconds"]))
-    return ({p: statistics.fmean(v) for p, v in by.items()},
-            "C" if counted else "mean train seconds per run")
+        if counted:
+            by.setdefault(r["policy"], []).append(float(r["relative_cost_mean"]))
+        else:
+            by.setdefault(r["policy"], []).extend(float(t) for t in r["train_seconds"])
+    if counted:
+        return {p: statistics.fmean(v) for p, v in by.items()}, "C"
+    return {p: statistics.median(v) for p, v in by.items()}, "median train seconds per run"
 
 
 def _data(report: ReportRecord) -> str:
@@ -231,7 +242,8 @@ def stability(report: ReportRecord, key: Accuracy = "avg") -> Stability | None:
     """The recommendation made on each half of the seeds, and whether the halves agree.
 
     They agree when each half's pick lies in the other half's group. ``None`` with fewer
-    than ``2 x MIN_SEEDS`` seeds.
+    than ``2 x MIN_SEEDS`` seeds, or when a half's pairs are too few to decide
+    (:class:`~avalanche_gss.reproduce.reports.comparisons.TooFewPairs`).
 
     :param report: a which-buffer report.
     :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
@@ -240,8 +252,11 @@ def stability(report: ReportRecord, key: Accuracy = "avg") -> Stability | None:
     if len(seeds) < 2 * MIN_SEEDS:
         return None
     halves = [seeds[: len(seeds) // 2], seeds[len(seeds) // 2:]]
-    recs = [_advice(_half(report["rows"], h), _data(report), key).recommendation
-            for h in halves]
+    try:
+        recs = [_advice(_half(report["rows"], h), _data(report), key).recommendation
+                for h in halves]
+    except TooFewPairs:
+        return None
     holds = recs[0].pick in recs[1].group and recs[1].pick in recs[0].group
     return Stability(halves, [r.pick for r in recs], [list(r.group) for r in recs], holds)
 
@@ -265,28 +280,33 @@ def _add_way(report: ReportRecord, way: Way) -> None:
             else "a recommendation compares at least two policies")
         return
     report.pop("recommendation_note", None)
+    advice: Advice | None = None
     try:
         values = paired_values(report["rows"], way.value)
-        advice = _advice(report["rows"], _data(report), way.value)
+        try:
+            advice = _advice(report["rows"], _data(report), way.value)
+        except TooFewPairs as err:  # no pick, but the pairs' comparisons are still the data's
+            report["recommendation_note"] = str(err)
         comparisons = compare(values)
         ablations = _ablations(values)
     except ValueError as err:  # e.g. policies run on different pairs: say it, keep the runs
         report[way.recommendation] = None
         report["recommendation_note"] = f"no paired comparison is possible: {err}"
         return
-    report[way.recommendation] = advice.record()
+    report[way.recommendation] = None if advice is None else advice.record()
     report[way.comparisons] = [c.to_dict() for c in comparisons]
     report[way.ablations] = [a.record() for a in ablations]
-    half = stability(report, way.value)
+    half = None if advice is None else stability(report, way.value)
     report[way.stability] = None if half is None else half.record()
 
 
 def add_statistics(report: ReportRecord) -> ReportRecord:
     """Add the recommendation, the pairwise comparisons and the ablations to a report.
 
-    With fewer than two seeds or two policies, ``recommendation`` is ``None`` and
-    ``recommendation_note`` says why. With compute-matched rows, each key gains a
-    ``_compute_matched`` twin.
+    With fewer than two seeds or two policies, or too few (column, seed) pairs for a test
+    to reach the level, ``recommendation`` is ``None`` and ``recommendation_note`` says
+    why (with too few pairs, the comparisons and ablations are still added). With
+    compute-matched rows, each key gains a ``_compute_matched`` twin.
 
     :param report: a which-buffer report (its ``rows``, ``protocol`` and data fields).
     :return: the same report, updated.
@@ -300,7 +320,13 @@ def _interval(c: ComparisonRecord) -> str:
     return f"{c['mean_difference']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]"
 
 
-def _verdict(c: ComparisonRecord) -> str:
+def _verdict(c: ComparisonRecord, family: int) -> str:
+    """Higher, lower, a tie, or undecided where the pairs could not reach the level.
+
+    :param family: the number of tests ``c`` was Holm-corrected with.
+    """
+    if c["pairs"] < pairs_needed(family):
+        return "undecided (too few pairs)"
     if c["p_holm"] > ALPHA:
         return "tie (not significant)"
     return "higher" if c["mean_difference"] > 0 else "lower"
@@ -361,11 +387,13 @@ def _ablation_lines(report: ReportRecord, both: bool) -> list[str]:
              "| what it adds | policies | as measured: mean [95 % interval], verdict |"
              + (" compute-matched |" if both else ""),
              "|---|---|---|" + ("---|" if both else "")]
-    matched = {(c["a"], c["b"]): c for c in report.get("ablations_compute_matched", [])}
+    matched_list = report.get("ablations_compute_matched", [])
+    matched = {(c["a"], c["b"]): c for c in matched_list}
     for c in report["ablations"]:
-        cells = f"{_interval(c)}, {_verdict(c)}"
+        cells = f"{_interval(c)}, {_verdict(c, len(report['ablations']))}"
         m = matched.get((c["a"], c["b"]))
-        extra = f" {_interval(m)}, {_verdict(m)} |" if m else (" - |" if both else "")
+        extra = (f" {_interval(m)}, {_verdict(m, len(matched_list))} |" if m
+                 else (" - |" if both else ""))
         lines.append(f"| {c['question']} | {c['a']} − {c['b']} | {cells} |{extra}")
     return [*lines, ""]
 
@@ -378,7 +406,10 @@ def statistics_lines(report: ReportRecord) -> list[str]:
     lines = ["", "## Recommendation", ""]
     measured = report.get("recommendation")
     if measured is None:
-        return [*lines, f"No recommendation: {report.get('recommendation_note', '')}."]
+        lines.append(f"No recommendation: {report.get('recommendation_note', '')}.")
+        if report.get("ablations"):
+            lines += ["", *_ablation_lines(report, bool(report.get("ablations_compute_matched")))]
+        return lines
     pairs = measured["against_best"][0]["pairs"]
     lines += [f"For {measured['data']}, these streams and buffer sizes: the "
               f"recommendation holds for data like these, not for every stream. Paired "
