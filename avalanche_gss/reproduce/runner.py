@@ -18,7 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from avalanche_gss.reproduce.cli import prog_of
 from avalanche_gss.reproduce.json_types import Json, JsonObject
@@ -151,8 +151,30 @@ def run(experiment: Experiment[P], args: argparse.Namespace,
     report = report.timed(time.perf_counter() - start)
     paths = output_paths(args.out, experiment.stem, "json", "csv", "md")
     rendered = experiment.render(report, plan, paths)
+    _check_rendered(experiment, rendered, prog_of(args))
     if rendered.csv is None:
         del paths["csv"]
     paths.update(rendered.files)
     write_report(paths, report.to_json(), rendered.csv, rendered.markdown)
     return show_outputs(paths, report.diverged, prog_of(args))
+
+
+def _check_rendered(experiment: Experiment[Any], rendered: object, prog: str) -> None:
+    """Refuse, in one line naming the experiment, a ``render`` result that is no report.
+
+    :raises SystemExit: ``rendered`` is not a :class:`Rendered` of a ``str`` Markdown, a
+        ``str`` or ``None`` CSV and a ``dict`` of files (an experiment of one's own may
+        return anything).
+    """
+    if isinstance(rendered, Rendered):
+        wrong = [f"{name} is {type(value).__name__}" for name, value, ok in (
+            ("markdown", rendered.markdown, isinstance(rendered.markdown, str)),
+            ("csv", rendered.csv, rendered.csv is None or isinstance(rendered.csv, str)),
+            ("files", rendered.files, isinstance(rendered.files, dict))) if not ok]
+        if not wrong:
+            return
+        what = f"a Rendered whose {', '.join(wrong)}"
+    else:
+        what = type(rendered).__name__
+    raise SystemExit(f"{prog}: error: experiment {experiment.name!r}: render returned {what}, "
+                     "not a Rendered(markdown: str, csv: str | None, files: dict)")
