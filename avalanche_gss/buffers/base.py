@@ -221,6 +221,10 @@ class OnlineBuffer(SlotBuffer):
     """Labels must be below it (and >= 0); a policy whose state is indexed by label lowers it."""
     dataset_batch_size = 10
     """Samples offered at once by :meth:`update_from_dataset` (the paper's batch size)."""
+    model_states: tuple[str, ...] = ()
+    """The entries of :meth:`state_dict` that are a ``state_dict`` of a network of the
+    learner's architecture (CSReL's coreset model): a checkpoint's are checked against the
+    learner's tensors (names, shapes, kinds of dtype) before it is loaded."""
 
     def _assign(self, rows: Rows, model: nn.Module | None) -> tuple[Tensor, Tensor | None]:
         """The policy's decision: the slot of each new sample, and their scores.

@@ -25,7 +25,8 @@ replaced and the link stays); a failed write raises an ``OSError`` naming the fi
 
 Each file also carries the configuration it was made with (:func:`strategy_config`:
 strategy and plugin classes, every option of the buffer's and of its plugin's
-constructor (retrieval included), loss, the model's class, the constructor options it
+constructor (retrieval included), those of every other plugin that holds state (MKD's
+momentum, temperature and weight), loss, the model's class, the constructor options it
 keeps, its submodules with their ``extra_repr()`` (a ``Dropout``'s ``p``) and its tensor
 shapes, optimizer type and hyper-parameters, iterations per batch, the stream's length
 and any ``identity`` the caller adds) and a SHA-256 checksum of its whole payload. A
@@ -37,10 +38,13 @@ before the model's class and submodules were recorded is compared on its shapes 
 
 A checksum proves no origin: anyone can recompute it. So the content is checked too,
 before anything is allocated: every tensor must hold the bytes its shape takes (no
-repeated elements behind zero strides) and each buffer's saved number of slots must be
-the configuration's. Errors quote the file's content in a few hundred characters at
-most, and a file refused at any step, even the last, leaves the strategy as it was
-(model, optimizer, plugins, buffers, criterion, clock, global generators).
+repeated elements behind zero strides), each buffer's saved number of slots must be the
+configuration's, the model's state and every saved copy of it (MKD's teacher, CSReL's
+coreset model) must have the model's tensor names, shapes and kinds of dtype (real
+floating-point weights), and a buffer's labels must be integers. Errors quote the file's
+content in a few hundred characters at most, and a file refused at any step, even the
+last, leaves the strategy as it was (model, optimizer, plugins, buffers, criterion,
+clock, global generators).
 
 Avalanche's ``save_checkpoint``/``maybe_load_checkpoint`` also work on this library's
 strategies; they pickle the whole strategy with ``dill``, so loading one of their files

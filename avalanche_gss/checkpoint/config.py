@@ -108,6 +108,28 @@ def _options(owner: Any, names: Mapping[int, str], skip: tuple[str, ...] = ()) -
     return recorded
 
 
+def _plugin_options(plugins: list[Any], names: Mapping[int, str]) -> dict[str, Any]:
+    """The options of the stateful plugins beside the buffer's, by class name.
+
+    MKD's ``momentum``, ``temperature`` and ``weight``; ``"Name[2]"`` for a second plugin
+    of one class; a plugin's own buffer of this library with its options under
+    ``"storage_policy"``.
+    """
+    recorded: dict[str, Any] = {}
+    for plugin in plugins:
+        options = _options(plugin, names, skip=("storage_policy",))
+        policy = getattr(plugin, "storage_policy", None)
+        if isinstance(policy, OnlineBuffer):
+            options["storage_policy"] = _options(policy, names)
+        name = type(plugin).__qualname__
+        key, count = name, 1
+        while key in recorded:
+            count += 1
+            key = f"{name}[{count}]"
+        recorded[key] = options
+    return recorded
+
+
 MODEL_RECORD = ("model_class", "model_options", "model_modules")
 """The configuration's keys that say what the model is, beside its tensor shapes
 (``"model"``). Files saved before they were recorded lack them; such a file is compared on
@@ -154,7 +176,9 @@ def strategy_config(strategy: SupervisedTemplate, *, stream_length: int | None =
     periodic evaluation; the buffer's class and every option of its constructor (size,
     seed, ``n``, ``victim``, ...), those of the plugin that holds it (replay batch size
     and seed, the retrieval and its options such as MIR's ``candidates``, ``joint``, the
-    constrained update's ``margin``); the model's class, the options it keeps, its
+    constrained update's ``margin``); the options of every other plugin that holds state
+    (``plugin_options``: :class:`~avalanche_gss.training.MKDPlugin`'s ``momentum``,
+    ``temperature`` and ``weight``); the model's class, the options it keeps, its
     submodules with their ``extra_repr()`` (:func:`model_record`: a ``Dropout``'s
     ``p``) and its tensor shapes; the optimizer's class and hyper-parameters. Options
     are read from the objects' attributes of the same name as the constructor's
@@ -179,12 +203,18 @@ def strategy_config(strategy: SupervisedTemplate, *, stream_length: int | None =
     config["eval_every"] = getattr(strategy, "eval_every", None)
     config["peval_mode"] = next((p.peval_mode for p in strategy.plugins
                                  if hasattr(p, "peval_mode")), None)  # Avalanche's PeriodicEval
+    buffer_plugin = None
     for plugin in strategy.plugins:
         policy = getattr(plugin, "storage_policy", None)
         if isinstance(policy, OnlineBuffer):
             config["buffer"] = _options(policy, names)
             config["buffer_plugin"] = _options(plugin, names, skip=("storage_policy",))
+            buffer_plugin = plugin
             break
+    others = _plugin_options([p for p in strategy.plugins if p is not buffer_plugin
+                              and _plugin_state(p) is not None], names)
+    if others:  # absent without such a plugin: files of such runs compare as before
+        config["plugin_options"] = others
     record = model_record(strategy.model, names)
     config["model_class"] = record.pop("model_class")  # first: another class is said as such
     config["model"] = {name: list(t.shape) for name, t in strategy.model.state_dict().items()}

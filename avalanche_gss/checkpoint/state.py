@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from avalanche.training.templates import SupervisedTemplate
 
 __all__ = ["FORMAT_VERSION", "rng_state", "set_rng_state", "strategy_state_dict",
-           "load_strategy_state_dict", "check_tensors", "buffer_states"]
+           "load_strategy_state_dict", "check_tensors", "buffer_states", "BUFFER_DTYPES"]
 
 FORMAT_VERSION = 3
 """Version of the checkpoint layout; :func:`load_state` refuses any other (1: no
@@ -221,6 +221,116 @@ def _check_state(strategy: SupervisedTemplate, state: Mapping[str, Any]) -> None
                          f"this strategy's criterion has {short(own)}")
 
 
+def _kind(dtype: torch.dtype) -> str:
+    """A dtype's kind: ``"complex"``, ``"floating"`` (real), ``"bool"`` or ``"integer"``."""
+    if dtype.is_complex:
+        return "complex"
+    if dtype.is_floating_point:
+        return "floating"
+    return "bool" if dtype == torch.bool else "integer"
+
+
+_KIND_WORDS = {"floating": "real floating point", "integer": "integer", "bool": "bool",
+               "complex": "complex"}
+
+
+def _kinds(kinds: tuple[str, ...]) -> str:
+    words = [_KIND_WORDS[k] for k in kinds]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+BUFFER_DTYPES: Mapping[str, tuple[str, ...]] = {
+    "y": ("integer",), "t": ("integer",), "recent_y": ("integer",), "recent_t": ("integer",),
+    "scores": ("floating",), "logits": ("floating",), "recent_logits": ("floating",),
+    "x": ("floating", "integer", "bool"), "recent_x": ("floating", "integer", "bool"),
+}
+"""The kinds of dtype a saved buffer's columns may have, where a buffer's state holds them:
+labels and task labels integers, scores and stored logits real floating point, inputs
+real (never complex). ``None`` (no column yet) is accepted."""
+
+
+def _check_columns(owner: str, saved: Any) -> None:
+    """Refuse a saved buffer state whose columns are not tensors of :data:`BUFFER_DTYPES`."""
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"{owner}'s saved state is {short(saved)}, not a dict")
+    for name, kinds in BUFFER_DTYPES.items():
+        column = saved.get(name)
+        if column is None:
+            continue
+        if not isinstance(column, torch.Tensor):
+            raise ValueError(f"{owner}'s saved column {name} is {short(column)}, not a "
+                             "tensor")
+        if _kind(column.dtype) not in kinds:
+            raise ValueError(f"{owner}'s saved column {name} has dtype "
+                             f"{str(column.dtype).removeprefix('torch.')}, not {_kinds(kinds)}")
+
+
+def _check_module_state(where: str, saved: Any, live: Mapping[str, torch.Tensor], *,
+                        empty: bool = False) -> None:
+    """Refuse a saved ``state_dict`` that does not fit the live model's, tensor by tensor.
+
+    The same names, each tensor of the live one's shape and of its kind of dtype (real
+    floating point for weights: a complex tensor would lose its imaginary part).
+
+    :param where: how to name the saved state in the error.
+    :param saved: the saved ``state_dict``.
+    :param live: the learner's ``state_dict`` (after its heads were grown).
+    :param empty: whether an empty state is accepted (a teacher not made yet).
+    :raises ValueError: one line naming the tensor, its shape or dtype and the model's.
+    """
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"{where} is {short(saved)}, not a state_dict")
+    if empty and not saved:
+        return
+    names = [str(k) for k in saved]
+    extra = [k for k in names if k not in live]
+    missing = [k for k in live if k not in saved]
+    if extra or missing:
+        what = (f"holds {short(extra[0], 80)}, which the model lacks" if extra
+                else f"lacks the model's {missing[0]}")
+        raise ValueError(f"{where} {what}")
+    for key, tensor in saved.items():
+        own = live[key]
+        if not isinstance(own, torch.Tensor):  # a module's extra state: its own to check
+            continue
+        label = f"{where}'s {key}"
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"{label} is {short(tensor)}, not a tensor")
+        if tensor.shape != own.shape:
+            raise ValueError(f"{label} has shape {short(list(tensor.shape), 120)}, the "
+                             f"model's {list(own.shape)}")
+        if _kind(tensor.dtype) != _kind(own.dtype):
+            raise ValueError(f"{label} has dtype {str(tensor.dtype).removeprefix('torch.')}, "
+                             f"the model's {str(own.dtype).removeprefix('torch.')} "
+                             f"({_KIND_WORDS[_kind(own.dtype)]})")
+
+
+def _check_contents(strategy: SupervisedTemplate, state: Mapping[str, Any]) -> None:
+    """What :func:`load_strategy_state_dict` checks on the grown model, before any load.
+
+    The model's state against the model; every saved copy of the model's state that a
+    plugin or a buffer declares (``model_states``: MKD's teacher, CSReL's coreset model)
+    against the model too; each buffer's columns' dtypes (:data:`BUFFER_DTYPES`).
+    """
+    live = strategy.model.state_dict()
+    _check_module_state("the saved model", state.get("model"), live)
+    stateful = [p for p in strategy.plugins if _plugin_state(p) is not None]
+    for plugin, entry in zip(stateful, state["plugins"], strict=True):
+        name = type(plugin).__qualname__
+        own = entry.get("plugin", {}) if isinstance(entry, Mapping) else None
+        for key in getattr(plugin, "model_states", ()):
+            if not isinstance(own, Mapping) or key not in own:
+                raise ValueError(f"the {name}'s saved state has no {key}")
+            _check_module_state(f"the {name}'s saved {key}", own[key], live, empty=True)
+    for policy, saved in buffer_states(strategy, state):
+        name = type(policy).__qualname__
+        _check_columns(f"the {name}", saved)
+        for key in getattr(policy, "model_states", ()):
+            if key not in saved:
+                raise ValueError(f"the {name}'s saved state has no {key}")
+            _check_module_state(f"the {name}'s saved {key}", saved[key], live, empty=True)
+
+
 def _attributes(obj: Any) -> Callable[[], None]:
     """Undo for a load that assigns ``obj``'s attributes and sets its generators' states."""
     attrs = dict(vars(obj))
@@ -308,18 +418,25 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
     The stored buffer tensors are moved to ``strategy.device``. A model whose Avalanche
     heads grew during the run (``IncrementalClassifier``, ``MultiHeadClassifier``) is
     grown to the saved shapes first, and the optimizer given the grown parameters
-    (:mod:`~avalanche_gss.checkpoint.model`). Before anything is changed, every tensor is
-    checked to hold the bytes its elements take (:func:`check_tensors`), and the plugins
-    and the criterion to be this strategy's; a load that fails after that (a state that
-    does not fit the model, the optimizer, a buffer or a generator) is undone: a refused
-    state leaves the model, optimizer, plugins, buffers, criterion, clock and global
+    (:mod:`~avalanche_gss.checkpoint.model`). Before anything is loaded, every tensor is
+    checked to hold the bytes its elements take (:func:`check_tensors`), the plugins and
+    the criterion to be this strategy's, the model's state and every saved copy of it
+    that a plugin or a buffer declares in its ``model_states`` (MKD's teacher, CSReL's
+    coreset model) to have the (grown) model's names, shapes and kinds of dtype (real
+    floating-point weights), and each buffer's columns their kinds of dtype
+    (:data:`BUFFER_DTYPES`: integer labels); a load that fails after that (a state that
+    does not fit the optimizer, a buffer or a generator) is undone: a refused state
+    leaves the model, optimizer, plugins, buffers, criterion, clock and global
     generators as they were.
 
     :param strategy: a freshly built strategy with the same model, optimizer and plugins.
     :param state: what :func:`strategy_state_dict` returned (or :func:`load_state` read).
     :raises ValueError: another format version, or the plugins that hold state differ, or
         the criterion's state does not fit this strategy's criterion, or a tensor holds
-        fewer bytes than its shape takes (all in one line, before anything changes).
+        fewer bytes than its shape takes, or a model state (the model's, a teacher's, a
+        coreset model's) has another tensor name, shape or kind of dtype than the model's,
+        or a buffer column another kind of dtype than :data:`BUFFER_DTYPES` allows (all
+        in one line, before anything is loaded).
     :raises Exception: whatever a part of the strategy raises on a state that does not
         fit it (``RuntimeError`` from the model's ``load_state_dict``, ...), after the
         strategy was put back as it was.
@@ -328,6 +445,7 @@ def load_strategy_state_dict(strategy: SupervisedTemplate, state: dict[str, Any]
     stateful = [p for p in strategy.plugins if _plugin_state(p) is not None]
     shrink = grow_model(strategy.model, state["model"])
     try:
+        _check_contents(strategy, state)  # on the grown model, before anything is loaded
         restore = _undo_load(strategy, stateful)
     except BaseException:
         shrink()

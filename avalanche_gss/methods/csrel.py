@@ -79,6 +79,7 @@ class CSReLBuffer(GradientScored, OnlineBuffer):
 
     scored = True  # each stored sample's reducible loss when it entered
     method = "CSReL"
+    model_states = ("coreset_model",)  # checked against the learner before a load
 
     def __init__(self, max_size: int, *, refit_every: int | None = None, refit_steps: int = 50,
                  refit_batch_size: int = 32, refit_lr: float = 0.05, seed: int = 0) -> None:

@@ -102,6 +102,10 @@ class MKDPlugin(SupervisedPlugin):
     :raises ValueError: a value out of its range, naming it.
     """
 
+    model_states = ("teacher",)
+    """The entries of :meth:`state_dict` that are a ``state_dict`` of the learner's
+    architecture: a checkpoint's are checked against the learner before it is loaded."""
+
     def __init__(self, momentum: float = 0.99, temperature: float = 4.0,
                  weight: float = 8.0) -> None:
         super().__init__()

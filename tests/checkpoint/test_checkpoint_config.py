@@ -2,10 +2,10 @@
 
 The test walks the constructor of every buffer, ready strategy and constrained strategy
 of the registry, of the templates their ``**kwargs`` go to (``OnlineRehearsal``,
-``OnlineTemplate``), of the rehearsal and constrained-update plugins and of every retrieval,
-and checks that changing each option changes :func:`strategy_config`: an option added
-later and not recorded fails here, unless :data:`UNRECORDED_OPTIONS` says why it changes
-no result.
+``OnlineTemplate``), of the rehearsal and constrained-update plugins, of every other
+plugin that holds state (MKD), of every loss module and of every retrieval, and checks
+that changing each option changes :func:`strategy_config`: an option added later and not
+recorded fails here, unless :data:`UNRECORDED_OPTIONS` says why it changes no result.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from avalanche.core import SupervisedPlugin
 from helpers import Tiny
 from torch import nn
 
+from avalanche_gss import training
 from avalanche_gss.buffers import OnlineBuffer
 from avalanche_gss.checkpoint import strategy_config
 from avalanche_gss.checkpoint.config import UNRECORDED_OPTIONS, first_difference
@@ -27,6 +29,7 @@ from avalanche_gss.methods import REGISTRY
 from avalanche_gss.methods.gss_iqp import GSSIQPBuffer
 from avalanche_gss.methods.rand import RandBuffer
 from avalanche_gss.methods.reservoir import ReservoirBuffer
+from avalanche_gss.training import AsymmetricCrossEntropy, LogitAdjustedLoss, MKDPlugin
 from avalanche_gss.training import retrieval as retrievals
 from avalanche_gss.training.constrained import ConstrainedUpdatePlugin
 from avalanche_gss.training.rehearsal import OnlineRehearsal, OnlineRehearsalPlugin
@@ -60,6 +63,8 @@ ALTERNATIVES: dict[str, Callable[[nn.Module], Any]] = {
     "replay_loss": lambda m: "uniform", "alpha": lambda m: 0.2, "beta": lambda m: 0.7,
     "refit_every": lambda m: 3, "refit_steps": lambda m: 7, "refit_batch_size": lambda m: 8,
     "refit_lr": lambda m: 0.5,
+    "momentum": lambda m: 0.5, "temperature": lambda m: 2.0, "weight": lambda m: 1.0,
+    "window": lambda m: 50, "reduction": lambda m: "sum",
 }
 
 
@@ -109,6 +114,13 @@ def _owners() -> list[tuple[str, list[str], Callable[..., Any]]]:
     owners.append(("ConstrainedUpdatePlugin", _init_options(ConstrainedUpdatePlugin),
                    lambda m, **o: _template(ConstrainedUpdatePlugin(
                        **{"storage_policy": GSSIQPBuffer(6), **o}), model=m)))
+    reservoir = REGISTRY["Reservoir"].strategy
+    # the plugins beside the buffer's that hold state, and the losses, in a ready strategy
+    owners.append(("MKDPlugin", _init_options(MKDPlugin),
+                   lambda m, **o: _strategy(reservoir)(m, plugins=[MKDPlugin(**o)])))
+    for loss in (LogitAdjustedLoss, AsymmetricCrossEntropy):
+        owners.append((loss.__name__, _init_options(loss),
+                       lambda m, _l=loss, **o: _strategy(reservoir)(m, criterion=_l(**o))))
     for cls in vars(retrievals).values():
         if isinstance(cls, type) and issubclass(cls, retrievals.Retrieval):
             owners.append((cls.__name__, _init_options(cls),
@@ -126,6 +138,16 @@ def test_the_walk_finds_the_options_that_were_forgotten_once():
     walked = {option for _, options, _ in OWNERS for option in options}
     assert {"victim", "retrieval", "candidates", "joint", "margin", "n_iter"} <= walked
     assert len(OWNERS) >= 2 * len(REGISTRY) + 4 + 3
+
+
+def test_every_plugin_and_loss_of_the_library_is_walked():
+    # a plugin or a loss added to avalanche_gss.training later is walked, or fails here
+    walked = {label for label, _, _ in OWNERS}
+    exported = [getattr(training, name) for name in training.__all__]
+    parts = [cls.__name__ for cls in exported if isinstance(cls, type)
+             and (issubclass(cls, SupervisedPlugin) or issubclass(cls, nn.Module))]
+    assert "MKDPlugin" in parts and "LogitAdjustedLoss" in parts
+    assert not [name for name in parts if name not in walked]
 
 
 def test_every_unrecorded_option_says_why():

@@ -30,11 +30,13 @@ from avalanche_gss.checkpoint import (
 from avalanche_gss.checkpoint.config import first_difference
 from avalanche_gss.methods.cb_gss import CBGSS
 from avalanche_gss.methods.clust import FSSClust, GSSClust
+from avalanche_gss.methods.csrel import CSReL
 from avalanche_gss.methods.gss_greedy import GSSGreedy
 from avalanche_gss.methods.gss_iqp import GSSIQP
 from avalanche_gss.methods.reservoir import Reservoir
 from avalanche_gss.models import ReducedResNet18
 from avalanche_gss.streams import TensorExperience
+from avalanche_gss.training import MKDPlugin
 from avalanche_gss.training.retrieval import MIRRetrieval
 
 BUILD = {
@@ -44,6 +46,9 @@ BUILD = {
     "GSS-Clust": lambda **kw: GSSClust(recent_size=4, growth=1.01, **kw),
     "FSS-Clust": lambda **kw: FSSClust(recent_size=4, features="logits", **kw),
     "CB-GSS": lambda **kw: CBGSS(n=3, **kw),
+    "ER+MKD": lambda momentum=0.99, temperature=4.0, weight=8.0, **kw: Reservoir(
+        plugins=[MKDPlugin(momentum, temperature, weight)], **kw),
+    "CSReL": lambda **kw: CSReL(**{"refit_every": 2, "refit_steps": 2, **kw}),
 }
 
 
@@ -402,6 +407,99 @@ def test_a_load_that_fails_late_leaves_the_strategy_as_it_was(tmp_path, change):
     assert "\n" not in str(info.value)
     # And it goes on learning as if the load had not been tried
     twin = make(optimizer="adam")
+    twin.train(stream()[3:5])
+    strategy.train(stream()[5:])
+    twin.train(stream()[5:])
+    assert _same(_everything(twin), _everything(strategy))
+
+# ------------------------------------------------------------------ MKD and CSReL
+OTHER_OPTIONS = [
+    ("ER+MKD", {"momentum": 0.9}, "plugin_options.MKDPlugin.momentum: 0.99 in the file, 0.9 here"),
+    ("ER+MKD", {"temperature": 2.0},
+     "plugin_options.MKDPlugin.temperature: 4.0 in the file, 2.0 here"),
+    ("ER+MKD", {"weight": 1.0}, "plugin_options.MKDPlugin.weight: 8.0 in the file, 1.0 here"),
+    ("CSReL", {"refit_every": 3}, "buffer.refit_every: 2 in the file, 3 here"),
+    ("CSReL", {"refit_steps": 5}, "buffer.refit_steps: 2 in the file, 5 here"),
+    ("CSReL", {"refit_batch_size": 8}, "buffer.refit_batch_size: 32 in the file, 8 here"),
+    ("CSReL", {"refit_lr": 0.5}, "buffer.refit_lr: 0.05 in the file, 0.5 here"),
+]
+
+
+@pytest.mark.parametrize("method, kw, difference", OTHER_OPTIONS,
+                         ids=[f"{m}-{next(iter(kw))}" for m, kw, _ in OTHER_OPTIONS])
+def test_an_mkd_or_csrel_checkpoint_of_other_options_is_refused_naming_the_option(
+        tmp_path, method, kw, difference):
+    # Given an ER+MKD or a CSReL checkpoint
+    path = saved(tmp_path, method)
+    # When a strategy with another value of one option loads it
+    strategy = make(method, **kw)
+    before = _everything(strategy)
+    with pytest.raises(CheckpointError) as info:
+        load_state(strategy, path)
+    # Then it is refused in one line naming the option, the file's value and the given one
+    message = str(info.value)
+    assert str(path) in message and difference in message and "\n" not in message
+    assert _same(before, _everything(strategy))
+    # And the strategy with the file's options loads it
+    assert load_state(make(method), path) == 3
+
+
+def _teacher(state):
+    return state["plugins"][1]["plugin"]["teacher"]
+
+
+def _coreset(state):
+    return _buffer_state(state)["coreset_model"]
+
+
+CRAFTED = {  # (method, change, what the message says)
+    "teacher-shape": ("ER+MKD", lambda s: _teacher(s).update({"body.weight": torch.zeros(7, 4)}),
+                      "the MKDPlugin's saved teacher's body.weight has shape [7, 4], the "
+                      "model's [5, 4]"),
+    "teacher-names": ("ER+MKD", lambda s: _teacher(s).pop("body.bias"),
+                      "the MKDPlugin's saved teacher lacks the model's body.bias"),
+    "coreset-shape": ("CSReL", lambda s: _coreset(s).update({"classifier.bias": torch.zeros(9)}),
+                      "the CSReLBuffer's saved coreset_model's classifier.bias has shape [9], "
+                      "the model's [3]"),
+    "float-labels": ("ER+MKD", lambda s: _buffer_state(s).update(y=_buffer_state(s)["y"].float()),
+                     "the ReservoirBuffer's saved column y has dtype float32, not integer"),
+    "float-task-labels": ("CSReL", lambda s: _buffer_state(s).update(
+        t=_buffer_state(s)["t"].double()), "saved column t has dtype float64, not integer"),
+    "complex-model": ("ER+MKD", lambda s: s["model"].update(
+        {"body.weight": s["model"]["body.weight"].to(torch.complex64)}),
+        "the saved model's body.weight has dtype complex64, the model's float32 (real "
+        "floating point)"),
+    "complex-teacher": ("ER+MKD", lambda s: _teacher(s).update(
+        {"body.bias": _teacher(s)["body.bias"].to(torch.complex64)}),
+        "the MKDPlugin's saved teacher's body.bias has dtype complex64"),
+    "complex-coreset": ("CSReL", lambda s: _coreset(s).update(
+        {"body.weight": _coreset(s)["body.weight"].to(torch.complex128)}),
+        "the CSReLBuffer's saved coreset_model's body.weight has dtype complex128"),
+    "complex-scores": ("CSReL", lambda s: _buffer_state(s).update(
+        scores=_buffer_state(s)["scores"].to(torch.complex64)),
+        "saved column scores has dtype complex64, not real floating point"),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_a_crafted_mkd_or_csrel_state_is_refused_in_one_line_before_anything_is_loaded(
+        tmp_path, case):
+    # Given a checkpoint whose configuration fits, with a crafted part (checksum recomputed)
+    method, change, says = CRAFTED[case]
+    path = saved(tmp_path, method)
+    rewrite(path, change)
+    # And a strategy that has learnt something of its own
+    strategy = make(method)
+    strategy.train(stream()[3:5])
+    before = _everything(strategy)
+    # When it loads the file, Then it is refused in one line naming the part and the model's
+    with pytest.raises(CheckpointError) as info:
+        load_state(strategy, path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and says in message and "\n" not in message
+    # And nothing of the strategy changed: it goes on learning as if the load had not been
+    assert _same(before, _everything(strategy))
+    twin = make(method)
     twin.train(stream()[3:5])
     strategy.train(stream()[5:])
     twin.train(stream()[5:])
