@@ -9,6 +9,7 @@ they are: no napoleon extension is needed.
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -146,8 +147,27 @@ class CliReference(SphinxDirective):
         return self._parser_nodes(cli.make_parser("avalanche-gss"))
 
 
+def source_module(app: Any, modname: str, attribute: str) -> str | None:
+    """The module that holds a documented name (the ``viewcode-follow-imported`` event).
+
+    viewcode follows a name to its object's ``__module__``; a generic alias
+    (``JsonObject = dict[str, Json]``) reports its origin's, ``builtins``, which has no
+    source, and viewcode then lists a ``builtins`` page in its index that it never writes
+    (a dead link). Such a name stays with the module that documents it; for any other,
+    ``None`` leaves viewcode's own answer.
+    """
+    try:
+        value: Any = importlib.import_module(modname)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError):
+        return None
+    return modname if getattr(value, "__module__", None) in sys.builtin_module_names else None
+
+
 def setup(app: Any) -> dict[str, Any]:
-    """Register ``readme-example`` and ``cli-reference``."""
+    """Register ``readme-example``, ``cli-reference`` and :func:`source_module`."""
     app.add_directive("readme-example", ReadmeExample)
     app.add_directive("cli-reference", CliReference)
+    app.connect("viewcode-follow-imported", source_module)
     return {"parallel_read_safe": True}
