@@ -7,8 +7,9 @@ r"""A stream of one's own, in one file: tasks that drift into each other gradual
 ``--quick`` for the full protocol). The command registers the stream by importing this
 file, in every worker process too; which-buffer then runs it as it runs its own streams,
 with Table 1's protocol on the digits (its counts, learning rate and model), and names it
-in the report (``OUT/which_buffer.md``). The runs' cache key holds this file's hash and the
-stream's name and options: edit the window and the runs are new.
+in the report (``OUT/which_buffer.md``). The runs' cache key holds the stream's name and
+options, and the hash of any code of one's own that builds it (here the package's
+transform builds it): edit the window and the runs are new.
 
 The stream: Table 1's disjoint tasks (5 tasks of 2 classes), where around each boundary
 the last samples of a task and the first of the next interleave, the next task's share

@@ -32,13 +32,14 @@ import ast
 import contextlib
 import functools
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
 import pkgutil
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, overload
 
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY", "Method", "NameView",
            "exported_classes", "get", "import_user", "imports_for", "load_plugins", "names",
-           "register", "user_imports", "user_modules"]
+           "module_file", "own_imports", "register", "user_imports", "user_modules"]
 
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
 
@@ -363,6 +364,123 @@ def user_modules() -> tuple[str, ...]:
     process that imported no code of one's own.
     """
     return tuple(sorted(name for name in _LOADED if _of_ones_own(sys.modules.get(name))))
+
+
+def own_imports(modules: Iterable[str]) -> dict[str, str]:
+    """``modules`` and every module of one's own that their code imports, with their files.
+
+    Each module's source is read, not run: every ``import`` and ``from ... import``
+    statement counts, at the top of the file or inside a function or a method (a helper
+    imported lazily, when a run first calls it), relative ones too, and so do the
+    modules those import in turn. A name is resolved as the import system would find it,
+    without importing it: an imported module by its own file, another by searching its
+    package's folders, or, for a top-level name, the importing file's folder (``--import``
+    puts it first) and ``sys.path``. Modules found in the standard library, the installed
+    packages or this package are left out, and not read (:func:`user_modules`); so are
+    names found nowhere (an import that would fail) and those built into Python. A
+    module imported by a name computed at run time (``importlib.import_module(name)``)
+    is not seen: import it by an import statement.
+
+    :param modules: module names; each is kept, with its file, wherever it lies (the
+        modules that define a method's classes: :meth:`.Method.code_modules`).
+    :return: each module's name, sorted, and the path of its source file.
+    :raises ValueError: a module of ``modules`` that is neither imported nor found.
+    """
+    found: dict[str, str] = {}
+    todo = []
+    for name in modules:
+        path = module_file(name, ())
+        if path is None:
+            raise ValueError(f"module {name!r} is neither imported nor found on sys.path")
+        found[name] = path
+        todo.append(name)
+    while todo:
+        name = todo.pop()
+        path = found[name]
+        if not path.endswith(".py"):
+            continue  # no source to read (a compiled module): its own hash stands for it
+        folder = os.path.dirname(path)
+        is_package = os.path.basename(path) == "__init__.py"
+        for imported in _imported_names(path, name, is_package):
+            if imported in found:
+                continue
+            where = module_file(imported, (folder,) if "." not in name else ())
+            if where is not None and not _installed(where):
+                found[imported] = where
+                todo.append(imported)
+    return dict(sorted(found.items()))
+
+
+def _imported_names(path: str, module: str, is_package: bool) -> list[str]:
+    """Every module name the import statements of the file ``path`` (module ``module``) name.
+
+    ``import a.b`` names ``a`` and ``a.b``; ``from a import b`` names ``a`` and ``a.b``
+    (``b`` may be a submodule); a relative import is made absolute against ``module``'s
+    package. A file that does not parse names none (its import fails the run itself).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    package = module if is_package else module.rpartition(".")[0]
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                if node.level - 1 > len(parts) or not parts:
+                    continue  # beyond the top-level package: the import fails by itself
+                base = ".".join([*parts[:len(parts) - node.level + 1], *filter(None, [base])])
+            if not base:
+                continue
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names
+                               if alias.name != "*")]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            names += [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return list(dict.fromkeys(names))
+
+
+def module_file(name: str, first: Sequence[str] = ()) -> str | None:
+    """The file module ``name`` is (or would be) loaded from, without importing it.
+
+    An imported module's own file; another's as the import system would find it, its
+    parent packages not imported (:func:`own_imports`).
+
+    :param name: a module name (``helper``, ``mypkg.helper``).
+    :param first: folders searched before ``sys.path`` for a top-level name.
+    :return: an absolute path, or ``None``: a built-in, a namespace package, a name found
+        nowhere.
+    """
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None) if module is not None else _find_spec(name, first)
+    where = spec.origin if spec is not None and spec.has_location else None
+    return os.path.abspath(where) if isinstance(where, str) and os.path.isfile(where) else None
+
+
+def _find_spec(name: str, first: Sequence[str]) -> importlib.machinery.ModuleSpec | None:
+    """The spec of module ``name`` found on the path, its parent packages not imported."""
+    parent, _, _ = name.rpartition(".")
+    if parent:
+        loaded = sys.modules.get(parent)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else _find_spec(parent,
+                                                                                        first)
+        locations = getattr(spec, "submodule_search_locations", None)
+        if not locations:
+            return None
+        search = list(locations)
+    else:
+        search = [*first, *(p or os.curdir for p in sys.path)]
+    try:
+        return importlib.machinery.PathFinder.find_spec(name, search)
+    except (ImportError, ValueError, OSError):
+        return None
 
 
 def _of_ones_own(module: ModuleType | None) -> bool:

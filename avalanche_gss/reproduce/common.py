@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import logging
 import os
 import shlex
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypedDict, cast
 
 import avalanche_gss
@@ -82,62 +85,148 @@ def code_identity() -> JsonObject:
     instruction set torch's kernels dispatch to
     (:func:`~avalanche_gss.provenance.numerics_identity`): another torch, or kernels of
     another vector width, sum in another order, and a run's numbers can change with them.
-    In a process that runs code of one's own (``--import``, an entry point's module
-    outside the installed packages), also :func:`user_code`: ``user_code``, the hash of
-    each of its modules, and ``imports``, what a worker process imports again
-    (:func:`~avalanche_gss.methods.user_imports`), for every run, this package's methods'
-    too (a module of one's own can change them).
+    In a process that imported code of one's own with ``--import``, also ``imports``
+    (:func:`user_code`): what a worker process imports before its run, so that it runs
+    what this process runs; it names where the code is, not what it is, and is no part of
+    the cache key (:data:`~avalanche_gss.reproduce.runs.cache.NAMING_KEYS`).
 
-    Any edit of the package, or of a module of one's own, is a new key, and so is another
-    torch or another kind of CPU; the same code on the same kind of machine gives the
-    same key, so its cached results stay valid. A process that imported no code of one's
-    own keys its runs as it did before there was any.
+    Code of one's own enters a run's key only where it is that run's code:
+    :func:`run_code` adds the hash of its method's modules and its stream's, and of every
+    module of one's own they import. Any edit of the package is a new key, and so is
+    another torch or another kind of CPU; the same code on the same kind of machine gives
+    the same key, so its cached results stay valid.
     """
     return {"code": avalanche_gss.__version__, "code_sha256": package_sha256(),
             **numerics_identity(), **user_code()}
 
 
-def user_code() -> JsonObject:
-    """The code of one's own this process runs, as a run's cache key holds it.
+def user_code(modules: Iterable[str] = ()) -> JsonObject:
+    """The code of one's own a run runs, as its cache key holds it.
 
-    ``user_code``: the SHA-256 of the source of each module of
-    :func:`~avalanche_gss.methods.user_modules` (what ``--import`` and the entry points
-    loaded from outside the standard library, the installed packages and this package:
-    the module given, the modules it imports in turn); ``imports``: the ``--import``
-    modules (:func:`~avalanche_gss.methods.user_imports`), which a worker process imports
-    before its run. Each only where there is any: empty in a process that imported none.
+    ``user_code``: the SHA-256 of the source of each module of ``modules`` and of every
+    module of one's own their code imports, at the top or inside a function
+    (:func:`~avalanche_gss.methods.own_imports`), by module name, never by path: moving
+    the folder that holds them keeps the key; ``imports``: the ``--import`` modules
+    (:func:`~avalanche_gss.methods.user_imports`), which a worker process imports before
+    its run (no part of the key). Each only where there is any.
 
+    :param modules: the modules whose code decides the run (its method's, its stream's).
     :raises ValueError: a module has no source file to hash (a ``.pyc`` alone, a zip
         import), in one line naming the module and its file.
     """
     identity: JsonObject = {}
-    modules = methods.user_modules()
     if modules:
-        identity["user_code"] = {name: module_sha256(name) for name in modules}
+        identity["user_code"] = {name: _source_sha256(name, path)
+                                 for name, path in _own_imports(tuple(sorted(modules))).items()}
     imports = methods.user_imports()
     if imports:
         identity["imports"] = list(imports)
     return identity
 
 
+@functools.cache
+def _own_imports(modules: tuple[str, ...]) -> dict[str, str]:
+    """:func:`~avalanche_gss.methods.own_imports`, once per process and set of modules."""
+    return methods.own_imports(modules)
+
+
+def _source_sha256(name: str, path: str) -> str:
+    """The hash of module ``name``'s source, imported or not.
+
+    Of the code this process runs where it is imported
+    (:func:`~avalanche_gss.reproduce.runs.cache.module_sha256`), else of its file ``path``;
+    either is computed once per process and module.
+    """
+    if name in sys.modules:
+        return module_sha256(name)
+    return _file_sha256(name, path)
+
+
+@functools.cache
+def _file_sha256(name: str, path: str) -> str:
+    if not path.endswith(".py"):
+        raise ValueError(f"module {name!r} ({path}) has no Python source file to hash: a "
+                         "run's cache key holds the hash of the code it runs; put the "
+                         "module's .py source in a folder")
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def method_code(method: str) -> JsonObject:
     """What a run's cache key and its worker process need of a method from user code.
 
-    Empty for this package's methods and the baselines (:func:`code_identity` holds what
-    the process imported). For a registered method: ``user_code``, :func:`user_code`'s
-    with the hash of the source file of each module that defines its classes
-    (:meth:`~avalanche_gss.methods.spec.Method.code_modules`, an installed plugin's
-    too), so that an edit of the policy, or of a module it imports, is a new run; and
-    ``imports``, what a worker process imports to know the method
-    (:func:`~avalanche_gss.methods.imports_for`, and every other ``--import`` module),
-    where there is any.
+    Empty for this package's methods and the baselines, but for :func:`user_code`'s
+    ``imports``. For a registered method: ``user_code``, the hash of the source file of
+    each module that defines its classes
+    (:meth:`~avalanche_gss.methods.spec.Method.code_modules`, an installed plugin's too)
+    and of each module of one's own they import, so that an edit of the policy, or of a
+    module it imports, is a new run; and ``imports``, what a worker process imports to
+    know the method (:func:`~avalanche_gss.methods.imports_for`, and every other
+    ``--import`` module), where there is any.
     """
-    if method not in methods.names() or method in methods.NAMES:
-        return {}
-    spec = methods.get(method)
-    identity = user_code()
-    identity["user_code"] = {**cast(dict[str, str], identity.get("user_code", {})),
-                             **{name: module_sha256(name) for name in spec.code_modules()}}
+    return run_code(method)
+
+
+def stream_modules(stream: str | None) -> tuple[str, ...]:
+    """The modules of one's own whose code builds the registered stream ``stream``.
+
+    Those that define its definition's ``build_split`` and the functions and definitions
+    that function holds (a transform's inner stream, a ``functools.partial``'s
+    function), outside this package, torch and the standard library; none for this
+    package's streams and ``None``.
+
+    :param stream: a name of :data:`avalanche_gss.streams.REGISTRY`, or ``None``.
+    """
+    from avalanche_gss.streams import REGISTRY, StreamDefinition
+
+    if stream is None or stream in REGISTRY.builtin_names():
+        return ()
+    found: set[str] = set()
+    todo: list[object] = [REGISTRY[stream]]
+    seen: set[int] = set()
+    while todo:
+        item = todo.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, StreamDefinition):
+            todo.append(item.build_split)
+        elif isinstance(item, functools.partial):
+            todo += [item.func, *item.args, *item.keywords.values()]
+        elif callable(item):
+            module = getattr(item, "__module__", None)
+            if isinstance(module, str):
+                found.add(module)
+            todo += [cell.cell_contents for cell in getattr(item, "__closure__", None) or ()
+                     if _filled(cell)]
+    skip = {"avalanche_gss", "avalanche", "torch", "builtins", *sys.stdlib_module_names}
+    return tuple(sorted(m for m in found if m.partition(".")[0] not in skip))
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def run_code(method: str, stream: str | None = None) -> JsonObject:
+    """What a run's cache key and its worker process need of its code of one's own.
+
+    :func:`user_code` of the modules of its method, where it is registered from code of
+    one's own (:meth:`~avalanche_gss.methods.spec.Method.code_modules`), and of its
+    stream, where it is (:func:`stream_modules`): an edit of an ``--import`` module, or of
+    a module it imports, is a new run for the runs whose code it is, and for no other
+    (this package's methods on this package's streams keep their keys). ``imports``:
+    every ``--import`` module, and the one that registered the method, for the worker.
+
+    :param method: the run's method.
+    :param stream: its registered stream (``None``: a protocol's own).
+    """
+    modules: tuple[str, ...] = ()
+    if method in methods.names() and method not in methods.NAMES:
+        modules = methods.get(method).code_modules()
+    identity = user_code((*modules, *stream_modules(stream)))
     imports = list(dict.fromkeys([*cast(list[str], identity.get("imports", ())),
                                   *methods.imports_for(method)]))
     if imports:
@@ -164,7 +253,7 @@ def prepare_job(config: Mapping[str, Json]) -> None:
     if config.get("code_sha256") not in (None, package_sha256()):
         changed.append("avalanche_gss")
     changed += [name for name, digest in cast(dict[str, str], config.get("user_code", {})).items()
-                if name not in sys.modules or module_sha256(name) != digest]
+                if _current_sha256(name) != digest]
     if changed:
         raise ValueError(f"the code of {', '.join(changed)} changed during the sweep (its "
                          "source hash differs from the one the sweep started with); run the "
@@ -176,6 +265,24 @@ def prepare_job(config: Mapping[str, Json]) -> None:
         raise ValueError(f"this worker computes on {'; '.join(differ)}: its numbers would be "
                          "cached as another machine's; run the workers on machines like the "
                          "one that started the sweep")
+
+
+def _current_sha256(name: str) -> str | None:
+    """The hash of module ``name``'s source here, imported or not (``None``: found nowhere).
+
+    A module a run imports lazily is not imported yet when its job starts: it is looked
+    for as :func:`~avalanche_gss.methods.own_imports` looks, beside the modules of one's
+    own this process imported, then on ``sys.path``.
+    """
+    if name not in sys.modules:
+        folders = tuple(dict.fromkeys(
+            os.path.dirname(str(getattr(sys.modules[m], "__file__", "") or ""))
+            for m in methods.user_modules() if "." not in m))
+        path = methods.module_file(name, folders)
+        if path is None:
+            return None
+        return _source_sha256(name, path)
+    return module_sha256(name)
 
 
 def load_checked(config: Mapping[str, Json]) -> ArrayDataset:

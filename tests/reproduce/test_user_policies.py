@@ -83,7 +83,8 @@ def test_a_policy_of_ones_own_module_is_known_by_name_everywhere(tmp_path, regis
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert method_code("Newest") == {"user_code": {"newest_named": digest},
                                      "imports": [str(path)]}
-    assert method_code("Reservoir") == {} and method_code("Single") == {}
+    # (a built-in method's run holds no code of one's own; its worker imports the module)
+    assert method_code("Reservoir") == method_code("Single") == {"imports": [str(path)]}
 
 
 def _sha(path: Path) -> str:
@@ -103,30 +104,30 @@ def test_a_runs_key_holds_every_module_of_ones_own_its_code_imports(tmp_path, re
     config = {**code_identity(), **method_code("Newest")}
     assert config["user_code"] == {"newest_two_files": _sha(path), "newest_rule": _sha(helper)}
     assert config["imports"] == [str(path)]
-    # And so does a run of this package's own methods in that process: the module could
-    # have changed them
+    # And a run of this package's own methods in that process does not: it is not their
+    # code (its worker imports the module all the same, as this process did)
     builtin = {**code_identity(), **method_code("Reservoir")}
-    assert builtin["user_code"] == config["user_code"]
-    assert builtin["imports"] == [str(path)]
+    assert "user_code" not in builtin and builtin["imports"] == [str(path)]
     # A process that imports the edited second module (module_sha256 is kept per process)
     # keys another run
     module_sha256.cache_clear()
     helper.write_text("NEWEST = False\n")
-    assert code_identity()["user_code"]["newest_rule"] == _sha(helper)
+    assert method_code("Newest")["user_code"]["newest_rule"] == _sha(helper)
     assert config_key({**code_identity(), **method_code("Newest")}) != config_key(config)
 
 
-def test_a_module_that_changes_a_builtin_method_keys_its_runs(tmp_path, registry):
-    # Given an --import module that registers nothing: it could patch a built-in method
+def test_a_module_that_no_run_uses_is_imported_by_the_workers_but_keys_no_run(tmp_path,
+                                                                            registry):
+    # Given an --import module that registers nothing
     patch = tmp_path / "newest_patch.py"
-    patch.write_text("from avalanche_gss.methods import reservoir  # (it could patch it)\n")
+    patch.write_text("from avalanche_gss.methods import reservoir\n")
     plain = code_identity()
     assert not {"user_code", "imports"} & set(plain)  # no code of one's own: the same key
     methods.import_user(str(patch))
-    # Then every run of that process is keyed by it, and its worker imports it too
+    # Then a worker imports it too, but it is no run's code: every key stays as it was
     patched = code_identity()
-    assert patched["user_code"] == {"newest_patch": _sha(patch)}
-    assert patched["imports"] == [str(patch)]
+    assert "user_code" not in patched and patched["imports"] == [str(patch)]
+    assert config_key(patched) == config_key(plain)
     assert methods.user_modules() == ("newest_patch",)  # not this package's, nor torch
 
 

@@ -50,10 +50,10 @@ from typing import TypedDict, cast
 from avalanche_gss.reproduce.common import (
     command,
     data_identity,
-    method_code,
     prog_of,
     resolve_choices,
     resolve_data,
+    run_code,
     settings_for,
     settings_from_dict,
 )
@@ -349,7 +349,7 @@ def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
         label = job_label(r)
         config = job_config(args, NAME, data_name, identity, **r.job,
                             settings=cast(JsonObject, settings_dict(s)), label=label,
-                            **method_code(s.method))
+                            **run_code(s.method, cast("str | None", r.job.get("stream"))))
         if getattr(args, "compute_matched", False):
             config["count_passes"] = True
         configs.append(config)

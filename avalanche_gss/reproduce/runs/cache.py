@@ -40,9 +40,13 @@ def canonical_json(config: Mapping[str, Any]) -> str:
         raise TypeError(f"job config is not JSON-serialisable: {err}") from err
 
 
-NAMING_KEYS = frozenset({"label"})
-"""Entries of a job config that name the run in log and failure lines and change no
-result: they are no part of its cache key, so renaming a run never trains it again."""
+NAMING_KEYS = frozenset({"label", "imports"})
+"""Entries of a job config that change no result: they are no part of its cache key.
+
+``label`` names the run in log and failure lines (renaming a run never trains it again);
+``imports`` says where a worker finds the code of one's own it imports (paths: moving
+the folder never trains it again), whose content the key holds as ``user_code``, by
+module name."""
 
 
 def result_config(config: Mapping[str, Any]) -> JsonObject:
