@@ -7,9 +7,17 @@ STAMP := $(VENV)/.installed
 .PHONY: reproduce test quality bench mutation clean py310-check wheel wheel-check docs \
 	slurm-up slurm-down
 
+# Where .venv's torch and torchvision come from. Empty (the default): PyPI, with the package,
+# and PyPI's Linux torch is a CUDA build of several GB. On a machine without a GPU, give
+# PyTorch's CPU index: make reproduce TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# (or make test ...): both are installed from it first, and pip keeps them after. A .venv
+# that has a CUDA torch keeps it: make clean first.
+TORCH_INDEX_URL ?=
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX_URL),$(PY) -m pip install --quiet --index-url $(TORCH_INDEX_URL) torch torchvision)
 	$(PY) -m pip install --quiet -e ".[dev,cluster]"
 	touch $(STAMP)
 

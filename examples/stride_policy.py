@@ -1,6 +1,8 @@
 """Stride: a buffer policy of one's own, with two options, registered by name from this file.
 
-Run it, from the folder that holds this file:
+It registers a method, ``Stride`` (``--methods``), and a which-buffer row of it with its
+default options, also ``Stride`` (``--policies``). Run it, from the folder that holds
+this file:
 
     avalanche-gss --import stride_policy.py table1 --quick --methods 'Stride:stride=2,offset=1' Reservoir --seeds 0 --buffer-sizes 20
     avalanche-gss --import stride_policy.py which-buffer --quick --policies 'Stride:stride=2,offset=1' Reservoir --streams disjoint --seeds 0 --buffer-sizes 20
@@ -19,6 +21,7 @@ from torch import Tensor, nn
 
 from avalanche_gss.buffers import OnlineBuffer, Rows
 from avalanche_gss.methods import Method, register
+from avalanche_gss.reproduce.experiments.policies import register_policy
 from avalanche_gss.selection.reservoir import refill_slots
 from avalanche_gss.training import BufferStrategy
 
@@ -75,4 +78,5 @@ class Stride(BufferStrategy):
         self.rehearse(buffer, seed, options)
 
 
-register(Method("Stride", StrideBuffer, Stride))
+register(Method("Stride", StrideBuffer, Stride))  # a method: --methods Stride
+register_policy("Stride", method="Stride")  # a which-buffer row: --policies Stride

@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 import pytest
+import torch
 from helpers.docs import (
     GUIDE,
     README,
@@ -34,21 +35,33 @@ def _guide_examples() -> list[str]:
 
 def test_the_readme_and_the_guide_have_their_examples():
     readme = _readme_examples()
-    assert len(readme) == 2
-    # GSS as a storage policy in a stock Avalanche strategy
-    assert "ReplayPlugin(" in readme[0] and "split_online_stream(" in readme[0]
+    assert len(readme) == 3
+    # GSS-Greedy as Table 1 runs it: the ready strategy on this library's online benchmark
+    assert "GSSGreedy(" in readme[0] and "online_benchmark(" in readme[0]
+    # the recommended policy, CBRS+OC+LA, built the same way
+    assert "CBRS(" in readme[1] and 'retrieval="other-classes"' in readme[1]
+    assert "criterion=LogitAdjustedLoss(" in readme[1]
     # a policy of one's own, checked and registered
-    assert "(OnlineBuffer):" in readme[1] and "check_policy(" in readme[1]
-    assert "register(Method(" in readme[1]
+    assert "(OnlineBuffer):" in readme[2] and "check_policy(" in readme[2]
+    assert "register(Method(" in readme[2] and "register_policy(" in readme[2]
     guide = _guide_examples()
-    assert len(guide) == 2
+    assert len(guide) == 1
     # a which-buffer policy (CBRS+OC+LA) in stock Avalanche: Naive, its buffer, retrieval
     # and loss
     assert "Naive(" in guide[0] and "split_online_stream(" in guide[0]
     assert 'retrieval="other-classes"' in guide[0] and "criterion=LogitAdjustedLoss(" in \
         guide[0]
-    # the paper's online rehearsal: a ready strategy on this library's online benchmark
-    assert "GSSGreedy(" in guide[1] and "online_benchmark(" in guide[1]
+    # the paper's online rehearsal: the README's first example, shown by the guide
+    assert ".. readme-example:: 1" in LIBRARY.read_text()
+
+
+@pytest.mark.parametrize("code", [*_readme_examples()[:2], *_guide_examples()])
+def test_every_training_example_is_seeded_and_sets_its_threads(code):
+    # One run, one number; and the thread count is the script's choice, not torch's
+    # default of a thread per core
+    assert "torch.manual_seed(0)" in code and "torch.set_num_threads(" in code
+    # and none is Avalanche's ReplayPlugin route: not the paper's rehearsal nor its numbers
+    assert "ReplayPlugin(" not in code
 
 
 def _run_example(code: str, where: str, monkeypatch) -> None:
@@ -63,44 +76,56 @@ def _run_example(code: str, where: str, monkeypatch) -> None:
     if "samples_per_task=800" in code:  # a third of the digits: 260 per task of 2 classes
         code = code.replace("samples_per_task=800", "samples_per_task=250")
         assert "samples_per_task=250" in code
-    exec(compile(code, where, "exec"), {"__name__": "readme"})
-
-
-def test_the_readmes_avalanche_example_runs(monkeypatch, capsys):
-    _run_example(_readme_examples()[0], str(README), monkeypatch)
-    assert "Top1_Acc_Stream/eval_phase/test_stream" in capsys.readouterr().out
+    threads = torch.get_num_threads()
+    try:
+        exec(compile(code, where, "exec"), {"__name__": "readme"})
+    finally:
+        torch.set_num_threads(threads)  # the example's own setting, for this process only
 
 
 @pytest.mark.parametrize("index", [0, 1])
-def test_the_guides_example_runs(index, monkeypatch, capsys):
-    _run_example(_guide_examples()[index], str(LIBRARY), monkeypatch)
+def test_the_readmes_training_examples_run(index, monkeypatch, capsys):
+    _run_example(_readme_examples()[index], str(README), monkeypatch)
+    out = capsys.readouterr().out
+    assert "Top1_Acc_Stream/eval_phase/test_stream" in out
+    if index == 1:  # CBRS's class quotas: as many of each digit (a third of the digits)
+        assert out.rstrip().endswith("{0: 30, 1: 30, 2: 30, 3: 30, 4: 30, 5: 30, 6: 30, "
+                                     "7: 30, 8: 30, 9: 30}")
+
+
+def test_the_guides_example_runs(monkeypatch, capsys):
+    _run_example(_guide_examples()[0], str(LIBRARY), monkeypatch)
     assert "Top1_Acc_Stream/eval_phase/test_stream" in capsys.readouterr().out
 
 
 def _run_own_policy(code: str, monkeypatch) -> list:
-    """Run the README's own-policy file; return the methods it registers (kept out of the
-    registry, so that no other test sees them)."""
+    """Run the README's own-policy file; return the methods and policies it registers
+    (kept out of the registries, so that no other test sees them)."""
     from avalanche_gss import methods
+    from avalanche_gss.reproduce.experiments import policies
 
     registered: list = []
     monkeypatch.setattr(methods, "register", registered.append)
+    monkeypatch.setattr(policies, "register_policy",
+                        lambda label, **keywords: registered.append((label, keywords)))
     exec(compile(code, str(README), "exec"), {"__name__": "overwrite"})
     return registered
 
 
 def test_the_readmes_own_policy_passes_check_policy_and_registers_itself(monkeypatch, capsys):
-    (method,) = _run_own_policy(_readme_examples()[1], monkeypatch)
+    method, policy = _run_own_policy(_readme_examples()[2], monkeypatch)
     assert (method.name, method.buffer.__name__, method.strategy.__name__) == (
         "Overwrite", "OverwriteBuffer", "Overwrite")
+    assert policy == ("Overwrite", {"method": "Overwrite"})
     assert capsys.readouterr().out == "Overwrite keeps every invariant of check_policy\n"
 
 
 def test_check_policy_fails_the_readmes_policy_once_broken(monkeypatch):
     # What the README says check_policy does: the same file with a policy that leaves
     # holes (every other free slot) fails, naming the invariant it breaks
-    code = _readme_examples()[1].replace("torch.arange(self.size, self.max_size)",
+    code = _readme_examples()[2].replace("torch.arange(self.size, self.max_size)",
                                          "torch.arange(self.size, 2 * self.max_size, 2)")
-    assert code != _readme_examples()[1]
+    assert code != _readme_examples()[2]
     with pytest.raises(AssertionError, match="^slots: "):
         _run_own_policy(code, monkeypatch)
 

@@ -13,6 +13,7 @@ import pytest
 from helpers.cli import cli, toy_npz
 
 from avalanche_gss import methods
+from avalanche_gss.reproduce.experiments import policies
 from avalanche_gss.testing import check_policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stride_policy.py"
@@ -39,6 +40,7 @@ def stride_module():
     finally:
         del sys.modules[spec.name]
         methods._USER.pop("Stride", None)
+        policies.POLICIES.pop("Stride", None)
         if "Stride" in methods.REGISTRY:
             methods.REGISTRY.remove("Stride")
 

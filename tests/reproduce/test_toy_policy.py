@@ -1,12 +1,13 @@
-"""A buffer policy with options is one file: the user guide's ``stride.py``, written outside the
-repository, loaded with ``--import`` and run by name with both of its options from the
-command line, which reach its buffer (its ``report()`` says so in the run's extras)."""
+"""A buffer policy with options is one file: the user guide's ``stride.py`` (the shipped
+``examples/stride_policy.py``), written outside the repository, loaded with ``--import`` and
+run by name with both of its options from the command line, which reach its buffer (its
+``report()`` says so in the run's extras)."""
 
 import json
 
 import pytest
 from helpers.cli import cli, toy_npz
-from helpers.docs import guide_page, rst_code_blocks, rst_section
+from helpers.docs import REPO, guide_page, rst_code_blocks, rst_section
 from helpers.policy import write_policy
 
 
@@ -17,6 +18,12 @@ def _stride_file() -> str:
     return block
 
 
+@pytest.mark.reads_source
+def test_the_guides_stride_py_is_the_shipped_example():
+    # The page shows the file that ships, whole: the two cannot drift apart
+    assert _stride_file() == (REPO / "examples" / "stride_policy.py").read_text()
+
+
 @pytest.mark.slow
 def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     (tmp_path / "stride.py").write_text(_stride_file())
@@ -24,7 +31,7 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     # name has a space, and a policy of the library's own
     write_policy(tmp_path, "newest_rows", name="Newest rows")
     data = toy_npz(tmp_path / "toy.npz")
-    label = "Stride:every=3,start=5"
+    label = "Stride:stride=3,offset=5"
     res = cli("which-buffer", "--quick", "--data", data, "--import", "stride.py",
               "--import", "newest_rows", "--policies", label, "Newest rows", "Reservoir",
               "--streams", "disjoint", "--seeds", 0, "--buffer-sizes", 100, "--out", "out",
@@ -33,8 +40,8 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
     rows = json.loads((tmp_path / "out" / "which_buffer.json").read_text())["rows"]
     assert [r["policy"] for r in rows] == [label, "Newest rows", "Reservoir"]
     extras = rows[0]["extras"][0]
-    assert (extras["every"], extras["start"]) == (3, 5)  # both options reached the buffer
-    # and acted: samples 5, 8, 11, ... of the stream kept, the last 100 of them
+    assert (extras["stride"], extras["offset"]) == (3, 5)  # both options reached the buffer
+    # and acted: samples 5, 8, 11, ... of the stream kept (82 of them: all fit)
     from avalanche_gss.reproduce.experiments.policies import QUICK
 
     per_task = QUICK["samples_per_task"]  # --quick's tasks, 5 of them
@@ -57,12 +64,12 @@ def test_a_policy_file_with_two_options_runs_by_name_with_both(tmp_path):
 def test_an_option_the_buffer_lacks_is_refused_in_one_line_naming_the_allowed(tmp_path):
     (tmp_path / "stride.py").write_text(_stride_file())
     res = cli("which-buffer", "--import", "stride.py", "--policies",
-              "Stride:every=3,stop=5", "--streams", "disjoint", "--out", "out",
+              "Stride:stride=3,stop=5", "--streams", "disjoint", "--out", "out",
               cwd=tmp_path, warm=True)
     assert res.returncode != 0
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
-    assert "Stride has no option 'stop'; its options: every, start" in lines[0]
+    assert "Stride has no option 'stop'; its options: stride, offset" in lines[0]
     assert not (tmp_path / "out").exists()
 
 
