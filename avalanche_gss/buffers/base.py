@@ -239,8 +239,18 @@ class OnlineBuffer(SlotBuffer):
         raise NotImplementedError
 
     def _admit(self, rows: Rows, model: nn.Module | None) -> Tensor:
-        """Place a validated batch: the policy decides, the store checks and writes."""
+        """Place a validated batch: the policy decides, the store checks and writes.
+
+        :raises RuntimeError: the policy answered another number of slots (or of scores)
+            than the batch has samples, or broke the store's invariants
+            (:meth:`~avalanche_gss.buffers.columns.SlotStore.check_slots`).
+        """
         slots, scores = self._assign(rows, model)
+        b = len(rows)
+        for what, answer in (("slots", slots), ("scores", scores)):
+            if answer is not None and tuple(answer.shape) != (b,):  # shapes: no device read
+                raise RuntimeError(f"{type(self).__name__}._assign answered {what} of shape "
+                                   f"{tuple(answer.shape)} for {b} samples (one per sample)")
         self.last_scores = scores
         slots = slots.cpu()
         keep, target, new_size = self.store.check_slots(slots)  # the slot map's invariants
