@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: reproduce test quality bench mutation clean py310-check wheel wheel-check docs \
-	slurm-up slurm-down
+	slurm-up slurm-down data
 
 # Where .venv's torch and torchvision come from. Empty (the default): PyPI, with the package,
 # and PyPI's Linux torch is a CUDA build of several GB. On a machine without a GPU, give
@@ -23,6 +23,14 @@ $(STAMP): pyproject.toml
 
 reproduce: $(STAMP)
 	$(PY) -m reproduce table1 --quick --out results/quick
+
+# The real MNIST and CIFAR-10, checked against their published hashes, where --data mnist
+# and --data cifar10 read them: $$AVALANCHE_GSS_DATA or ./data (ignored by git), or
+# DATA=DIR. torchvision's servers first, then npm's registry (npm pack: the tarball alone).
+# A second run checks what is there (a few seconds) and downloads nothing.
+DATA ?=
+data: $(STAMP)
+	$(PY) -m avalanche_gss.reproduce data fetch mnist cifar10 $(if $(DATA),--root $(DATA))
 
 # pytest-xdist: one test process per CPU (the suite is mostly single-threaded work); work
 # stealing keeps both busy to the end (the long CLI tests otherwise leave one idle).

