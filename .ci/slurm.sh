@@ -4,7 +4,7 @@
 #
 #   .ci/slurm.sh up      install what is missing (Debian/Ubuntu: slurm-wlm, slurmdbd, munge,
 #                        mariadb-server), write the configuration, start munged, MariaDB,
-#                        slurmdbd, slurmctld and slurmd, and wait for an idle node
+#                        slurmdbd, slurmctld and slurmd, and wait for a node that takes jobs
 #   .ci/slurm.sh down    stop the daemons that `up` started (by the PIDs it recorded), and
 #                        only those
 #   .ci/slurm.sh status  what runs, by PID, and what sinfo says
@@ -189,8 +189,16 @@ up() {
     alive slurmctld >/dev/null || start_detached slurmctld "$STATE/slurmctld.pid" \
         /usr/sbin/slurmctld -D
     alive slurmd >/dev/null || start_detached slurmd "$STATE/slurmd.pid" /usr/sbin/slurmd -D
-    wait_for "an idle node" 60 bash -c 'sinfo -h -o %T | grep -qx idle'
+    wait_node
     say "up in $((SECONDS - start)) s: $(sinfo -h -o '%N %T %c CPUs %m MB')"
+}
+
+# Wait for a node that takes jobs: idle, or busy with jobs already (mixed, allocated,
+# completing: `up` while a sweep runs); a node down, drained or not responding (its state
+# marked `*`) does not count.
+wait_node() {
+    wait_for "a node that takes jobs (idle, or busy: mixed, allocated)" 60 \
+        bash -c 'sinfo -h -o %T | grep -qxE "idle|mixed|allocated|completing"'
 }
 
 down() {
@@ -218,6 +226,9 @@ status() {
     done
     sinfo 2>&1 || true
 }
+
+# Sourced (by a test), it only defines the functions above.
+[[ ${BASH_SOURCE[0]} != "$0" ]] && return 0
 
 case ${1:-} in
     up) up ;;

@@ -7,6 +7,7 @@ once. The names below mirror the library's registries (a test checks that they a
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import re
@@ -162,6 +163,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; give one > 0") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not allowed; give a finite number > 0")
+    return value
+
+
+def _memory_gb(text: str) -> float:
+    """A ``--mem`` value: GB, at least 1 MB (SLURM reads ``--mem=0`` as the whole node)."""
+    value = _positive_float(text)
+    if value * 1024 < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} GB is less than 1 MB; give at least "
+                                         "0.001 (SLURM would read it as --mem=0: the whole "
+                                         "node's memory)")
     return value
 
 
@@ -372,7 +383,7 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--time", type=_count(MAX_TIME_MIN), default=None, metavar="MIN",
                        dest="time_min",
                        help="each job's time limit in minutes (default: the partition's)")
-    group.add_argument("--mem", type=_positive_float, default=None, metavar="GB",
+    group.add_argument("--mem", type=_memory_gb, default=None, metavar="GB",
                        dest="mem_gb", help="each job's memory in GB (default: the cluster's)")
     group.add_argument("--cpus-per-job", type=_procs, default=None, metavar="C",
                        help="each job's CPUs (default: --threads); a job trains C / --threads "
@@ -394,6 +405,11 @@ def _check_cluster_options(parser: argparse.ArgumentParser, args: argparse.Names
     if args.cluster not in (None, "slurm", "local", "debug"):
         parser.error(f"argument --cluster: unknown cluster {args.cluster!r}; choose slurm, "
                      "local or debug")
+    try:
+        importlib.import_module("submitit")
+    except ImportError as err:
+        parser.error(f"argument --launcher submitit: submitit cannot be imported ({err}); "
+                     "install it with pip install 'avalanche-gss[cluster]'")
 
 
 def _policy(text: str) -> str:

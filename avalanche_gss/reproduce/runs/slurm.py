@@ -38,8 +38,9 @@ from typing import Protocol
 from avalanche_gss._atomic import atomic_write
 from avalanche_gss.reproduce.runs.cache import ResultCache
 
-__all__ = ["JOB_OPTIONS", "ClusterOptions", "JobLost", "RunOutcome", "SchedulerUnavailable",
-           "check_scheduler", "run_group", "run_on_cluster", "runs_at_once", "share_out"]
+__all__ = ["JOB_OPTIONS", "ClusterOptions", "JobLost", "JobsDoNotFit", "RunOutcome",
+           "SchedulerUnavailable", "check_capacity", "check_scheduler", "node_capacity",
+           "run_group", "run_on_cluster", "runs_at_once", "share_out"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,14 @@ UNLIMITED_MIN = 7 * 24 * 60
 
 class SchedulerUnavailable(RuntimeError):
     """SLURM does not answer (its commands are missing, or the controller is down)."""
+
+
+class JobsDoNotFit(SchedulerUnavailable):
+    """The cluster has no node that can run a job as asked (its CPUs or its memory).
+
+    Such a job would wait in the queue forever: the sweep is refused before it submits
+    any (one line, as :class:`SchedulerUnavailable`).
+    """
 
 
 class JobLost(RuntimeError):
@@ -130,6 +139,11 @@ class ClusterOptions:
     mem_gb: float | None = None
     cpus_per_job: int | None = None
     gpus_per_job: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mem_gb is not None and not self.mem_gb * 1024 >= 1:
+            raise ValueError(f"mem_gb must be at least 1 MB (1/1024 GB), got {self.mem_gb!r}: "
+                             "SLURM reads --mem=0 as the whole node's memory")
 
     def submitit_params(self) -> dict[str, int | float | str]:
         """The options as ``AutoExecutor.update_parameters`` takes them (those given)."""
@@ -272,6 +286,62 @@ def check_scheduler() -> None:
                                    "machine: make slurm-up) or run without --cluster slurm")
 
 
+def node_capacity(partition: str | None) -> tuple[int, int] | None:
+    """The most CPUs and the most memory (MB) one node of a partition has.
+
+    Read from ``sinfo -N`` (one line per node; the default partition for ``None``).
+
+    :param partition: the partition's name.
+    :return: ``(cpus, memory_mb)``, each the largest of the partition's nodes; ``None``
+        where sinfo lists no node of it (an unknown partition is refused when its time
+        limit is read: :func:`partition_minutes`).
+    """
+    command = ["sinfo", "-h", "-N", "-o", "%P %c %m"] + ([] if partition is None
+                                                         else ["-p", partition])
+    done = subprocess.run(command, capture_output=True, text=True,
+                          timeout=SCHEDULER_TIMEOUT_S, check=False)
+    nodes = []
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if len(words) != 3 or (partition is None and not words[0].endswith("*")):
+            continue
+        cpus, memory = (word.rstrip("+") for word in words[1:])
+        if cpus.isdigit() and memory.isdigit():
+            nodes.append((int(cpus), int(memory)))
+    if not nodes:
+        return None
+    return max(c for c, _ in nodes), max(m for _, m in nodes)
+
+
+def check_capacity(options: ClusterOptions) -> None:
+    """Refuse, in one line, jobs that no node of the partition can run.
+
+    A job asking more CPUs (``--cpus-per-job``) or more memory (``--mem``) than the
+    partition's largest node would wait in the queue forever, the sweep with it.
+
+    :param options: the cluster options (``cpus_per_job``, ``threads``, ``mem_gb``,
+        ``partition``).
+    :raises JobsDoNotFit: naming the option, its value and the most a node has.
+    """
+    capacity = node_capacity(options.partition)
+    if capacity is None:
+        return
+    cpus, memory_mb = capacity
+    where = (f"partition {options.partition!r}" if options.partition is not None
+             else "the default partition")
+    asked = options.cpus_per_job or options.threads or 1
+    if asked > cpus:
+        flag = "--cpus-per-job" if options.cpus_per_job else "--threads"
+        raise JobsDoNotFit(f"argument {flag}: {asked} CPUs per job, but the largest node of "
+                           f"{where} has {cpus}; give at most {cpus} (such a job would wait "
+                           "in the queue forever)")
+    if options.mem_gb is not None and options.mem_gb * 1024 > memory_mb:
+        raise JobsDoNotFit(f"argument --mem: {options.mem_gb:g} GB per job, but the largest "
+                           f"node of {where} has {memory_mb / 1024:g} GB ({memory_mb} MB); "
+                           f"give at most {memory_mb / 1024:g} (such a job would wait in the "
+                           "queue forever)")
+
+
 def partition_minutes(partition: str | None) -> int:
     """The time limit of a partition (the default one for ``None``), in minutes.
 
@@ -336,6 +406,8 @@ def run_on_cluster(todo: Mapping[str, Config], run: RunOne, cache_dir: Path,
     if "timeout_min" not in params:
         params["timeout_min"] = (partition_minutes(options.partition)
                                  if executor.cluster == "slurm" else UNLIMITED_MIN)
+    if executor.cluster == "slurm":
+        check_capacity(options)
     executor.update_parameters(**params)
     slurm = executor.cluster == "slurm"
     adopted, ledgers = _adopt(todo, executor.folder) if slurm else ([], [])
