@@ -1,7 +1,11 @@
-"""Crash-safe file writes: a killed writer leaves the old file (or none) and a temp file."""
+"""Crash-safe file writes: a killed writer leaves the old file (or none) and a temp file.
+
+A path that is a symbolic link is refused, never written through.
+"""
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import tempfile
@@ -49,14 +53,23 @@ def remove_stale_temporaries(folder: str | os.PathLike[str], prefix: str, suffix
     return removed
 
 
-def resolve_target(path: str | os.PathLike[str]) -> Path:
-    """The file that writing ``path`` must replace: ``path``, or where its links lead.
+def refuse_link(path: str | os.PathLike[str]) -> None:
+    """Refuse to write ``path`` if it is a symbolic link (a dangling one included).
 
-    A symbolic link (or a chain of them, or a link in a parent folder) is followed, so
-    that :func:`atomic_write` replaces the file the link points to, in that file's folder,
-    and the link keeps pointing there; a dangling link gives its target's path.
+    Writing through a link would replace a file elsewhere (in a shared folder, any file
+    the user can write); replacing the link itself would silently drop what it pointed
+    to. Only the final component is checked: the folder one was given may be a link.
+
+    :param path: the file about to be written.
+    :raises OSError: ``path`` is a symbolic link (``errno`` ``ELOOP``): one line naming
+        it and where it leads.
     """
-    return Path(os.path.realpath(path))
+    try:
+        target = os.readlink(path)
+    except OSError:  # not a link (or nothing there): os.replace will put a file there
+        return
+    raise OSError(errno.ELOOP, f"refusing to write {os.fspath(path)}: it is a symbolic link "
+                  f"(to {target}); remove the link, or write elsewhere")
 
 
 def _named(err: OSError, shown: str) -> OSError:
@@ -71,22 +84,24 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
                  prefix: str, suffix: str, sync_dir: bool = False) -> None:
     """Write ``path`` through a temporary file in its folder, fsynced, then ``os.replace``.
 
-    A ``path`` that is a symbolic link is written through (:func:`resolve_target`): the
-    file it points to is replaced atomically, in that file's folder, and the link stays.
+    A ``path`` that is a symbolic link is refused (:func:`refuse_link`): nothing is
+    written through it, and it is not replaced either. (Should a link appear there
+    between that check and the rename, ``os.replace`` replaces the link itself, never
+    the file it leads to.)
 
     :param path: the file to (re)write.
     :param write: writes the content to the open binary file it is given.
     :param prefix: the temporary file's name prefix (leftovers of killed writes carry it).
     :param suffix: the temporary file's name suffix.
     :param sync_dir: also fsync the folder, so that the rename itself survives a crash.
-    :raises OSError: the file could not be written (a full disk, no permission): one line
-        naming ``path`` (and the file it links to), with the system's ``errno``; the
-        previous file is left as it was and the temporary file is removed.
+    :raises OSError: ``path`` is a symbolic link, or the file could not be written (a
+        full disk, no permission): one line naming ``path``, with the system's ``errno``
+        (``ELOOP`` for a link); the previous file is left as it was and the temporary
+        file is removed.
     """
-    target = resolve_target(path)
+    refuse_link(path)
+    target = Path(path)
     shown = os.fspath(path)
-    if shown != os.fspath(target):
-        shown = f"{shown} (-> {target})"
     try:
         fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
     except OSError as err:
@@ -116,3 +131,22 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
         pass
     finally:
         os.close(dir_fd)
+
+
+def replace_file(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object], *,
+                 sync_dir: bool = False) -> None:
+    """(Re)write an output file atomically through a hidden ``.<name>.*.tmp`` beside it.
+
+    Leftovers of killed writes of the same file (an hour old, so that no other process is
+    still writing them) are removed first; then :func:`atomic_write`: a failed write (a
+    full disk) leaves the previous file whole, and a symbolic link is refused.
+
+    :param path: the file to (re)write.
+    :param write: writes the content to the open binary file it is given.
+    :param sync_dir: also fsync the folder (see :func:`atomic_write`).
+    :raises OSError: ``path`` is a symbolic link, or cannot be written: one line naming it.
+    """
+    target = Path(path)
+    prefix = f".{target.name}."
+    remove_stale_temporaries(target.parent, prefix, ".tmp")
+    atomic_write(target, write, prefix=prefix, suffix=".tmp", sync_dir=sync_dir)

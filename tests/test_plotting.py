@@ -4,12 +4,16 @@ The module draws on matplotlib's Agg canvas itself (no pyplot, no display), what
 configured backend; the tests check that too.
 """
 
+import errno
+import os
+
 import pytest
 from helpers import PNG_MAGIC
 from matplotlib import _pylab_helpers
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
 
 from avalanche_gss.reproduce.reports import plotting
 from avalanche_gss.reproduce.reports.plotting import (
@@ -147,3 +151,47 @@ def test_series_check_lengths_and_styles():
         Series("x", [1, 2], [1, 2], err=[1])
     with pytest.raises(ValueError, match="unknown style 'bars'"):
         Series("x", [1], [1], style="bars")
+
+
+def _draw_curves(path):
+    return plot_curves([Series("GSS-Greedy", [100, 200], [90, 60])], path, title="t")
+
+
+def test_a_figure_that_fails_mid_write_leaves_the_old_one_whole(tmp_path, monkeypatch):
+    # Given a figure already drawn
+    path = tmp_path / "which_buffer.png"
+    _draw_curves(path)
+    before = path.read_bytes()
+
+    # When the disk fills up while it is drawn again (savefig writes part, then fails)
+    def full(self, fname, **kwargs):
+        if isinstance(fname, str | os.PathLike):  # a path: savefig opens it, truncating it
+            with open(fname, "wb") as file:
+                file.write(PNG_MAGIC + b"partial")
+        else:
+            fname.write(PNG_MAGIC + b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    with pytest.raises(OSError) as info:
+        _draw_curves(path)
+    # Then the error is one line naming the figure, the old figure is whole, nothing is left
+    assert info.value.errno == errno.ENOSPC
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["which_buffer.png"]
+
+
+def test_a_figure_path_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path):
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("someone's file")
+    link = tmp_path / "curves.png"
+    link.symlink_to(target)
+    dangling = tmp_path / "other.png"
+    dangling.symlink_to(tmp_path / "created.txt")
+    for path in (link, dangling):
+        with pytest.raises(OSError, match=f"refusing to write {path}: it is a symbolic link"):
+            _draw_curves(path)
+    assert target.read_text() == "someone's file"
+    assert not (tmp_path / "created.txt").exists()
+    assert link.is_symlink() and dangling.is_symlink()

@@ -1,6 +1,7 @@
 """Reports of python -m reproduce: rows from runs, and the JSON, CSV and Markdown they become."""
 
 import csv
+import errno
 import json
 import math
 import os
@@ -193,12 +194,19 @@ def test_leftover_temporaries_of_the_outputs_are_removed_when_old(tmp_path):
         "table1.json", "table1.csv", "table1.md", fresh.name, other.name}
 
 
-def test_a_linked_output_is_cleaned_where_it_is_written(tmp_path):
+def test_a_linked_output_is_refused_and_what_it_leads_to_untouched(tmp_path):
+    # Given an output path that is a link to a file elsewhere, and one that is dangling
     (tmp_path / "real").mkdir()
-    (tmp_path / "out.md").symlink_to(tmp_path / "real" / "report.md")
-    left = tmp_path / "real" / ".report.md.k1l2m3.tmp"  # beside the file the link leads to
-    left.write_text("partial")
-    os.utime(left, (time.time() - 3600, time.time() - 3600))
-    write_text(str(tmp_path / "out.md"), "# new\n")
-    assert (tmp_path / "real" / "report.md").read_text() == "# new\n"
+    target = tmp_path / "real" / "report.md"
+    target.write_text("# someone's file\n")
+    (tmp_path / "out.md").symlink_to(target)
+    (tmp_path / "new.md").symlink_to(tmp_path / "real" / "created.md")
+    for name in ("out.md", "new.md"):
+        # When the report is written there, Then the write is refused in one line
+        with pytest.raises(OSError, match=rf"^\[Errno {errno.ELOOP}\] refusing to write "
+                                          rf"{tmp_path / name}: it is a symbolic link \(to "):
+            write_text(str(tmp_path / name), "# new\n")
+    # And nothing was written through either link; no temporary file is left anywhere
+    assert target.read_text() == "# someone's file\n"
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["report.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.md", "out.md", "real"]

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from avalanche_gss._atomic import atomic_write, remove_stale_temporaries, resolve_target
+from avalanche_gss._atomic import replace_file
+from avalanche_gss._files import FileRefused, read_regular
 from avalanche_gss.checkpoint._text import short, short_error
 from avalanche_gss.checkpoint.config import MODEL_RECORD, first_difference, strategy_config
 from avalanche_gss.checkpoint.model import grow_model
@@ -31,6 +32,10 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded into this strategy: damaged, or of another run."""
 
 
+MAX_CHECKPOINT_BYTES = 16 * 2**30
+"""The largest checkpoint file :func:`read_state` reads (16 GiB): a larger one (a sparse
+file, another file at the checkpoint's path) is refused before a byte of it is read."""
+
 _MAGIC = b"avalanche-gss checkpoint\n"
 """The first line of every checkpoint file; the second is the payload's SHA-256 (hex)."""
 
@@ -47,29 +52,26 @@ def save_state(strategy: SupervisedTemplate, path: str | os.PathLike[str], *,
     The state is :func:`strategy_state_dict`'s, the configuration
     :func:`strategy_config`'s. The file is written under a temporary name in the same
     folder, flushed to disk and renamed over ``path``: at every moment ``path`` is either
-    the previous checkpoint or the new one. A ``path`` that is a symbolic link keeps
-    pointing where it pointed: the file it leads to is replaced, in that file's folder.
+    the previous checkpoint or the new one. A ``path`` that is a symbolic link is
+    refused: nothing is written through it.
 
     :param strategy: the strategy, between ``train`` calls.
     :param path: checkpoint file (its folder is created if needed).
     :param experiences: how many experiences of the stream the strategy has learnt.
     :param stream_length: the stream's length, if known (part of the configuration).
     :param identity: more values identifying the run (see :func:`strategy_config`).
-    :raises OSError: the file cannot be written (a full disk, no permission): one line
-        naming it; the previous checkpoint is left whole.
+    :raises OSError: ``path`` is a symbolic link, or the file cannot be written (a full
+        disk, no permission): one line naming it; the previous checkpoint is left whole.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    target = resolve_target(path)
-    remove_stale_temporaries(target.parent, f".{target.name}.", ".tmp")
     state = {**strategy_state_dict(strategy), "experiences": int(experiences),
              "config": strategy_config(strategy, stream_length=stream_length,
                                        identity=identity)}
     buffer = io.BytesIO()
     torch.save(state, buffer)
     data = _pack(buffer.getvalue())
-    atomic_write(path, lambda file: file.write(data), prefix=f".{target.name}.", suffix=".tmp",
-                 sync_dir=True)
+    replace_file(path, lambda file: file.write(data), sync_dir=True)
 
 
 def read_state(source: str | os.PathLike[str] | bytes, *, name: str | None = None
@@ -89,15 +91,20 @@ def read_state(source: str | os.PathLike[str] | bytes, *, name: str | None = Non
     :return: the state, bit for bit what was saved.
     :raises FileNotFoundError: no such file.
     :raises CheckpointError: not a checkpoint of this format, or damaged or altered since
-        it was saved; the message names the file.
+        it was saved, or, before a byte is read, a symbolic link, not a regular file (a
+        FIFO, a folder) or larger than :data:`MAX_CHECKPOINT_BYTES`; the message names
+        the file.
     """
     if isinstance(source, bytes):
         label, data = name or "checkpoint", source
     else:
         label = name or os.fspath(source)
-        if not Path(source).exists():
-            raise FileNotFoundError(f"no such checkpoint: {label}")
-        data = Path(source).read_bytes()
+        try:
+            data = read_regular(source, limit=MAX_CHECKPOINT_BYTES, what="checkpoint")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such checkpoint: {label}") from None
+        except FileRefused as err:
+            raise CheckpointError(f"{label}: {err.reason}") from None
     if not data.startswith(_MAGIC):
         raise CheckpointError(f"{label}: not a checkpoint of format {FORMAT_VERSION} written "
                               "by save_state (no header; an older format or another file)")

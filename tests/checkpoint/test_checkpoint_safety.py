@@ -2,8 +2,9 @@
 damaged one, is refused with one line naming the file; every single-byte flip is caught.
 A file whose checksum was recomputed after its content was crafted (anyone can) allocates
 nothing its sizes fake, yields a short message, and leaves the strategy as it was when it
-is refused late. Writing one follows symbolic links and names the file when the disk is
-full or access is denied."""
+is refused late. A path that is a symbolic link is refused, written or read; a file read
+is checked to be a regular one of bounded size first. Writing one names the file when the
+disk is full or access is denied."""
 
 import copy
 import errno
@@ -17,6 +18,7 @@ import pytest
 import torch
 from avalanche.models import SimpleMLP
 from helpers import Tiny
+from helpers.fifo import fifo
 
 from avalanche_gss.checkpoint import (
     CheckpointError,
@@ -171,23 +173,49 @@ def test_every_single_byte_flip_of_a_checkpoint_is_refused_or_harmless(tmp_path)
     assert refused + identical == len(data) and refused > 0
 
 
-def test_a_checkpoint_path_that_is_a_symlink_keeps_pointing_where_it_pointed(tmp_path):
-    # Given a checkpoint path that is a link to a file in another folder
+def test_a_checkpoint_path_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path):
+    # Given a checkpoint path that is a link to a file in another folder, and a dangling one
     (tmp_path / "store").mkdir()
     target = tmp_path / "store" / "real.ckpt"
+    target.write_bytes(b"someone's file")
     link = tmp_path / "run.ckpt"
-    link.symlink_to(target)  # dangling until the first save
+    link.symlink_to(target)
+    dangling = tmp_path / "new.ckpt"
+    dangling.symlink_to(tmp_path / "store" / "created.ckpt")
     strategy = make()
-    for done in (2, 4):
-        # When the run saves through the link
-        strategy.train(stream()[done - 2 : done])
-        save_state(strategy, link, experiences=done)
-        # Then the link is still a link to that file, which holds the new state
-        assert link.is_symlink() and os.readlink(link) == str(target)
-        assert read_state(target)["experiences"] == done
-    # And no temporary file is left in either folder; loading through the link works
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["real.ckpt", "run.ckpt", "store"]
-    assert load_state(make(), link) == 4
+    strategy.train(stream()[:2])
+    for path in (link, dangling):
+        # When the run saves there, Then the save is refused in one line naming the link
+        with pytest.raises(OSError, match=f"refusing to write {path}: it is a symbolic link"):
+            save_state(strategy, path, experiences=2)
+        # And reading through it is refused too, in one line
+        with pytest.raises(CheckpointError, match=f"^{path}: is a symbolic link"):
+            read_state(path)
+    # And nothing was written through either link, no temporary file is left
+    assert target.read_bytes() == b"someone's file"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [
+        "new.ckpt", "real.ckpt", "run.ckpt", "store"]
+
+
+def test_a_huge_sparse_file_at_the_checkpoint_path_is_refused_before_it_is_read(tmp_path):
+    # Given a 40 GiB file (sparse: it takes no disk) where the checkpoint should be
+    path = tmp_path / "run.ckpt"
+    path.touch()
+    os.truncate(path, 40 * 2**30)
+    # When it is read or loaded, Then one line names it and its size, nothing is read
+    for call in (lambda: read_state(path), lambda: load_state(make(), path)):
+        with pytest.raises(CheckpointError) as info:
+            call()
+        message = str(info.value)
+        assert message.startswith(f"{path}: holds 40.0 GiB") and "\n" not in message
+
+
+def test_a_fifo_at_the_checkpoint_path_is_refused_without_blocking(tmp_path):
+    # Given a FIFO (no writer will ever come) where the checkpoint should be
+    with fifo(tmp_path / "run.ckpt") as path:
+        # When it is read, Then the open does not block, and one line says what it is
+        with pytest.raises(CheckpointError, match=f"^{path}: is a FIFO .*not a regular file$"):
+            read_state(path)
 
 
 @pytest.mark.parametrize("failing, code", [("fsync", errno.ENOSPC), ("replace", errno.EACCES),

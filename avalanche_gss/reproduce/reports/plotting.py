@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from avalanche_gss._atomic import replace_file
 from avalanche_gss.solid_angle import SurrogateStudy
 
 __all__ = ["Interval", "Panel", "Series", "plot_curves", "plot_intervals", "plot_panels",
@@ -81,12 +82,21 @@ class Panel:
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> str:
+    """Save ``fig`` to ``path`` through a temporary file beside it, then ``os.replace``.
+
+    A write that fails (a full disk) leaves the previous figure whole; a ``path`` that is
+    a symbolic link is refused (:func:`~avalanche_gss._atomic.replace_file`).
+
+    :raises OSError: the figure cannot be written, in one line naming ``path``.
+    """
     path = os.fspath(path)
     folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, exist_ok=True)
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=150, bbox_inches="tight")
+    kind = os.path.splitext(path)[1][1:].lower() or None  # the format savefig would infer
+    replace_file(path, lambda file: fig.savefig(file, format=kind, dpi=150,
+                                                bbox_inches="tight"))
     return path
 
 

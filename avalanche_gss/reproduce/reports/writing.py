@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
-from avalanche_gss._atomic import atomic_write, remove_stale_temporaries, resolve_target
+from avalanche_gss._atomic import replace_file
 from avalanche_gss.provenance import provenance, provenance_line
 from avalanche_gss.reproduce.reports.rows import (
     DIVERGED_SHARE,
@@ -323,17 +323,15 @@ def table_markdown(report: ReportView, columns: list[tuple[str, Any]], row_key: 
 def write_text(path: str, text: str) -> None:
     """Write ``path`` atomically (a killed writer leaves the old file and no partial one).
 
-    The write goes through a hidden ``.<name>.*.tmp`` file beside the file (beside the
-    file a link leads to); such files that a killed write left, and that are an hour old
-    (so that no other process is still writing them), are removed first.
+    The write goes through a hidden ``.<name>.*.tmp`` file beside the file; such files
+    that a killed write left, and that are an hour old (so that no other process is still
+    writing them), are removed first. A ``path`` that is a symbolic link is refused.
 
     :param path: the file to (re)write.
     :param text: its content.
+    :raises OSError: ``path`` is a symbolic link, or cannot be written: one line naming it.
     """
-    target = resolve_target(path)
-    prefix = f".{target.name}."
-    remove_stale_temporaries(target.parent, prefix, ".tmp")
-    atomic_write(path, lambda f: f.write(text.encode()), prefix=prefix, suffix=".tmp")
+    replace_file(path, lambda f: f.write(text.encode()))
 
 
 def output_paths(out: str, stem: str, *extensions: str) -> dict[str, str]:
