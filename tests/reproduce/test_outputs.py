@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import cli
+from helpers.fifo import fifo
 
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.reports.writing import (
@@ -362,3 +363,15 @@ def test_every_table_states_its_protocol_and_a_legend_and_only_notes_rows_it_has
     md = Path(paths["md"]).read_text()
     assert "5 tasks, 2,000 training samples in the sequence's own task and 200 in each" in md
     assert "Seqk: Table 4's imbalanced sequence k" in md and "Avg: the mean over" in md
+
+
+def test_a_report_replaced_by_a_fifo_or_a_link_is_not_read_back(tmp_path, capsys):
+    from avalanche_gss.reproduce.reports.outputs import show_outputs
+
+    (tmp_path / "secret").write_text("someone's file\n")
+    (tmp_path / "linked.md").symlink_to(tmp_path / "secret")
+    with fifo(tmp_path / "table1.md") as md:  # no writer comes: a plain open would block
+        for path, said in ((md, "is a FIFO"), (tmp_path / "linked.md", "is a symbolic link")):
+            with pytest.raises(OSError, match=f"^report {path} {said}"):
+                show_outputs({"md": str(path)})
+    assert "someone's file" not in capsys.readouterr().out

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import importable_module
 from helpers.cli import cli
+from helpers.fifo import fifo
 
 from avalanche_gss.reproduce.runs import slurm
 from avalanche_gss.reproduce.runs.slurm import (
@@ -331,3 +332,20 @@ def test_on_slurm_a_sweep_killed_then_started_again_trains_no_run_twice(
     assert any("of an earlier sweep still out" in m for m in messages) or any(
         "2 already done, 0 to run" in m for m in messages), messages
     assert not list((cache / "_submitit").glob("sweep-*.json"))  # all its jobs ended
+
+
+def test_a_ledger_that_is_no_file_of_a_sweeps_is_skipped_unread(tmp_path):
+    # Given a cluster folder where ledgers are looked for, holding a 40 GiB sparse file, a
+    # FIFO that no writer opens and a link to someone's file, each named as a ledger
+    folder = tmp_path / "_submitit"
+    folder.mkdir()
+    huge = folder / "sweep-1.json"
+    huge.touch()
+    os.truncate(huge, 40 * 2**30)
+    other = tmp_path / "other.json"
+    other.write_text('[["7", ["k"]]]')
+    (folder / "sweep-3.json").symlink_to(other)
+    with fifo(folder / "sweep-2.json"):
+        # When a sweep looks for jobs to adopt, Then none is adopted, none left to remove,
+        # and nothing was read whole (a MemoryError) nor blocked on
+        assert slurm._adopt({"k": {}}, folder) == ([], [])

@@ -113,3 +113,24 @@ def test_policies_on_other_pairs_make_no_recommendation_and_lose_no_output():
     assert report["recommendation_note"].startswith("no paired comparison is possible: policy")
     assert "No recommendation: no paired comparison is possible" in "\n".join(
         statistics_lines(report))
+
+
+def test_a_stored_report_that_is_huge_a_fifo_or_too_deep_is_one_line_naming_it(tmp_path):
+    import os
+
+    import pytest
+    from helpers.fifo import fifo
+
+    from avalanche_gss.reproduce.experiments.which_buffer_statistics import restate
+
+    huge = tmp_path / "huge.json"
+    huge.touch()
+    os.truncate(huge, 40 * 2**30)  # sparse: no disk taken, and never read
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    with fifo(tmp_path / "pipe.json") as pipe:  # no writer comes: a plain open would block
+        for path, said in ((huge, "holds 40.0 GiB"), (pipe, "is a FIFO"),
+                           (deep, "is not readable JSON (nested too deeply)")):
+            with pytest.raises((OSError, ValueError)) as info:
+                restate(path)
+            assert str(info.value).startswith(f"report {path} {said}"), info.value

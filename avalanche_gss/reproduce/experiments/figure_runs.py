@@ -27,8 +27,15 @@ from avalanche_gss.reproduce.experiments.protocols import (
 )
 from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.reports.rows import RowKeys
-from avalanche_gss.reproduce.runs.evaluation import run_curve
-from avalanche_gss.reproduce.runs.planning import CodeIdentity, DataSource, Job, job_base
+from avalanche_gss.reproduce.runs.evaluation import CurveResult, run_curve
+from avalanche_gss.reproduce.runs.planning import (
+    CodeIdentity,
+    DataSource,
+    Job,
+    check_run_record,
+    job_base,
+    register_result_check,
+)
 from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, VARIANTS, RunSettings
 from avalanche_gss.reproduce.runs.training import run as run_one
@@ -129,6 +136,45 @@ def figure_job(job: FigureJob | Mapping[str, Json]) -> JsonObject:
         return run_curve(settings, split, every_samples=job.every_samples,
                          label=job.label).to_dict()
     return run_one(settings, split, label=job.label).to_dict()
+
+
+def _check_figure_result(config: Mapping[str, Json], result: Mapping[str, Json]) -> None:
+    """Refuse a stored result of :func:`figure_job` that is not what it returns.
+
+    A ``curve`` job's: a :class:`~avalanche_gss.reproduce.runs.evaluation.CurveRecord`
+    whose ``result`` is a run's record and whose points are as many as its accuracies;
+    a ``final`` job's: a run's record (:func:`~.planning.check_run_record`).
+
+    :raises ValueError: the first thing missing or of another type, in one line.
+    """
+    if config.get("kind") != "curve":
+        check_run_record(config, result)
+        return
+    run = result.get("result")
+    if not isinstance(run, dict):
+        raise ValueError("'result' is " + ("missing" if "result" not in result
+                                           else "not an object"))
+    check_run_record(config, run)
+    for key in ("samples", "task_ends"):
+        value = result.get(key)
+        if not isinstance(value, list) or not all(type(v) is int for v in value):
+            raise ValueError(f"{key!r} is not a list of integers")
+    points = result.get("task_accuracy")
+    if not isinstance(points, list) or len(points) != len(cast(list[int], result["samples"])) \
+            or not all(isinstance(p, list) and all(_is_number(v) for v in p) for p in points):
+        raise ValueError("'task_accuracy' is not a list of numbers per point of 'samples'")
+    if not isinstance(result.get("schedule"), str):
+        raise ValueError("'schedule' is not a string")
+    if not _is_number(result.get("eval_seconds")):
+        raise ValueError("'eval_seconds' is not a number")
+    CurveResult.from_dict(result)  # its settings: TypeError or ValueError if not a run's
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+register_result_check(figure_job, _check_figure_result)
 
 
 def chosen_for(args: argparse.Namespace, spec: Mapping[str, object]) -> Choices:

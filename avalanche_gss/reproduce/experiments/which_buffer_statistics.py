@@ -26,9 +26,9 @@ import os
 import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
+from avalanche_gss._files import read_regular
 from avalanche_gss.reproduce.experiments.protocols import label_of
 from avalanche_gss.reproduce.experiments.which_buffer_records import (
     AblationRecord,
@@ -434,13 +434,27 @@ def statistics_lines(report: ReportRecord) -> list[str]:
     return lines
 
 
+REPORT_BYTES = 256 * 2**20
+"""The largest ``which_buffer.json`` :func:`restate` reads."""
+
+
 def restate(report_path: str | os.PathLike[str]) -> ReportRecord:
     """A ``which_buffer.json`` with its statistics computed again, as this version does.
 
     The runs stay what they were; only the comparisons, the ablations and the
     recommendation are recomputed (the file is not changed).
 
-    :param report_path: the report.
+    :param report_path: the report (read only if a regular file of at most
+        :data:`REPORT_BYTES`).
+    :raises OSError: no such file, or not a regular file, or larger: one line naming it.
+    :raises ValueError: not JSON, in one line naming it.
     """
-    report: ReportRecord = json.loads(Path(report_path).read_text())
+    data = read_regular(report_path, limit=REPORT_BYTES, what="report", follow_links=True)
+    try:
+        report: ReportRecord = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        why = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise ValueError(f"report {os.fspath(report_path)} is not readable JSON ({why})"
+                         ) from None
     return add_statistics(report)
+

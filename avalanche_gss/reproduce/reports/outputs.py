@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import cast
 
+from avalanche_gss._files import read_regular
 from avalanche_gss.reproduce.cli import PROG
 from avalanche_gss.reproduce.common import settings_from_dict
 from avalanche_gss.reproduce.json_types import Json, JsonObject
@@ -34,6 +35,10 @@ from avalanche_gss.reproduce.runs.training import run_label
 log = logging.getLogger("reproduce")
 
 
+SHOWN_BYTES = 64 * 2**20
+"""The largest Markdown report :func:`show_outputs` reads back to print it."""
+
+
 def show_outputs(paths: dict[str, str], diverged: Sequence[str] = (),
                  prog: str = PROG) -> int:
     """Print the Markdown report and one line naming the files written; flag divergence.
@@ -42,9 +47,10 @@ def show_outputs(paths: dict[str, str], diverged: Sequence[str] = (),
     :param diverged: a label for each run that diverged.
     :param prog: the program, as the user ran it.
     :return: the exit status: 3 if a run diverged, else 0.
+    :raises OSError: the Markdown file is no longer the regular file written (a link, a
+        FIFO put in its place), or is over :data:`SHOWN_BYTES`: one line naming it.
     """
-    with open(paths["md"]) as f:
-        print(f.read())
+    print(read_regular(paths["md"], limit=SHOWN_BYTES, what="report").decode())
     print("Wrote " + ", ".join(paths.values()))
     if diverged:
         print(f"{prog}: error: {len(diverged)} run(s) diverged (more than "

@@ -10,6 +10,7 @@ one's own).
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import inspect
@@ -19,15 +20,24 @@ import platform
 import sys
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
+from avalanche_gss._files import FileRefused, read_regular
 from avalanche_gss.reproduce.json_types import JsonObject
 
-__all__ = ["NAMING_KEYS", "ResultCache", "canonical_json", "config_key", "module_sha256",
-           "package_sha256", "result_config", "source_sha256"]
+__all__ = ["MAX_ENTRY_BYTES", "NAMING_KEYS", "ResultCheck", "ResultCache", "canonical_json",
+           "config_key", "module_sha256", "package_sha256", "result_config", "source_sha256"]
+
+MAX_ENTRY_BYTES = 256 * 2**20
+"""The largest cache entry :meth:`ResultCache.get` reads, and :meth:`ResultCache.put`
+writes (256 MiB): a larger file at an entry's path is not read, but recomputed."""
+
+ResultCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], object]
+"""``check(config, result)``: raises ``ValueError``, ``TypeError`` or ``KeyError`` when a
+stored ``result`` of the job ``config`` lacks what the caller reads from it."""
 
 
 def canonical_json(config: Mapping[str, Any]) -> str:
@@ -159,37 +169,67 @@ class ResultCache:
         """
         return self.dir / f"{config_key(config)}.json"
 
-    def get(self, config: Mapping[str, Any]) -> JsonObject | None:
+    def get(self, config: Mapping[str, Any], check: ResultCheck | None = None
+            ) -> JsonObject | None:
         """Return the job's stored result, or ``None`` if it has none (or an unreadable one).
 
+        What is at the entry's path is read only if it is a regular file (not a symbolic
+        link, a FIFO, a folder) of at most :data:`MAX_ENTRY_BYTES`; anything else, and an
+        entry that does not parse, holds another config, fails its checksum or ``check``,
+        is a warning naming the file, and ``None``: the job runs again.
+
         :param config: the job's config.
+        :param check: ``check(config, result)`` raises ``ValueError``, ``TypeError`` or
+            ``KeyError`` for a result that lacks what the caller reads from it (one of
+            another shape, written with a checksum that matches).
         """
         path = self.path(config)
         try:
-            record = json.loads(path.read_text())
+            data = read_regular(path, limit=MAX_ENTRY_BYTES, what="cache entry")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        except FileRefused as err:
+            warnings.warn(f"ignoring {path} (it will be recomputed): it {err.reason}",
+                          stacklevel=2)
+            return None
+        except OSError as err:
             warnings.warn(f"ignoring unreadable result {path} (it will be recomputed): {err}",
                           stacklevel=2)
             return None
+        try:
+            result, problem = self._entry(data, config, check)
+        except RecursionError:  # JSON nested deeper than Python's recursion limit
+            result, problem = None, "its JSON is nested too deeply to be a result entry"
+        if problem is not None:
+            warnings.warn(f"ignoring {path} (it will be recomputed): {problem}", stacklevel=2)
+        return result
+
+    @staticmethod
+    def _entry(data: bytes, config: Mapping[str, Any], check: ResultCheck | None
+               ) -> tuple[JsonObject | None, str | None]:
+        """The result an entry's bytes hold, or ``None`` and why they are not believed."""
+        try:
+            record = json.loads(data.decode("utf-8"))
+        except ValueError as err:  # UnicodeDecodeError is a ValueError
+            return None, f"unreadable result ({err})"
         if not isinstance(record, dict) or not {"config", "result"} <= set(record):
-            warnings.warn(f"ignoring {path} (it will be recomputed): not a result entry "
-                          "(needs config, result and checksum)", stacklevel=2)
-            return None
+            return None, "not a result entry (needs config, result and checksum)"
         if record["config"] != json.loads(canonical_json(result_config(config))):
-            warnings.warn(f"ignoring {path} (it will be recomputed): it holds another config",
-                          stacklevel=2)
-            return None
+            return None, "it holds another config"
         if record.get("checksum") != _checksum(record["config"], record["result"]):
-            warnings.warn(f"ignoring {path} (it will be recomputed): its checksum does not "
-                          "match its content (the file was altered)", stacklevel=2)
-            return None
-        if not isinstance(record["result"], dict):
-            warnings.warn(f"ignoring {path} (it will be recomputed): its result is not a dict",
-                          stacklevel=2)
-            return None
-        return record["result"]
+            return None, ("its checksum does not match its content (the file was altered)")
+        result = record["result"]
+        if not isinstance(result, dict):
+            return None, "its result is not a dict"
+        if check is not None:
+            try:
+                check(config, result)
+            except (KeyError, TypeError, ValueError) as err:
+                why = " ".join(str(err).split())[:300] or type(err).__name__
+                if isinstance(err, KeyError):
+                    why = f"no {why}"
+                return None, f"its result is not one this job returns ({why})"
+        return result, None
 
     def put(self, config: Mapping[str, Any], result: Mapping[str, Any], seconds: float) -> Path:
         """Store a finished job's result atomically; return its path.
@@ -198,7 +238,8 @@ class ResultCache:
         :param result: what the job returned (JSON-serialisable).
         :param seconds: the job's wall time.
         :raises OSError: the entry cannot be written (a full disk, a read-only or foreign
-            folder), naming the entry's file.
+            folder, a symbolic link at its path, more than :data:`MAX_ENTRY_BYTES`),
+            naming the entry's file; nothing is written through a link.
         """
         canonical = json.loads(canonical_json(result_config(config)))
         try:
@@ -219,6 +260,9 @@ class ResultCache:
         except TypeError as err:
             raise TypeError(f"the result of job {dict(config)} is not JSON-serialisable") from err
         path = self.path(config)
+        if len(text) > MAX_ENTRY_BYTES:  # get() would not read it back
+            raise OSError(errno.EFBIG, f"cannot write {path}: the result takes {len(text)} "
+                          f"bytes, more than the {MAX_ENTRY_BYTES} a cache entry may hold")
         try:
             atomic_write(path, lambda f: f.write(text.encode()), prefix=".tmp-", suffix=".json")
         except OSError as err:  # name the entry, unless the error already does

@@ -22,7 +22,13 @@ from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
 from avalanche_gss.reproduce.reports.event_logs import RESULT_KEY, ScalarRecorder
 from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
-from avalanche_gss.reproduce.runs.planning import CodeIdentity, DataSource, Job
+from avalanche_gss.reproduce.runs.planning import (
+    CodeIdentity,
+    DataSource,
+    Job,
+    check_run_record,
+    register_result_check,
+)
 from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult
@@ -281,3 +287,7 @@ def run_logged_job(config: Mapping[str, Json]) -> JsonObject:
     :return: the run's result, with its ``tensorboard`` scalars for a buffer method.
     """
     return run_job(config, logged=True)
+
+
+register_result_check(run_job, check_run_record)
+register_result_check(run_logged_job, check_run_record)

@@ -25,6 +25,7 @@ from avalanche_gss.reproduce.common import (
 )
 from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.reports.rows import RowKeys
+from avalanche_gss.reproduce.runs.cache import ResultCheck
 from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS, SchedulerUnavailable
 from avalanche_gss.reproduce.runs.sweep import run_sweep
 from avalanche_gss.reproduce.runs.training import (
@@ -241,6 +242,60 @@ def job_config(args: argparse.Namespace, experiment: str, data_name: str,
             "threads": args.threads, **fields}
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _numbers(value: object, depth: int = 1) -> bool:
+    """Whether ``value`` is a list of numbers (``depth`` 2: a list of such lists)."""
+    if not isinstance(value, list):
+        return False
+    if depth > 1:
+        return all(_numbers(v, depth - 1) for v in value)
+    return all(_is_number(v) for v in value)
+
+
+def check_run_record(config: Mapping[str, Json], result: Mapping[str, Json]) -> None:
+    """Refuse a stored result that is not a run's record (:class:`RunResult.to_dict`).
+
+    What :func:`run_result` and the reports read of it: ``task_accuracy`` (numbers),
+    ``avg`` and ``train_seconds`` (numbers), ``extras`` (an object, whose
+    ``skipped_steps``, if any, is a number) and ``settings`` (an object).
+
+    :param config: the job's config (unused: every run's record has this shape).
+    :param result: the stored result.
+    :raises ValueError: the first thing missing or of another type, in one line.
+    """
+    problems = [(key, what) for key, what, ok in (
+        ("task_accuracy", "a list of numbers", _numbers(result.get("task_accuracy"))),
+        ("avg", "a number", _is_number(result.get("avg"))),
+        ("train_seconds", "a number", _is_number(result.get("train_seconds"))),
+        ("extras", "an object", isinstance(result.get("extras"), dict)),
+        ("settings", "an object", isinstance(result.get("settings"), dict))) if not ok]
+    if problems:
+        key, what = problems[0]
+        raise ValueError(f"{key!r} is {'missing' if key not in result else 'not ' + what}")
+    skipped = cast(JsonObject, result["extras"]).get("skipped_steps", 0)
+    if not _is_number(skipped):
+        raise ValueError("extras 'skipped_steps' is not a number")
+
+
+_RESULT_CHECKS: dict[Callable[..., object], ResultCheck] = {}
+
+
+def register_result_check(job: Callable[..., object], check: ResultCheck) -> None:
+    """Have :func:`sweep` check each stored result of ``job`` with ``check`` before using it.
+
+    A stored result that fails it (a cache entry of another shape, its checksum written to
+    match) is recomputed, with a warning naming its file.
+
+    :param job: a module-level job function.
+    :param check: ``check(config, result)`` raises ``ValueError``, ``TypeError`` or
+        ``KeyError`` for a result that lacks what the experiments read from it.
+    """
+    _RESULT_CHECKS[job] = check
+
+
 def sweep(args: argparse.Namespace, experiment: str, jobs: Sequence[Job | Mapping[str, Json]],
           job: Callable[[JsonObject], JsonObject]) -> list[JsonObject]:
     """Run (or find in the cache) every job; their results, in order.
@@ -249,7 +304,8 @@ def sweep(args: argparse.Namespace, experiment: str, jobs: Sequence[Job | Mappin
         ``cluster``, ``threads`` and the cluster jobs' options, ``runs_per_job``...).
     :param experiment: the experiment's name (its cache folder under ``--out``).
     :param jobs: the jobs (typed, or their configs).
-    :param job: the module-level function that runs one job from its config.
+    :param job: the module-level function that runs one job from its config; a stored
+        result is checked with the check registered for it (:func:`register_result_check`).
     :raises SystemExit: SLURM does not answer (one line).
     """
     cache_dir = args.cache or os.path.join(args.out, "cache", experiment)
@@ -258,7 +314,8 @@ def sweep(args: argparse.Namespace, experiment: str, jobs: Sequence[Job | Mappin
     try:
         return run_sweep(configs, job, cache_dir=cache_dir, workers=args.workers,
                          launcher=args.launcher, cluster=args.cluster, threads=args.threads,
-                         submitit_params=options, runs_per_job=getattr(args, "runs_per_job", 1))
+                         submitit_params=options, runs_per_job=getattr(args, "runs_per_job", 1),
+                         check=_RESULT_CHECKS.get(job))
     except SchedulerUnavailable as err:  # one line, as the command line's own errors
         raise SystemExit(f"{prog_of(args)}: error: {err}") from None
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Protocol
 
 from avalanche_gss._atomic import atomic_write
+from avalanche_gss._files import read_regular
 from avalanche_gss.reproduce.runs.cache import ResultCache
 
 __all__ = ["JOB_OPTIONS", "ClusterOptions", "JobLost", "JobsDoNotFit", "RunOutcome",
@@ -74,6 +75,10 @@ JOB_OPTIONS = ("partition", "time_min", "mem_gb", "cpus_per_job", "gpus_per_job"
 
 UNLIMITED_MIN = 7 * 24 * 60
 """The time asked per job where the partition has no limit and ``--time`` is not given."""
+
+LEDGER_BYTES = 64 * 2**20
+"""The largest ledger (``sweep-<job id>.json``) an adopting sweep reads: a larger file
+there is no ledger of a sweep's."""
 
 
 class SchedulerUnavailable(RuntimeError):
@@ -480,9 +485,10 @@ def _adopt(todo: Mapping[str, Config], folder: Path) -> tuple[list[_Task], list[
     listed: dict[Path, list[tuple[_Job, list[str]]]] = {}
     for path in sorted(folder.glob("sweep-*.json")):
         try:
-            entries = [(str(job_id), list(keys)) for job_id, keys in json.loads(path.read_text())]
-        except (OSError, ValueError, TypeError):
-            continue  # being written, or damaged: not to adopt, nor to remove
+            ledger = json.loads(read_regular(path, limit=LEDGER_BYTES, what="ledger"))
+            entries = [(str(job_id), list(keys)) for job_id, keys in ledger]
+        except (OSError, ValueError, TypeError, RecursionError):
+            continue  # being written, or damaged (a link, a FIFO): not to adopt, nor to remove
         listed[path] = [(submitit.SlurmJob(folder=folder, job_id=job_id), keys)
                         for job_id, keys in entries]
     adopted, done_with = [], []

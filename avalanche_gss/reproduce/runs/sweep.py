@@ -43,7 +43,12 @@ from typing import Any, Literal
 from tqdm import tqdm
 
 from avalanche_gss.reproduce.json_types import JsonObject
-from avalanche_gss.reproduce.runs.cache import ResultCache, canonical_json, config_key
+from avalanche_gss.reproduce.runs.cache import (
+    ResultCache,
+    ResultCheck,
+    canonical_json,
+    config_key,
+)
 
 __all__ = ["ResultCache", "SweepError", "SweepInterrupted", "UncachedResultWarning",
            "available_cpus", "config_key", "job_name", "run_sweep", "worker_threads"]
@@ -220,7 +225,8 @@ def _execute(
 def run_sweep(jobs: Sequence[Mapping[str, Any]], fn: JobFn, *, cache_dir: str | os.PathLike[str],
               workers: int = 1, launcher: Launcher = "local", progress: bool = True,
               cluster: str | None = None, submitit_params: Mapping[str, Any] | None = None,
-              threads: int | None = None, runs_per_job: int = 1) -> list[JsonObject]:
+              threads: int | None = None, runs_per_job: int = 1,
+              check: ResultCheck | None = None) -> list[JsonObject]:
     """Run every job that has no stored result; return all results, in job order.
 
     Stored results are reused (rerun to resume; identical configs run once); a failing
@@ -251,6 +257,9 @@ def run_sweep(jobs: Sequence[Mapping[str, Any]], fn: JobFn, *, cache_dir: str | 
         ``gpus_per_job``.
     :param runs_per_job: ``"submitit"``: the most runs one job (one task of the job
         array) trains (:func:`~avalanche_gss.reproduce.runs.slurm.share_out`).
+    :param check: ``check(config, result)`` raises ``ValueError``, ``TypeError`` or
+        ``KeyError`` for a stored result that lacks what the caller reads: that job runs
+        again, with a warning naming its file (:meth:`ResultCache.get`).
     :param threads: torch threads of each job run in a worker process or a submitit job
         (``None``: :func:`worker_threads` in worker processes, the cluster's default in
         submitit jobs). Jobs run in this process (``workers=1``) use this process's
@@ -264,7 +273,7 @@ def run_sweep(jobs: Sequence[Mapping[str, Any]], fn: JobFn, *, cache_dir: str | 
     """
     workers = _checked_options(fn, launcher, workers, threads, runs_per_job)
     cache = ResultCache(cache_dir)
-    keys, unique, results = _plan(jobs, cache, launcher)
+    keys, unique, results = _plan(jobs, cache, launcher, check)
     failures: list[tuple[JsonObject, BaseException]] = []
     _launch(unique, results, failures, fn, cache, launcher=launcher, progress=progress,
             workers=workers, cluster=cluster, submitit_params=submitit_params,
@@ -274,7 +283,8 @@ def run_sweep(jobs: Sequence[Mapping[str, Any]], fn: JobFn, *, cache_dir: str | 
     return [results[key] for key in keys]
 
 
-def _plan(jobs: Sequence[Mapping[str, Any]], cache: ResultCache, launcher: Launcher
+def _plan(jobs: Sequence[Mapping[str, Any]], cache: ResultCache, launcher: Launcher,
+          check: ResultCheck | None = None
           ) -> tuple[list[str], dict[str, JsonObject], dict[str, JsonObject]]:
     """Each job's cache key, the distinct jobs by key, and the stored results by key.
 
@@ -286,7 +296,7 @@ def _plan(jobs: Sequence[Mapping[str, Any]], cache: ResultCache, launcher: Launc
     _check_labels(unique)
     results: dict[str, JsonObject] = {}
     for key, cfg in unique.items():
-        stored = cache.get(cfg)
+        stored = cache.get(cfg, check)
         if stored is not None:
             results[key] = stored
     logger.info("sweep: %d jobs, %d already done, %d to run (%s)",
