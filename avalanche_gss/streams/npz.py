@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from avalanche_gss._files import FileRefused, open_regular
 
 from .arrays import ArrayDataset, _uint8_images
 
@@ -16,6 +20,8 @@ __all__ = ["load_npz"]
 
 _NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 _MAX_LABEL = 2**31 - 1
+_DEFLATE_RATIO = 1032
+"""The most bytes one byte of deflated data can expand to (deflate's limit is 1032:1)."""
 
 
 def load_npz(path: str | os.PathLike[str]) -> ArrayDataset:
@@ -36,32 +42,18 @@ def load_npz(path: str | os.PathLike[str]) -> ArrayDataset:
         message names the file and the field.
     """
     path = os.path.abspath(os.fspath(path))
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such .npz file: {path}")
-    if not zipfile.is_zipfile(path):
-        size = os.path.getsize(path)
-        what = "empty" if size == 0 else "not a zip archive"
-        raise ValueError(f"{path}: not an .npz file ({what}, {size} bytes); save one with "
-                         "numpy.savez")
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            missing = [k for k in _NPZ_KEYS if k not in npz.files]
-            if missing:
-                raise ValueError(
-                    f"{path}: missing key(s) {', '.join(missing)}; an .npz dataset needs "
-                    f"{', '.join(_NPZ_KEYS)} (found: {', '.join(npz.files) or 'none'})"
-                )
-            arrays = {}
-            for k in _NPZ_KEYS:
-                try:
-                    arrays[k] = npz[k]
-                except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
-                    raise ValueError(f"{path}: field {k} cannot be read "
-                                     f"({type(err).__name__}: {err}); the file is damaged or "
-                                     "holds objects (only plain arrays are accepted)") from err
-    except (OSError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(f"{path}: not a readable .npz file ({type(err).__name__}: {err})"
-                         ) from err
+        file = open_regular(path, what=".npz file", follow_links=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such .npz file: {path}") from None
+    except FileRefused as err:
+        raise ValueError(f"{path}: {err.reason}; an .npz dataset is a file numpy.savez "
+                         "writes") from None
+    except OSError as err:
+        raise ValueError(f"{path}: not a readable .npz file ({type(err).__name__}: "
+                         f"{err.strerror or err})") from None
+    with file:
+        arrays = _read_arrays(file, path)
     x_train = _npz_inputs(arrays["x_train"], "x_train", path)
     x_test = _npz_inputs(arrays["x_test"], "x_test", path)
     if x_train.shape[1:] != x_test.shape[1:]:
@@ -94,6 +86,80 @@ def load_npz(path: str | os.PathLike[str]) -> ArrayDataset:
         y_test=y_test,
         num_classes=int(max(train_classes)) + 1,
     )
+
+
+def _read_arrays(file: BinaryIO, path: str) -> dict[str, np.ndarray]:
+    """The four arrays of the open ``.npz`` file, each checked to fit the file first."""
+    if not zipfile.is_zipfile(file):
+        size = os.fstat(file.fileno()).st_size
+        what = "empty" if size == 0 else "not a zip archive"
+        raise ValueError(f"{path}: not an .npz file ({what}, {size} bytes); save one with "
+                         "numpy.savez")
+    try:
+        file.seek(0)
+        with np.load(file, allow_pickle=False) as npz:
+            missing = [k for k in _NPZ_KEYS if k not in npz.files]
+            if missing:
+                raise ValueError(
+                    f"{path}: missing key(s) {', '.join(missing)}; an .npz dataset needs "
+                    f"{', '.join(_NPZ_KEYS)} (found: {', '.join(npz.files) or 'none'})"
+                )
+            arrays = {}
+            for k in _NPZ_KEYS:
+                try:
+                    _check_member(npz.zip, k, path)
+                    arrays[k] = npz[k]
+                except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+                    if isinstance(err, _Oversized):
+                        raise
+                    raise ValueError(f"{path}: field {k} cannot be read "
+                                     f"({type(err).__name__}: {err}); the file is damaged or "
+                                     "holds objects (only plain arrays are accepted)") from err
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{path}: not a readable .npz file ({type(err).__name__}: {err})"
+                         ) from err
+    return arrays
+
+
+class _Oversized(ValueError):
+    """An array whose header declares more data than its member of the archive holds."""
+
+
+def _check_member(archive: zipfile.ZipFile, key: str, path: str) -> None:
+    """Refuse the array ``key`` if its header declares more bytes than its member holds.
+
+    ``np.load`` allocates the array its header declares before reading a byte of its data:
+    a small file could ask for any amount of memory. The member's size is bounded by the
+    archive's own record of it and, compressed, by what its compressed bytes can expand to.
+
+    :raises ValueError: the header declares more than the member holds (one line naming
+        the file and the field), the member is compressed in a way ``numpy.savez`` never
+        writes, or its header is unreadable.
+    """
+    name = key if key in archive.namelist() else f"{key}.npy"
+    info = archive.getinfo(name)
+    if info.compress_type == zipfile.ZIP_STORED:
+        holds = min(info.file_size, info.compress_size)
+    elif info.compress_type == zipfile.ZIP_DEFLATED:
+        holds = min(info.file_size, info.compress_size * _DEFLATE_RATIO)
+    else:
+        raise ValueError(f"compression method {info.compress_type}; numpy.savez and "
+                         "savez_compressed write stored or deflated members only")
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+        else:
+            raise ValueError(f"format version {version[0]}.{version[1]}; plain arrays are "
+                             "saved in version 1.0 or 2.0")
+        data = holds - member.tell()
+    need = math.prod(shape) * dtype.itemsize
+    if need > data:
+        raise _Oversized(f"{path}: field {key}'s header declares shape {tuple(shape)} of "
+                         f"{dtype} ({need:,} bytes), but the file holds {max(data, 0):,} bytes "
+                         "of it: the file is damaged or made to exhaust memory")
 
 
 def _npz_inputs(x: np.ndarray, key: str, path: str) -> Tensor:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
+import os
 import pickle
 import struct
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from helpers.cli import subprocess_env
+from helpers.fifo import fifo
 from helpers.warm import run as warm_python
 
 from avalanche_gss.streams import ArrayDataset, datasets, load_dataset, load_mnist_5k, load_npz
@@ -327,6 +331,55 @@ def test_npz_uint8_images_chw_and_float_features(tmp_path: Path) -> None:
 def test_npz_rejects_bad_input(tmp_path: Path, arrays: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         load_dataset(str(_npz(tmp_path, **arrays)))
+
+
+def _crafted_npz(path: Path, shape: tuple[int, ...], compress: int) -> Path:
+    """A small .npz whose ``x_train`` header declares ``shape`` (float32), 64 KB of data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    arrays = io.BytesIO()
+    np.savez(arrays, y_train=np.arange(12) % 3, x_test=np.zeros((6, 5, 5), np.uint8),
+             y_test=np.arange(6) % 3)
+    with zipfile.ZipFile(arrays) as given, zipfile.ZipFile(path, "w", compress) as out:
+        for name in given.namelist():
+            out.writestr(name, given.read(name))
+        out.writestr("x_train.npy", header.getvalue() + bytes(64 * 1024))
+    return path
+
+
+@pytest.mark.parametrize("compress", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_npz_whose_header_declares_more_than_the_file_holds_is_refused(tmp_path: Path,
+                                                                       compress: int) -> None:
+    # 100 billion float32 (373 GiB) declared by a 64 KB member: refused before allocating
+    path = _crafted_npz(tmp_path / "huge.npz", (10**11,), compress)
+    with pytest.raises(ValueError) as info:
+        load_npz(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: field x_train's header declares shape (100000000000,)")
+    assert "400,000,000,000 bytes" in message and "\n" not in message
+
+
+def test_npz_path_that_is_a_fifo_or_huge_is_refused_without_reading_it(tmp_path: Path) -> None:
+    sparse = tmp_path / "sparse.npz"
+    sparse.touch()
+    os.truncate(sparse, 40 * 2**30)  # 40 GiB, no disk taken: not a zip archive
+    with pytest.raises(ValueError, match=f"^{sparse}: not an .npz file \\(not a zip archive"):
+        load_npz(sparse)
+    with fifo(tmp_path / "pipe.npz") as pipe:  # no writer will come: the open must not block
+        with pytest.raises(ValueError, match=f"^{pipe}: is a FIFO .*not a regular file"):
+            load_npz(pipe)
+    folder = tmp_path / "folder.npz"
+    folder.mkdir()
+    with pytest.raises(ValueError, match=f"^{folder}: is a folder, not a regular file"):
+        load_npz(folder)
+
+
+def test_npz_through_a_symlink_is_read(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    link = tmp_path / "data" / "linked.npz"
+    link.symlink_to(_npz(tmp_path))  # a data set kept elsewhere: an input, read through
+    assert load_npz(link).x_train.shape == (12, 1, 5, 5)
 
 
 def test_array_dataset_checks_its_tensors() -> None:
