@@ -517,6 +517,28 @@ def test_unknown_names_and_routes_are_refused() -> None:
         fetch.fetch_dataset("mnist", routes=("pip",))
 
 
+# --- what the loaders read --------------------------------------------------------------
+def test_a_cifar10_npz_of_other_arrays_loads_unverified_and_another_layout_is_refused(
+        tmp_path: Path) -> None:
+    arrays = _cifar_arrays()  # the published hashes stay CIFAR-10's: these are not its
+    chw = {k: v.transpose(0, 3, 1, 2) if k.startswith("x_") else v for k, v in arrays.items()}
+    np.savez(tmp_path / "cifar10.npz", **chw)
+    data = load_dataset("cifar10", root=str(tmp_path))
+    assert data.verified_as is None and data.x_train.shape == (10, 3, 32, 32)
+    assert data.verification.startswith("not verified as CIFAR-10: the SHA-256 of x_train")
+    np.savez(tmp_path / "cifar10.npz", **arrays)  # images (N, 32, 32, 3): not read as such
+    with pytest.raises(ValueError, match=r"cifar10.npz: x_train is uint8 \(10, 32, 32, 3\)"):
+        load_dataset("cifar10", root=str(tmp_path))
+
+
+def test_the_names_the_fetch_writes_are_those_torchvision_reads() -> None:
+    from torchvision.datasets import CIFAR10, MNIST
+
+    assert _published.CIFAR10_FOLDER == CIFAR10.base_folder
+    assert [name.removesuffix(".gz") for name, _ in MNIST.resources] == list(
+        _published.MNIST_FILES)
+
+
 # --- the command line ---------------------------------------------------------------------
 def test_the_command_lines_names_are_the_fetchs() -> None:
     assert cli.FETCHABLE == fetch.FETCHABLE and cli.FETCH_ROUTES == fetch.ROUTES
