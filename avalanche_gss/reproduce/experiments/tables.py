@@ -38,8 +38,11 @@ from avalanche_gss.reproduce.reports.report import (
 )
 from avalanche_gss.reproduce.reports.rows import RowKeys
 from avalanche_gss.reproduce.reports.writing import (
+    PaperAverages,
+    PaperCells,
     group_rows,
     provenance,
+    reproduce_tests,
     table_csv,
     table_markdown,
 )
@@ -272,9 +275,15 @@ class Table(Experiment[TablePlan]):
         title, _ = plan.protocol.heading(plan.data, tuple(plan.chosen["buffer_sizes"]))
         bad = [f"{r.method} M={r.buffer_size} seed {seed}" for r in rows
                for seed, d in zip(r.seeds, r.diverged or [], strict=False) if d]
+        protocol = _protocol(args, plan)
+        paper, paper_avg = self._paper(protocol)
+        tests = reproduce_tests({"rows": [r.to_dict() for r in rows]}, _columns(plan),
+                                plan.protocol.columns_by, paper, paper_avg)
         return Report(self.name, title, DataFacts.of(plan.data),
-                      command(argv, prog_of(args)), _protocol(args, plan),
-                      rows, provenance(args.device, args.threads), diverged=bad)
+                      command(argv, prog_of(args)), protocol,
+                      rows, provenance(args.device, args.threads),
+                      extra={"reproduce_tests": jsonable(tests)} if tests else {},
+                      diverged=bad)
 
     def render(self, report: Report, plan: TablePlan, paths: Mapping[str, str]) -> Rendered:
         """The table's CSV and Markdown (the paper's numbers beside ours, where they apply).
@@ -283,21 +292,29 @@ class Table(Experiment[TablePlan]):
         :param plan: the plan.
         :param paths: the output files.
         """
-        protocol, chosen = plan.protocol, plan.chosen
-        columns: list[tuple[str, object]]
-        if protocol.columns_by == "buffer_size":
-            columns = [(f"M={m}", m) for m in chosen["buffer_sizes"]]
-        else:
-            columns = [(f"Seq{v[protocol.columns_by]}", v[protocol.columns_by])
-                       for v in chosen["variants"]]
-        paper_data = report.protocol["paper_numbers_shown"]
-        paper = PAPER_TABLES.get(self.name, {}) if paper_data else {}
-        paper_avg = PAPER_AVERAGES.get(self.name) if paper_data else None
+        columns = _columns(plan)
+        paper, paper_avg = self._paper(report.protocol)
         if paper_avg is None and self.name in PAPER_AVERAGES:
             paper_avg = {}  # keep the Avg column, without the paper's numbers
         view = report.to_json()
-        return Rendered(table_markdown(view, columns, protocol.columns_by, paper, paper_avg),
+        return Rendered(table_markdown(view, columns, plan.protocol.columns_by, paper,
+                                       paper_avg),
                         table_csv(view))
+
+    def _paper(self, protocol: JsonObject) -> tuple[PaperCells, PaperAverages | None]:
+        """The paper's cells and averages to set beside the runs (none off its data)."""
+        if not protocol["paper_numbers_shown"]:
+            return {}, None
+        return PAPER_TABLES.get(self.name, {}), PAPER_AVERAGES.get(self.name)
+
+
+def _columns(plan: TablePlan) -> list[tuple[str, object]]:
+    """The table's columns as ``(label, value of the protocol's columns_by)``."""
+    protocol, chosen = plan.protocol, plan.chosen
+    if protocol.columns_by == "buffer_size":
+        return [(f"M={m}", m) for m in chosen["buffer_sizes"]]
+    return [(f"Seq{v[protocol.columns_by]}", v[protocol.columns_by])
+            for v in chosen["variants"]]
 
 
 def _protocol(args: argparse.Namespace, plan: TablePlan) -> JsonObject:

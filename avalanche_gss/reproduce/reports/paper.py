@@ -9,7 +9,13 @@ and the appendix tables of ``paper/gss-neurips2019.tex``.
 
 from __future__ import annotations
 
-__all__ = ["PAPER_AVERAGES", "PAPER_TABLES"]
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["PAPER_AVERAGES", "PAPER_SEEDS", "PAPER_TABLES", "REPRODUCE_ALPHA",
+           "ReproduceTest", "reproduce_test"]
 
 _Cell = tuple[float, float | None]
 
@@ -72,3 +78,94 @@ PAPER_TABLES = {"table1": TABLE1, "table2": TABLE2, "table3": TABLE3, "table4": 
 
 PAPER_AVERAGES = {"table4": TABLE4_AVG}
 """Experiments whose table has an ``Avg`` column over the other columns."""
+
+
+PAPER_SEEDS = 3
+"""Runs behind each of the paper's ``mean ± sd`` (its tables average three seeds)."""
+
+REPRODUCE_ALPHA = 0.05
+"""Level of the reproduce test: a cell reproduces unless Welch's test rejects at it."""
+
+
+@dataclass(frozen=True)
+class ReproduceTest:
+    """Our cell against the paper's: Welch's two-sample t-test on the means.
+
+    :param ours_mean: our mean over seeds.
+    :param ours_sd: our sample standard deviation (``n - 1``); ``None`` below two seeds.
+    :param ours_n: our seeds.
+    :param paper_mean: the paper's mean.
+    :param paper_sd: the paper's ``±``, read as the standard deviation over its runs
+        (``None``: the paper gives none).
+    :param paper_n: the paper's runs.
+    :param difference: ours − paper.
+    :param low: the lower end of the difference's ``1 - alpha`` interval (``None``: n/a).
+    :param high: its upper end (``None``: n/a).
+    :param t: the t statistic (``None``: n/a).
+    :param df: the Welch–Satterthwaite degrees of freedom (``None``: n/a).
+    :param p: the two-sided p-value (``None``: n/a).
+    :param verdict: ``"reproduces"`` (``p >= alpha``), ``"does not reproduce"``
+        (``p < alpha``) or ``"n/a"`` (fewer than two of our seeds, no paper spread, or no
+        spread on either side).
+    """
+
+    ours_mean: float
+    ours_sd: float | None
+    ours_n: int
+    paper_mean: float
+    paper_sd: float | None
+    paper_n: int
+    difference: float
+    low: float | None
+    high: float | None
+    t: float | None
+    df: float | None
+    p: float | None
+    verdict: str
+
+
+def reproduce_test(ours: Sequence[float], paper_mean: float, paper_sd: float | None, *,
+                   paper_n: int = PAPER_SEEDS, alpha: float = REPRODUCE_ALPHA
+                   ) -> ReproduceTest:
+    """Whether our runs reproduce the paper's ``mean ± sd``: Welch's t-test, two-sided.
+
+    The difference ours − paper, its ``1 - alpha`` confidence interval
+    ``d ± t(1 - alpha/2, df) * se`` with ``se² = s_o²/n_o + s_p²/n_p`` and the
+    Welch–Satterthwaite ``df``, and the p-value of ``t = d / se``; what
+    ``scipy.stats.ttest_ind_from_stats(..., equal_var=False)`` computes.
+
+    :param ours: our value per seed (e.g. each seed's average accuracy).
+    :param paper_mean: the paper's mean.
+    :param paper_sd: the paper's ``±``, taken as the standard deviation over its
+        ``paper_n`` runs (``None``: the paper gives none; the verdict is ``"n/a"``).
+    :param paper_n: the paper's runs (:data:`PAPER_SEEDS`).
+    :param alpha: the test's level (:data:`REPRODUCE_ALPHA`).
+    :raises ValueError: no value of ours, ``paper_n`` below 2, a negative ``paper_sd`` or
+        an ``alpha`` outside (0, 1) (one line naming it).
+    """
+    from scipy import stats  # here: the tables' module loads without scipy's start-up
+
+    if not ours:
+        raise ValueError("reproduce_test needs at least one value of ours, got none")
+    if paper_n < 2:
+        raise ValueError(f"paper_n must be at least 2, got {paper_n!r}")
+    if paper_sd is not None and not paper_sd >= 0:
+        raise ValueError(f"paper_sd must be >= 0, got {paper_sd!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    n = len(ours)
+    mean = statistics.fmean(ours)
+    sd = statistics.stdev(ours) if n > 1 else None
+    difference = mean - paper_mean
+    if sd is None or paper_sd is None or (sd == 0 and paper_sd == 0):
+        return ReproduceTest(mean, sd, n, paper_mean, paper_sd, paper_n, difference,
+                             None, None, None, None, None, "n/a")
+    ours_var, paper_var = sd**2 / n, paper_sd**2 / paper_n
+    se = math.sqrt(ours_var + paper_var)
+    df = (ours_var + paper_var) ** 2 / (ours_var**2 / (n - 1) + paper_var**2 / (paper_n - 1))
+    t = difference / se
+    p = float(2 * stats.t.sf(abs(t), df))
+    half = float(stats.t.ppf(1 - alpha / 2, df)) * se
+    return ReproduceTest(mean, sd, n, paper_mean, paper_sd, paper_n, difference,
+                         difference - half, difference + half, t, df, p,
+                         "reproduces" if p >= alpha else "does not reproduce")

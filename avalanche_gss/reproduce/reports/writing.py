@@ -23,6 +23,12 @@ from typing import Any, TypeAlias
 
 from avalanche_gss._atomic import replace_file
 from avalanche_gss.provenance import provenance, provenance_line
+from avalanche_gss.reproduce.reports.paper import (
+    PAPER_SEEDS,
+    REPRODUCE_ALPHA,
+    ReproduceTest,
+    reproduce_test,
+)
 from avalanche_gss.reproduce.reports.rows import (
     DIVERGED_SHARE,
     Row,
@@ -36,7 +42,7 @@ __all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs",
            "output_paths", "table_csv", "table_markdown", "write_outputs", "write_report",
            "write_text",
            "format_cell", "provenance", "provenance_line", "protocol_line", "data_lines",
-           "replay_words", "shared_places"]
+           "replay_words", "shared_places", "reproduce_tests", "reproduce_lines"]
 
 
 def _std(values: Sequence[float]) -> float | None:
@@ -255,6 +261,89 @@ def _table_rows(report: ReportView, columns: list[tuple[str, Any]], row_key: str
     return lines, shown
 
 
+def _test_json(test: ReproduceTest) -> dict[str, Any]:
+    """A :class:`ReproduceTest` as a report's JSON records it."""
+    return {"ours_mean": test.ours_mean, "ours_sd": test.ours_sd, "ours_n": test.ours_n,
+            "paper_mean": test.paper_mean, "paper_sd": test.paper_sd,
+            "paper_n": test.paper_n, "difference": test.difference,
+            "ci95": None if test.low is None else [test.low, test.high],
+            "t": test.t, "df": test.df, "p": test.p, "verdict": test.verdict}
+
+
+def reproduce_tests(report: ReportView, columns: Sequence[tuple[str, Any]], row_key: str,
+                    paper: PaperCells, paper_avg: PaperAverages | None = None
+                    ) -> list[dict[str, Any]]:
+    """Each cell the paper has, ours against it (:func:`.paper.reproduce_test`).
+
+    A cell's values are our seeds' averages; an ``Avg`` cell's are the row's column means
+    against the paper's average over its own columns (the columns are the samples on both
+    sides: ``paper_n`` is how many columns the paper has for the method).
+
+    :param report: the report's JSON object (``rows``).
+    :param columns: the table's columns as ``(label, value of row_key)``.
+    :param row_key: the row key the columns range over.
+    :param paper: the paper's cells, keyed ``(method, column value)``.
+    :param paper_avg: the paper's averages by method, where the table has an ``Avg``.
+    :return: one object per tested cell, in table order: ``row`` (the row's label),
+        ``column`` (its label), then the test's keys (``ours_mean``, ``ours_sd`` (sample
+        sd), ``ours_n``, ``paper_mean``, ``paper_sd``, ``paper_n``, ``difference`` (ours −
+        paper), ``ci95`` (``[low, high]`` or ``None``), ``t``, ``df``, ``p``, ``verdict``).
+    """
+    rows = report["rows"]
+    tests: list[dict[str, Any]] = []
+    for label in dict.fromkeys(_row_label(r) for r in rows):
+        mine = [r for r in rows if _row_label(r) == label]
+        for column, value in columns:
+            match = [r for r in mine if r.get(row_key) == value]
+            if not match:
+                continue
+            ref = paper.get((label, value)) or paper.get((match[0]["method"], value))
+            if ref:
+                tests.append({"row": label, "column": column, **_test_json(
+                    reproduce_test(match[0]["avg"], ref[0], ref[1]))})
+        ref = paper_avg.get(label.split(" (")[0]) if paper_avg else None
+        if ref and mine:
+            n_paper = sum(1 for method, _ in paper if method == label.split(" (")[0])
+            tests.append({"row": label, "column": "Avg", **_test_json(reproduce_test(
+                [r["avg_mean"] for r in mine], ref[0], ref[1],
+                paper_n=max(n_paper, 2)))})
+    return tests
+
+
+def _signed(value: float) -> str:
+    """``"+1.2"`` / ``"−3.4"``: a difference with its sign."""
+    return f"{'+' if value >= 0 else '−'}{abs(value):.1f}"
+
+
+def reproduce_lines(tests: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The Markdown of :func:`reproduce_tests`: a legend saying what the test is, a table.
+
+    :param tests: :func:`reproduce_tests`' objects; none gives no lines.
+    """
+    if not tests:
+        return []
+    lines = ["", f"Reproduce test: each cell the paper has, ours − paper with its 95 % "
+             f"interval, by Welch's two-sample t-test at {REPRODUCE_ALPHA} (Welch–"
+             f"Satterthwaite degrees of freedom), taking the paper's ± as the standard "
+             f"deviation over its {PAPER_SEEDS} seeds and ours as the sample standard "
+             f"deviation (n − 1) over our seeds: \"reproduces\" when p ≥ {REPRODUCE_ALPHA} "
+             f"(the interval holds 0), \"does not reproduce\" when p < {REPRODUCE_ALPHA}, "
+             f"\"n/a\" with fewer than two of our seeds or no spread given. Avg: the "
+             f"columns are the samples on both sides.",
+             "", "| method | column | ours (sample sd, n) | paper (sd, n) | ours − paper "
+             "[95 % interval] | p | verdict |", "|---|---|---|---|---|---|---|"]
+    for t in tests:
+        ours = format_cell(t["ours_mean"], t["ours_sd"]) + f" (n={t['ours_n']})"
+        theirs = format_cell(t["paper_mean"], t["paper_sd"]) + f" (n={t['paper_n']})"
+        diff = _signed(t["difference"])
+        if t["ci95"] is not None:
+            diff += f" [{_signed(t['ci95'][0])}, {_signed(t['ci95'][1])}]"
+        p = "-" if t["p"] is None else (f"{t['p']:.3f}" if t["p"] >= 0.001 else "<0.001")
+        lines.append(f"| {t['row']} | {t['column']} | {ours} | {theirs} | {diff} | {p} | "
+                     f"{t['verdict']} |")
+    return lines
+
+
 def _notes(report: ReportView) -> list[str]:
     """The deviations, the task-aware methods, and the rows with skipped steps."""
     lines: list[str] = []
@@ -311,6 +400,7 @@ def table_markdown(report: ReportView, columns: list[tuple[str, Any]], row_key: 
         + (" | Avg |" if paper_avg is not None else " |"),
         "|---|" + "---|" * (len(columns) + (paper_avg is not None)),
         *table_rows,
+        *reproduce_lines(reproduce_tests(report, columns, row_key, paper, paper_avg)),
         *_notes(report),
     ]
     if report.get("provenance"):
