@@ -5,6 +5,8 @@ submitit; and ``.ci/slurm.sh up`` on a node already busy with jobs."""
 
 import os
 import subprocess
+import threading
+import time
 
 import pytest
 from helpers.cli import PACKAGE_ROOT, command, toy_npz
@@ -112,3 +114,74 @@ def test_slurm_up_counts_a_node_busy_with_jobs_as_up(tmp_path, state):
                           str(SLURM_SH)], env=env, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0 and res.stdout == "up\n", res.stderr
+
+
+# --- on a real SLURM cluster (make slurm-up); skipped where none answers -------------------
+
+@pytest.fixture
+def real_cluster():
+    """The most CPUs a node of the default partition has (skips where no cluster answers)."""
+    problem = slurm._sinfo_problem(timeout=3)
+    cpus = []
+    if problem is None:
+        lines = subprocess.run(["sinfo", "-h", "-N", "-o", "%P %c"], capture_output=True,
+                               text=True, timeout=30, check=False).stdout.split("\n")
+        cpus = [int(line.split()[1]) for line in lines if line.split()[:1]
+                and line.split()[0].endswith("*")]
+        problem = None if cpus else "sinfo lists no node of the default partition"
+    if problem is not None:
+        pytest.skip(f"no SLURM cluster answers ({problem}); make slurm-up starts one")
+    return max(cpus)
+
+
+@pytest.mark.slurm
+def test_on_slurm_a_job_larger_than_every_node_is_refused_unsubmitted(tmp_path, real_cluster):
+    cpus = real_cluster
+    cache = tmp_path / f"cache-{os.getpid()}-{time.time_ns()}"  # its jobs' name in squeue
+    raised: list[BaseException] = []
+
+    def sweep():
+        try:
+            run_sweep([{"i": 0}], _job, cache_dir=cache, launcher="submitit",
+                      cluster="slurm", progress=False,
+                      submitit_params={"cpus_per_job": cpus + 1, "time_min": 5})
+        except BaseException as err:  # noqa: BLE001 - handed to the test
+            raised.append(err)
+
+    # (in a thread: a sweep whose job is submitted waits for it forever; 120 s bound it)
+    thread = threading.Thread(target=sweep, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    name = f"avalanche-gss-{cache.name}"
+    queued = subprocess.run(["squeue", "-h", "-n", name], capture_output=True, text=True,
+                            timeout=30, check=True).stdout
+    if queued:
+        subprocess.run(["scancel", "-n", name], timeout=30, check=False)
+    assert queued == "" and not thread.is_alive(), queued
+    assert len(raised) == 1 and isinstance(raised[0], SchedulerUnavailable), raised
+    assert (f"argument --cpus-per-job: {cpus + 1} CPUs per job, but the largest node of the "
+            f"default partition has {cpus}") in str(raised[0])
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_on_slurm_up_again_while_a_job_holds_every_cpu_says_it_is_up(tmp_path, real_cluster):
+    # Given a job that holds every CPU of the node (its state: allocated), running
+    cpus = real_cluster
+    job = subprocess.run(["sbatch", "--parsable", f"--cpus-per-task={cpus}", "-o", "/dev/null",
+                          "--wrap", "sleep 300"], capture_output=True, text=True, timeout=30,
+                         check=True, cwd=tmp_path).stdout.strip().split(";")[0]
+    try:
+        for _ in range(240):  # up to 60 s for it to start
+            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                                   text=True, timeout=30, check=True).stdout.strip()
+            if state == "RUNNING":
+                break
+            subprocess.run(["sleep", "0.25"], check=True)
+        assert state == "RUNNING", state
+        # When slurm.sh up runs again, Then it finds the node up, busy, not missing
+        res = subprocess.run([str(SLURM_SH), "up"], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert "slurm.sh: up in" in res.stderr and "allocated" in res.stderr, res.stderr
+    finally:
+        subprocess.run(["scancel", job], timeout=30, check=False)
