@@ -104,7 +104,7 @@ docs: $(STAMP)
 
 # A single-node SLURM cluster with accounting on this machine (Debian/Ubuntu, root or sudo),
 # for --launcher submitit --cluster slurm and its tests (docs/api/guide/cluster.rst): slurm-up installs
-# what is missing and waits for an idle node; slurm-down stops what slurm-up started.
+# what is missing and waits for a node that takes jobs (idle or busy); slurm-down stops what slurm-up started.
 slurm-up:
 	.ci/slurm.sh up
 
