@@ -440,6 +440,7 @@ def test_a_load_that_fails_late_leaves_the_strategy_as_it_was(tmp_path, change):
     twin.train(stream()[5:])
     assert _same(_everything(twin), _everything(strategy))
 
+
 # ------------------------------------------------------------------ MKD and CSReL
 OTHER_OPTIONS = [
     ("ER+MKD", {"momentum": 0.9}, "plugin_options.MKDPlugin.momentum: 0.99 in the file, 0.9 here"),
