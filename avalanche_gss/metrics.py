@@ -10,10 +10,11 @@ r"""Avalanche ``PluginMetric``\ s that watch the replay buffer during an online 
   quantity GSS-IQP minimises and GSS-Greedy approximately keeps low.
 
 Online streams have thousands of 10-sample experiences, so both emit every ``every``
-training experiences (after the buffer saw the experience) and once more at the end of
-each ``train`` call, as ``MetricValue``\ s that any Avalanche logger accepts (scalars, at
-``x = strategy.clock.train_iterations`` like Avalanche's own training metrics). Use them
-through :func:`buffer_metrics` in an ``EvaluationPlugin``.
+training experiences (after the buffer saw the experience), after the experience in which
+the buffer's ``n_seen`` reaches each of ``at_samples`` (e.g. the task ends), and once more
+at the end of each ``train`` call, as ``MetricValue``\ s that any Avalanche logger accepts
+(scalars, at ``x = strategy.clock.train_iterations`` like Avalanche's own training
+metrics). Use them through :func:`buffer_metrics` in an ``EvaluationPlugin``.
 """
 
 from __future__ import annotations
@@ -98,16 +99,22 @@ class BufferMetric(PluginMetric[dict[str, float]]):
         ``None``.
     :param every: emit after every ``every``-th training experience (counted over the
         whole life of the metric), and at the end of each ``train`` call.
+    :param at_samples: also emit after the experience in which the buffer's ``n_seen``
+        (the stream samples it was offered) reaches each of these counts, e.g. the
+        stream's task ends.
     """
 
     name = "Buffer"
 
-    def __init__(self, buffer: OnlineBuffer | None = None, *, every: int = 100) -> None:
+    def __init__(self, buffer: OnlineBuffer | None = None, *, every: int = 100,
+                 at_samples: Sequence[int] = ()) -> None:
         super().__init__()
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         self.buffer = buffer
         self.every = every
+        self.at_samples = sorted(int(n) for n in at_samples)
+        self._n_seen = 0  # the buffer's n_seen after the last experience
         self.n_experiences = 0
         self._last: dict[str, float] = {}
         self._emitted_at = -1  # n_experiences at the last emission
@@ -142,12 +149,21 @@ class BufferMetric(PluginMetric[dict[str, float]]):
         return get_metric_name(metric, strategy, add_experience=False, add_task=False) + suffix
 
     def after_training_exp(self, strategy: SupervisedTemplate) -> MetricResult:
-        """Count the experience; emit on every ``every``-th."""
+        """Count the experience; emit on every ``every``-th, and where ``at_samples`` say."""
         self.n_experiences += 1
         self._observe(strategy)
-        if self.n_experiences % self.every == 0:
+        if self.n_experiences % self.every == 0 or self._reached_a_mark(strategy):
             return self._emit(strategy)
         return None
+
+    def _reached_a_mark(self, strategy: SupervisedTemplate) -> bool:
+        """Whether the buffer's ``n_seen`` reached one of ``at_samples`` in this experience."""
+        if not self.at_samples:
+            return False
+        before = self._n_seen
+        buffer = self.buffer if self.buffer is not None else find_buffer(strategy)
+        self._n_seen = buffer.n_seen
+        return any(before < n <= self._n_seen for n in self.at_samples)
 
     def after_training(self, strategy: SupervisedTemplate) -> MetricResult:
         """Emit the final state of a ``train`` call, unless it was just emitted."""
@@ -177,6 +193,7 @@ class BufferCompositionMetric(BufferMetric):
     :param every: emit every ``every`` training experiences (and at the end of ``train``).
     :param task_of_class: label -> task map.
     :param sample_tasks: ``(n_stream,)`` task of each training sample, in stream order.
+    :param at_samples: also emit when the buffer has been offered these many samples.
     """
 
     name = "BufferComposition"
@@ -188,8 +205,9 @@ class BufferCompositionMetric(BufferMetric):
         every: int = 100,
         task_of_class: Mapping[int, int] | None = None,
         sample_tasks: Tensor | Sequence[int] | None = None,
+        at_samples: Sequence[int] = (),
     ) -> None:
-        super().__init__(buffer, every=every)
+        super().__init__(buffer, every=every, at_samples=at_samples)
         if task_of_class is not None and sample_tasks is not None:
             raise ValueError("give task_of_class or sample_tasks, not both")
         self.task_of_class = None if task_of_class is None else dict(task_of_class)
@@ -288,6 +306,7 @@ class BufferSurrogateMetric(BufferMetric):
     :param every: emit every ``every`` training experiences (and at the end of ``train``).
     :param loss_fn: per-sample loss ``(logits, y) -> (N,)``; cross-entropy by default.
     :param params: the parameters whose gradients are compared; all trainable by default.
+    :param at_samples: also emit when the buffer has been offered these many samples.
     """
 
     name = "BufferSurrogate"
@@ -299,8 +318,9 @@ class BufferSurrogateMetric(BufferMetric):
         every: int = 100,
         loss_fn: LossFn | None = None,
         params: Sequence[nn.Parameter] | None = None,
+        at_samples: Sequence[int] = (),
     ) -> None:
-        super().__init__(buffer, every=every)
+        super().__init__(buffer, every=every, at_samples=at_samples)
         self.loss_fn = loss_fn
         self.params = params
 
@@ -339,6 +359,7 @@ def buffer_metrics(
     sample_tasks: Tensor | Sequence[int] | None = None,
     loss_fn: LossFn | None = None,
     params: Sequence[nn.Parameter] | None = None,
+    at_samples: Sequence[int] = (),
 ) -> list[BufferMetric]:
     """Build the buffer metrics, for ``EvaluationPlugin(*buffer_metrics(...), loggers=...)``.
 
@@ -350,14 +371,18 @@ def buffer_metrics(
     :param sample_tasks: task of each training sample in stream order, for per-task counts.
     :param loss_fn: per-sample loss of the surrogate.
     :param params: parameters of the surrogate's gradients.
+    :param at_samples: also emit when the buffer has been offered these many samples (e.g.
+        the task ends).
     """
     metrics: list[BufferMetric] = []
     if composition:
         metrics.append(
             BufferCompositionMetric(
-                buffer, every=every, task_of_class=task_of_class, sample_tasks=sample_tasks
+                buffer, every=every, task_of_class=task_of_class, sample_tasks=sample_tasks,
+                at_samples=at_samples,
             )
         )
     if surrogate:
-        metrics.append(BufferSurrogateMetric(buffer, every=every, loss_fn=loss_fn, params=params))
+        metrics.append(BufferSurrogateMetric(buffer, every=every, loss_fn=loss_fn, params=params,
+                                             at_samples=at_samples))
     return metrics

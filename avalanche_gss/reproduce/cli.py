@@ -346,8 +346,11 @@ def _sweep_options(parser: argparse.ArgumentParser) -> None:
                         help="submitit cluster: slurm, local or debug (default: auto)")
     add_cluster_options(parser)
     parser.add_argument("--tensorboard", default=None, metavar="DIR",
-                        help="log each buffer method's buffer composition and surrogate "
-                             "value every 100 batches to TensorBoard under DIR")
+                        help="log Avalanche's usual curves of each buffer method's run to "
+                             "TensorBoard under DIR: each task's test accuracy and loss, "
+                             "the average accuracy and the buffer's class counts at each "
+                             "task end, the training loss of each batch, the buffer's "
+                             "surrogate")
 
 
 def _method(text: str) -> str:

@@ -6,6 +6,7 @@ import json
 import logging
 import re
 
+import numpy as np
 import pytest
 from helpers.cli import cli, toy_npz
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -16,6 +17,8 @@ from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 from avalanche_gss.reproduce.runs.sweep import config_key
 
 STREAM = "train_phase/train_stream"
+TEST = "eval_phase/test_stream"
+TASKS = 5
 
 
 def _scalars(folder):
@@ -130,3 +133,100 @@ def test_a_run_from_the_cache_gets_its_logs_and_a_plain_run_its_result(tmp_path)
     assert plain.returncode == 0, plain.stderr
     assert _counts(plain.stderr) == (1, 0)
     assert json.loads((tmp_path / "out" / "table1.json").read_text())["rows"] == report["rows"]
+
+
+# --- Avalanche's usual curves: each task's test accuracy and loss, the test stream's and the
+# average over the tasks seen at each task end; the training loss and accuracy of every
+# batch; the buffer's class counts at each task end, beside its snapshots every 100
+# batches and the surrogate. Logging them changes no result.
+
+def _blurred_blobs(path, n_classes=10, train=40, test=20, dim=12, seed=0):
+    """Gaussian blobs that overlap: a learner's accuracy is neither 0 nor 100 %, so that
+    two runs that differ in any draw or step show it in their accuracies."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 1, size=(n_classes, dim))
+
+    def draw(per_class):
+        y = np.repeat(np.arange(n_classes), per_class)
+        x = centres[y] + rng.normal(0, 1.5, size=(len(y), dim))
+        return x.astype(np.float32), y.astype(np.int64)
+
+    (x_train, y_train), (x_test, y_test) = draw(train), draw(test)
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path
+
+
+def _accuracies(folder):
+    """Each run's final per-task accuracies, by its log folder's name (the run's label)."""
+    report = json.loads((folder / "o" / "table1.json").read_text())
+    return {"-".join([row["method"], *([row["variant"]] if "variant" in row else []),
+                      f"M{row['buffer_size']}", "seed0"]): row["task_accuracy"][0]
+            for row in report["rows"]}
+
+
+@pytest.mark.slow
+def test_the_logs_hold_avalanches_curves_and_change_no_result(tmp_path):
+    args = ["table1", "--quick", "--methods", "GSS-Greedy", "Reservoir", "--seeds", 0,
+            "--buffer-sizes", 30, "--out", "o"]
+    logged, plain = tmp_path / "logged", tmp_path / "plain"
+    for folder in (logged, plain):  # two folders: two caches, both runs train
+        folder.mkdir()
+        data = _blurred_blobs(folder / "blobs.npz")
+        extra = ["--tensorboard", "tb"] if folder is logged else []
+        res = cli(*args, "--data", data, *extra, cwd=folder, warm=True)
+        assert res.returncode == 0, res.stderr[-3000:]
+    # Logging changes no result: the same accuracies, number for number, and not trivial
+    accuracies = _accuracies(logged)
+    assert accuracies == _accuracies(plain)
+    assert any(0 < acc < 100 for accs in accuracies.values() for acc in accs), accuracies
+    runs = sorted((logged / "tb" / "table1").iterdir())
+    assert [run.name for run in runs] == sorted(accuracies)  # GSS-Greedy's two variants too
+    for run in runs:
+        method, curves = run.name, _scalars(run)
+        # Each task's test accuracy and loss, the stream's and the average over the tasks
+        # seen: one point at each task end, the same steps for all
+        ends = [step for step, _ in curves[f"Top1_Acc_Exp/{TEST}/Task000/Exp000"]]
+        assert len(ends) == TASKS and ends == sorted(set(ends)), ends
+        for tag in [*(f"{name}/{TEST}/Task000/Exp{k:03}" for k in range(TASKS)
+                      for name in ("Top1_Acc_Exp", "Loss_Exp")),
+                    f"Top1_Acc_Stream/{TEST}/Task000", f"Loss_Stream/{TEST}/Task000",
+                    f"AverageAccuracy/{TEST}"]:
+            assert [step for step, _ in curves[tag]] == ends, (method, tag)
+        # the last points are the run's final accuracies
+        final = accuracies[method]
+        for k in range(TASKS):
+            assert curves[f"Top1_Acc_Exp/{TEST}/Task000/Exp{k:03}"][-1][1] == pytest.approx(
+                final[k] / 100, abs=1e-6)
+        average = [value for _, value in curves[f"AverageAccuracy/{TEST}"]]
+        assert average[-1] == pytest.approx(sum(final) / len(final) / 100, abs=1e-6)
+        first = [curves[f"Top1_Acc_Exp/{TEST}/Task000/Exp{k:03}"][0][1] for k in range(TASKS)]
+        assert average[0] == pytest.approx(first[0], abs=1e-6)  # one task seen: its own
+        # The training loss and accuracy of every batch: many points, up to the last end
+        for tag in (f"Loss_Epoch/{STREAM}/Task000", f"Top1_Acc_Epoch/{STREAM}/Task000"):
+            steps = [step for step, _ in curves[tag]]
+            assert len(steps) > 3 * TASKS and steps[-1] == ends[-1], (method, tag)
+        # The buffer's size and class counts at every task end, and its surrogate, still
+        assert {step for step, _ in curves[f"BufferSize/{STREAM}"]} >= set(ends), method
+        assert {step for step, _ in curves[f"BufferClassCount/{STREAM}/Class000"]} >= set(ends)
+        assert f"BufferSurrogate/{STREAM}" in curves
+
+
+def test_the_evaluations_at_task_ends_count_no_training_pass(tmp_path):
+    from avalanche_gss.reproduce.experiments.tables import _job_configs, plan
+    from avalanche_gss.reproduce.runs.jobs import run_job, run_logged_job
+
+    # A run whose passes are counted (which-buffer's as-measured runs) and traced
+    data = str(_blurred_blobs(tmp_path / "blobs.npz"))
+    args = command_line.parse_args(["table1", "--quick", "--data", data, "--methods",
+                                    "Reservoir", "--seeds", "0", "--buffer-sizes", "30",
+                                    "--device", "cpu"])
+    runs, chosen = plan(args, PROTOCOLS["table1"])
+    (config,) = _job_configs(args, runs, chosen, data, data_identity(load(data, None, False)))
+    config = {**config, "count_passes": True, "trace": True}
+    plain, logged = run_job(dict(config)), run_logged_job(dict(config))
+    scalars = logged.pop("tensorboard")
+    assert sum(tag.startswith("Top1_Acc_Exp/") for tag, _, _ in scalars) == TASKS * TASKS
+    for result in (plain, logged):
+        result.pop("train_seconds")
+    assert logged["extras"]["passes"] == plain["extras"]["passes"]
+    assert logged == plain

@@ -4,8 +4,11 @@ Where the logs go changes no run, so it is no part of a run's cache key: a run w
 ``--tensorboard`` is the run without it. Its job
 (:func:`~avalanche_gss.reproduce.runs.jobs.run_logged_job`) records every scalar that the
 buffer metrics (:func:`~avalanche_gss.metrics.buffer_metrics`: composition per class and
-task, the surrogate, every 100 batches) and the accuracy metrics emit
-(:class:`ScalarRecorder`) into its result's ``tensorboard`` entry, a few hundred numbers;
+task, the surrogate, every 100 batches and at each task end) and Avalanche's accuracy and
+loss metrics emit (:class:`ScalarRecorder`): each task's test accuracy and loss, the test
+stream's and the average over the tasks seen at each task end, and the training loss and
+accuracy of every incoming batch, under Avalanche's tags (the user guide's command-line
+page lists them). They go into its result's ``tensorboard`` entry, a few numbers per batch;
 the command then writes each run's event file from its result (:func:`write_event_logs`),
 whether the run trained now or came from the cache. A cached run stored by a command
 without ``--tensorboard`` holds no curves: the command says so in one line instead of

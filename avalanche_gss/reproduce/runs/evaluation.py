@@ -21,13 +21,16 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypedDict, cast
 
 import torch
 from avalanche.core import SupervisedPlugin
-from avalanche.evaluation.metrics.accuracy import ExperienceAccuracy
+from avalanche.evaluation import PluginMetric
+from avalanche.evaluation.metric_results import MetricResult, MetricValue
+from avalanche.evaluation.metric_utils import get_metric_name
+from avalanche.evaluation.metrics.accuracy import Accuracy, ExperienceAccuracy
 from avalanche.training.templates import SupervisedTemplate
 
 from avalanche_gss.reproduce.json_types import Json, JsonObject
@@ -49,6 +52,7 @@ from avalanche_gss.training import RepeatedBatchMixin
 __all__ = [
     "EvalPoint",
     "PeriodicEvalPlugin",
+    "SeenTasksAccuracy",
     "CurveRecord",
     "CurveResult",
     "SCHEDULES",
@@ -91,10 +95,15 @@ class PeriodicEvalPlugin(SupervisedPlugin):
       after the plugins before this one, e.g. the replay step), so the points fall inside
       task-level experiences too;
     - any other template counts a whole experience at ``after_training_exp`` (Avalanche's
-      ``Naive`` on the online stream, where an experience is one incoming batch).
+      ``Naive`` on the online stream, where an experience is one incoming batch), and so
+      does every template with ``per_experience``: a point then falls after the plugins'
+      ``after_training_exp`` before this one (the buffer saw the batch) and Avalanche's
+      clock counted the batch's iterations (``--tensorboard``'s points at the task ends
+      share their step with the buffer metrics').
 
-    When the count reaches or passes a multiple of ``every_samples``, the plugin calls
-    :meth:`record`, which reads the accuracies from the strategy's ``EvaluationPlugin``:
+    When the count reaches or passes a multiple of ``every_samples``, or one of
+    ``at_samples`` (e.g. the task ends but the last, :func:`task_end_samples`), the plugin
+    calls :meth:`record`, which reads the accuracies from the strategy's ``EvaluationPlugin``:
     create the strategy with ``evaluator=quiet_evaluator(accuracy_metrics(experience=True))``
     (training refuses to start otherwise). Harnesses call :meth:`record` themselves for
     points outside that schedule (task ends, the end of training); a second call at the
@@ -103,17 +112,23 @@ class PeriodicEvalPlugin(SupervisedPlugin):
     :param test_stream: the stream's test experiences, one per task (e.g.
         ``OnlineBenchmark.test_stream``).
     :param every_samples: samples between two points; ``None``: only explicit
-        :meth:`record` calls (iCaRL).
+        :meth:`record` calls (iCaRL), and ``at_samples``.
+    :param at_samples: sample counts at which to record too (``--tensorboard``: the
+        task ends but the last, whose point is the run's final evaluation).
+    :param per_experience: count whole experiences, after them, on any template.
     """
 
     supports_distributed = False
 
-    def __init__(self, test_stream: Any, *, every_samples: int | None = 100) -> None:
+    def __init__(self, test_stream: Any, *, every_samples: int | None = 100,
+                 at_samples: Sequence[int] = (), per_experience: bool = False) -> None:
         super().__init__()
         if every_samples is not None and (isinstance(every_samples, bool) or every_samples < 1):
             raise ValueError(f"every_samples must be a positive int or None, got {every_samples!r}")
         self.test_stream = test_stream
         self.every_samples = every_samples
+        self.at_samples = sorted(at_samples)
+        self.per_experience = per_experience
         self.samples = 0
         self.points: list[EvalPoint] = []
         self.eval_seconds = 0.0
@@ -136,7 +151,7 @@ class PeriodicEvalPlugin(SupervisedPlugin):
     def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Count a mini-batch after its ``n_iter``-th iteration (repeated-batch strategies)."""
         repeats = _repeats(strategy)
-        if repeats is None:
+        if repeats is None or self.per_experience:
             return
         self._iterations += 1
         if self._iterations % repeats == 0:
@@ -144,7 +159,7 @@ class PeriodicEvalPlugin(SupervisedPlugin):
 
     def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
         """Count the whole experience (templates without repeated mini-batches)."""
-        if _repeats(strategy) is not None:
+        if _repeats(strategy) is not None and not self.per_experience:
             return
         assert strategy.experience is not None
         self._advance(strategy, len(strategy.experience.dataset))
@@ -153,7 +168,8 @@ class PeriodicEvalPlugin(SupervisedPlugin):
         before = self.samples
         self.samples += n
         every = self.every_samples
-        if every is not None and self.samples // every > before // every:
+        if ((every is not None and self.samples // every > before // every)
+                or any(before < at <= self.samples for at in self.at_samples)):
             self.record(strategy)
 
     def record(self, strategy: SupervisedTemplate, *, samples: int | None = None) -> EvalPoint:
@@ -180,6 +196,58 @@ class PeriodicEvalPlugin(SupervisedPlugin):
         self.points.append(point)
         logger.debug("%d samples: avg %.2f %s", self.samples, point.avg, accs)
         return point
+
+
+class SeenTasksAccuracy(PluginMetric[float]):
+    """The mean test accuracy over the tasks seen so far, after each evaluation.
+
+    An Avalanche metric: each ``strategy.eval`` on a stream of one test experience per
+    task (in task order) emits ``AverageAccuracy/eval_phase/test_stream``, the mean over
+    the first ``seen()`` experiences of their accuracy (a fraction, as
+    ``Top1_Acc_Exp``), at ``x = strategy.clock.train_iterations``. After the whole stream
+    it is the run's ``avg`` (over every task), divided by 100.
+
+    :param seen: how many tasks the learner has seen now (e.g. :func:`seen_tasks` of a
+        :class:`PeriodicEvalPlugin`'s sample count).
+    """
+
+    name = "AverageAccuracy"
+
+    def __init__(self, seen: Callable[[], int]) -> None:
+        super().__init__()
+        self.seen = seen
+        self._accuracy: dict[int, Accuracy] = {}
+
+    def __str__(self) -> str:
+        return self.name
+
+    def reset(self) -> None:
+        """Forget the accuracies of the last evaluation."""
+        self._accuracy = {}
+
+    def result(self) -> float | None:
+        """The mean accuracy over the seen tasks' experiences evaluated (``None``: none)."""
+        seen = self.seen()
+        accs = [acc.result() for exp, acc in sorted(self._accuracy.items()) if exp < seen]
+        return statistics.fmean(accs) if accs else None
+
+    def before_eval(self, strategy: SupervisedTemplate) -> None:
+        """Start a new evaluation."""
+        self.reset()
+
+    def after_eval_iteration(self, strategy: SupervisedTemplate) -> None:
+        """Count the mini-batch's correct predictions under its experience."""
+        assert strategy.experience is not None
+        exp = strategy.experience.current_experience
+        self._accuracy.setdefault(exp, Accuracy()).update(strategy.mb_output, strategy.mb_y)
+
+    def after_eval(self, strategy: SupervisedTemplate) -> MetricResult:
+        """Emit the mean over the seen tasks."""
+        value = self.result()
+        if value is None:
+            return None
+        name = get_metric_name(self, strategy, add_experience=False, add_task=False)
+        return [MetricValue(self, name, value, strategy.clock.train_iterations)]
 
 
 def _repeats(strategy: Any) -> int | None:

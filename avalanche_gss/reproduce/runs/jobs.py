@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any, cast
 
 from avalanche.core import SupervisedPlugin
+from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
 
 from avalanche_gss.metrics import buffer_metrics, class_task_map
 from avalanche_gss.reproduce.common import settings_from_dict
@@ -22,6 +23,12 @@ from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
 from avalanche_gss.reproduce.reports.event_logs import RESULT_KEY, ScalarRecorder
 from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
+from avalanche_gss.reproduce.runs.evaluation import (
+    PeriodicEvalPlugin,
+    SeenTasksAccuracy,
+    seen_tasks,
+    task_end_samples,
+)
 from avalanche_gss.reproduce.runs.planning import (
     CodeIdentity,
     DataSource,
@@ -33,7 +40,7 @@ from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult
 from avalanche_gss.reproduce.runs.training import run as run_one
-from avalanche_gss.streams import ArrayDataset, TaskSplit
+from avalanche_gss.streams import ArrayDataset, TaskSplit, online_benchmark
 
 
 @dataclass(frozen=True)
@@ -189,18 +196,39 @@ def matched_split(split: TaskSplit, batch_size: int, c: Fraction) -> TaskSplit:
 
 
 class CountPasses(SupervisedPlugin):
-    """Count the model's per-sample passes over a whole ``train`` call (a PassCounter)."""
+    """Count the model's per-sample passes over a whole ``train`` call (a PassCounter).
+
+    The passes of an experience are counted up to this plugin's ``after_training_exp``
+    (the buffer's update, by a plugin before it, included); those made after it and
+    before the next experience are no training passes (``--tensorboard``'s evaluations at
+    the task ends and its buffer metrics) and are not counted.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.counter: PassCounter | None = None
         self.forward = self.backward = 0
+        self._trained: tuple[int, int] | None = None  # the counts at the experience's end
+
+    def after_training_exp(self, strategy: Any, **kwargs: Any) -> None:
+        if self.counter is not None:
+            self._trained = (self.counter.forward, self.counter.backward)
+
+    def before_training_exp(self, strategy: Any, **kwargs: Any) -> None:
+        self._drop_untrained()
+
+    def _drop_untrained(self) -> None:
+        """Put the counts back to the last experience's end."""
+        if self.counter is not None and self._trained is not None:
+            self.counter.forward, self.counter.backward = self._trained
+        self._trained = None
 
     def before_training(self, strategy: Any, **kwargs: Any) -> None:
         if self.counter is None:
             self.counter = PassCounter(strategy.model).__enter__()
 
     def after_training(self, strategy: Any, **kwargs: Any) -> None:
+        self._drop_untrained()
         if self.counter is not None:
             self.counter.__exit__(None, None, None)
             self.forward, self.backward = self.counter.forward, self.counter.backward
@@ -213,10 +241,13 @@ def run_job(job: RunJob | Mapping[str, Json], *, logged: bool = False) -> JsonOb
     :param job: the job, or its config as a sweep hands it to its worker
         (:meth:`RunJob.from_config`).
     :param logged: a buffer method's run also records what ``--tensorboard`` logs (the
-        buffer metrics, :func:`~avalanche_gss.metrics.buffer_metrics`, every 100 batches,
-        and the accuracy), into the result's ``tensorboard`` entry
-        (:class:`~avalanche_gss.reproduce.reports.event_logs.ScalarRecorder`); the run itself, and
-        the rest of its result, are those of the run without it.
+        buffer metrics, :func:`~avalanche_gss.metrics.buffer_metrics`, every 100 batches
+        and at each task end; the training loss and accuracy of every batch; each task's
+        test accuracy and loss, the whole test stream's and the average over the tasks
+        seen, at each task end), into the result's ``tensorboard`` entry
+        (:class:`~avalanche_gss.reproduce.reports.event_logs.ScalarRecorder`); the run
+        itself, and the rest of its result, are those of the run without it (the time of
+        the evaluations at the task ends is no part of ``train_seconds``).
     :return: the :class:`~avalanche_gss.reproduce.runs.training.RunResult` as a dict.
     """
     if not logging.getLogger().handlers:  # a worker process: log its runs as the CLI does
@@ -234,6 +265,9 @@ def run_job(job: RunJob | Mapping[str, Json], *, logged: bool = False) -> JsonOb
     plugins = _Plugins(job, split, logged)
     result = run_one(settings, split, plugins=plugins.plugins, metrics=plugins.metrics,
                      loggers=plugins.loggers, label=job.label)
+    if plugins.probe is not None:  # its evaluations are not training
+        result = dataclasses.replace(
+            result, train_seconds=result.train_seconds - plugins.probe.eval_seconds)
     return plugins.record(result, split)
 
 
@@ -249,10 +283,24 @@ class _Plugins:
         self.metrics: Sequence[object] = []
         self.loggers: Sequence[object] = []
         self.recorder = None
+        self.probe: PeriodicEvalPlugin | None = None
         if logged and self.settings.method in BUFFER_METHODS:
             task_of_class = (class_task_map(split.task_classes) if split.is_class_disjoint
                              else None)
-            self.metrics = buffer_metrics(every=100, task_of_class=task_of_class)
+            # Avalanche's usual curves, at the task ends of the task-free stream: the test
+            # stream is evaluated there (the last one is the run's final evaluation)
+            ends = task_end_samples(split)
+            test_stream = online_benchmark(split, batch_size=self.settings.batch_size).test_stream
+            probe = PeriodicEvalPlugin(test_stream, every_samples=None, at_samples=ends[:-1],
+                                       per_experience=True)
+            self.probe = probe
+            self.plugins.append(probe)
+            self.metrics = [
+                *buffer_metrics(every=100, task_of_class=task_of_class, at_samples=ends),
+                *accuracy_metrics(epoch=True, stream=True),
+                *loss_metrics(epoch=True, experience=True, stream=True),
+                SeenTasksAccuracy(lambda: seen_tasks(probe.samples, ends)),
+            ]
             self.recorder = ScalarRecorder()
             self.loggers = [self.recorder]
 
