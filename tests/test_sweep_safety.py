@@ -343,6 +343,11 @@ def test_the_command_reruns_a_linked_or_misshapen_cache_entry_and_writes_through
     shaped = cli(*args, cwd=work, warm=True)
     assert shaped.returncode == 0 and "Traceback" not in shaped.stderr, shaped.stderr[-3000:]
     assert "'task_accuracy' is missing" in shaped.stderr
+    # each in one line of the command's own, not Python's two-line warning with its source
+    for shown in (linked.stderr, shaped.stderr):
+        [line] = [x for x in shown.splitlines() if "it will be recomputed" in x]
+        assert re.match(r"\S.*: warning: ignoring o/cache/table1/\w+\.json \(", line), line
+        assert "UserWarning" not in shown and "warnings.warn(" not in shown, shown[-2000:]
     assert accuracies(work) == table
     rerun = json.loads(entry.read_text())["result"]  # a run's record again, not the fake
     assert rerun["task_accuracy"] == record["result"]["task_accuracy"]

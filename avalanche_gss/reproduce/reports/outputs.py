@@ -23,6 +23,7 @@ from avalanche_gss.reproduce.cli import PROG
 from avalanche_gss.reproduce.common import settings_from_dict
 from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.reports.writing import DIVERGED_SHARE
+from avalanche_gss.reproduce.runs.cache import IgnoredResultWarning
 from avalanche_gss.reproduce.runs.sweep import (
     SweepError,
     SweepInterrupted,
@@ -83,13 +84,17 @@ def unwritten(err: OSError, out: str, prog: str) -> int:
 
 
 def one_line_cache_warnings(prog: str) -> None:
-    """Show a result that could not be cached as one line naming the file (command line only)."""
+    """Show cache warnings as one line naming the file (command line only).
+
+    Those of a result that could not be cached, and of a stored one that is not believed
+    (its job runs again).
+    """
     shown = warnings.formatwarning
     shown = getattr(shown, "shown_before", shown)  # installed by an earlier command
 
     def formatwarning(message: Warning | str, category: type[Warning], filename: str,
                       lineno: int, line: str | None = None) -> str:
-        if issubclass(category, UncachedResultWarning):
+        if issubclass(category, (UncachedResultWarning, IgnoredResultWarning)):
             return f"{prog}: warning: {message}\n"
         return shown(message, category, filename, lineno, line)
 

@@ -28,12 +28,22 @@ from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
 from avalanche_gss._files import FileRefused, read_regular
 from avalanche_gss.reproduce.json_types import JsonObject
 
-__all__ = ["MAX_ENTRY_BYTES", "NAMING_KEYS", "ResultCheck", "ResultCache", "canonical_json",
-           "config_key", "module_sha256", "package_sha256", "result_config", "source_sha256"]
+__all__ = ["MAX_ENTRY_BYTES", "NAMING_KEYS", "IgnoredResultWarning", "ResultCheck",
+           "ResultCache", "canonical_json", "config_key", "module_sha256", "package_sha256",
+           "result_config", "source_sha256"]
 
 MAX_ENTRY_BYTES = 256 * 2**20
 """The largest cache entry :meth:`ResultCache.get` reads, and :meth:`ResultCache.put`
 writes (256 MiB): a larger file at an entry's path is not read, but recomputed."""
+
+
+class IgnoredResultWarning(UserWarning):
+    """A stored result that :meth:`ResultCache.get` does not believe: its job runs again.
+
+    A link, no regular file, too large, unreadable, of another config or shape, altered;
+    the message is one line naming the file and why.
+    """
+
 
 ResultCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], object]
 """``check(config, result)``: raises ``ValueError``, ``TypeError`` or ``KeyError`` when a
@@ -190,18 +200,19 @@ class ResultCache:
             return None
         except FileRefused as err:
             warnings.warn(f"ignoring {path} (it will be recomputed): it {err.reason}",
-                          stacklevel=2)
+                          IgnoredResultWarning, stacklevel=2)
             return None
         except OSError as err:
             warnings.warn(f"ignoring unreadable result {path} (it will be recomputed): {err}",
-                          stacklevel=2)
+                          IgnoredResultWarning, stacklevel=2)
             return None
         try:
             result, problem = self._entry(data, config, check)
         except RecursionError:  # JSON nested deeper than Python's recursion limit
             result, problem = None, "its JSON is nested too deeply to be a result entry"
         if problem is not None:
-            warnings.warn(f"ignoring {path} (it will be recomputed): {problem}", stacklevel=2)
+            warnings.warn(f"ignoring {path} (it will be recomputed): {problem}",
+                          IgnoredResultWarning, stacklevel=2)
         return result
 
     @staticmethod
