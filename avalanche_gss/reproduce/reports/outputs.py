@@ -32,6 +32,7 @@ from avalanche_gss.reproduce.runs.sweep import (
     job_name,
 )
 from avalanche_gss.reproduce.runs.training import run_label
+from avalanche_gss.streams.datasets import OfflineDigitsWarning
 
 log = logging.getLogger("reproduce")
 
@@ -83,18 +84,19 @@ def unwritten(err: OSError, out: str, prog: str) -> int:
     return 1
 
 
-def one_line_cache_warnings(prog: str) -> None:
-    """Show cache warnings as one line naming the file (command line only).
+def one_line_warnings(prog: str) -> None:
+    """Show the harness's warnings as one line each (command line only).
 
-    Those of a result that could not be cached, and of a stored one that is not believed
-    (its job runs again).
+    Those of a result that could not be cached, of a stored one that is not believed (its
+    job runs again), and of the shipped digits standing in for a missing MNIST.
     """
     shown = warnings.formatwarning
     shown = getattr(shown, "shown_before", shown)  # installed by an earlier command
 
     def formatwarning(message: Warning | str, category: type[Warning], filename: str,
                       lineno: int, line: str | None = None) -> str:
-        if issubclass(category, (UncachedResultWarning, IgnoredResultWarning)):
+        if issubclass(category, (UncachedResultWarning, IgnoredResultWarning,
+                                 OfflineDigitsWarning)):
             return f"{prog}: warning: {message}\n"
         return shown(message, category, filename, lineno, line)
 
