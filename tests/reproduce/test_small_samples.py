@@ -229,7 +229,7 @@ def test_the_issues_two_seed_run_makes_no_pick_and_says_how_many_more_seeds(tmp_
     out = tmp_path / "out"
     res = cli("which-buffer", "--quick", "--policies", "Reservoir", "CBRS+OC", "--streams",
               "imbalanced-1", "--buffer-sizes", "300", "--seeds", "0", "1", "--out", out,
-              cwd=tmp_path)
+              cwd=tmp_path, warm=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "pick Reservoir" not in res.stdout and "pick CBRS+OC" not in res.stdout
     said = ("no pick: 2 pairs cannot reach p < 0.05 (the exact Wilcoxon signed-rank test of "
