@@ -28,6 +28,7 @@ def test_missing_cifar10_names_both_options_in_one_sentence(tmp_path):
     assert "\n" not in message and ".;" not in message and ". ;" not in message
 
 
+@pytest.mark.slow
 def test_the_command_line_says_download_and_no_stray_full_stop(tmp_path):
     (tmp_path / "empty").mkdir()
     res = cli("table3", "--root", "empty", "--out", "out", cwd=tmp_path, warm=True)
@@ -39,6 +40,7 @@ def test_the_command_line_says_download_and_no_stray_full_stop(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_command_line_shows_the_offline_digits_warning_as_one_line_naming_the_fetch(
         tmp_path):
     res = cli("table1", "--quick", "--methods", "Rand", "--variants", "authors",

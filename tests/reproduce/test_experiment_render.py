@@ -16,6 +16,7 @@ RETURN = 'return Rendered("\\n".join(lines), table_csv(report.to_json()))'
     ('return Rendered(lines, table_csv(report.to_json()))',
      "render returned a Rendered whose markdown is list, not a Rendered("),
 ])
+@pytest.mark.slow
 def test_a_render_of_the_wrong_type_is_one_line_naming_the_experiment(tmp_path, returned,
                                                                       named):
     source = EXAMPLE.read_text()

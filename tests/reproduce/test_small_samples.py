@@ -225,6 +225,7 @@ def test_restating_a_report_with_nan_accuracies_names_the_policy(tmp_path):
                      again["recommendation_note"])
 
 
+@pytest.mark.slow
 def test_the_issues_two_seed_run_makes_no_pick_and_says_how_many_more_seeds(tmp_path):
     out = tmp_path / "out"
     res = cli("which-buffer", "--quick", "--policies", "Reservoir", "CBRS+OC", "--streams",
