@@ -1,6 +1,10 @@
 """A user's policy module: a buffer method and a which-buffer policy it registers by name."""
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 POLICY = '''"""Newest: the buffer keeps the newest samples of the stream."""
 import torch
@@ -39,3 +43,40 @@ def write_policy(folder: Path, module: str, name: str = "Newest") -> Path:
     path = folder / f"{module}.py"
     path.write_text(POLICY.replace("NAME", name))
     return path
+
+
+@contextmanager
+def registry_restored() -> Iterator[None]:
+    """Leave the method and policy registries, ``sys.modules`` and the hashes as they were.
+
+    What a test registers or imports (its ``newest_``, ``ep_`` and ``mine_`` modules) is
+    gone afterwards, and the hashes this process keeps of the code are recomputed.
+    """
+    from avalanche_gss import methods
+    from avalanche_gss.reproduce import common
+    from avalanche_gss.reproduce.experiments import policies
+    from avalanche_gss.reproduce.runs.cache import module_sha256
+
+    tables: list[dict[str, Any]] = [methods._USER, methods._ORIGIN, methods._IMPORTED,
+                                     methods._LOADED, policies.POLICIES]
+    saved = [dict(table) for table in tables]
+    registered = dict(methods.REGISTRY.items())
+    plugins, modules = list(methods._PLUGINS), set(sys.modules)
+    try:
+        yield
+    finally:
+        for table, before in zip(tables, saved, strict=True):
+            table.clear()
+            table.update(before)
+        for name in set(methods.REGISTRY.names()) - set(methods.REGISTRY.builtin_names()):
+            methods.REGISTRY.remove(name)
+        for name, method in registered.items():
+            if name not in methods.REGISTRY:
+                methods.REGISTRY.add(name, method)
+        methods._PLUGINS[:] = plugins
+        for name in set(sys.modules) - modules:
+            if name.startswith(("newest_", "ep_", "mine_")):
+                del sys.modules[name]
+        module_sha256.cache_clear()
+        for cached in ("_own_imports", "_file_sha256"):
+            getattr(getattr(common, cached, None), "cache_clear", lambda: None)()

@@ -11,11 +11,10 @@ import sys
 
 import pytest
 from helpers.cli import cli, toy_npz
-from helpers.policy import write_policy
+from helpers.policy import registry_restored, write_policy
 
 from avalanche_gss import methods
 from avalanche_gss.reproduce import common
-from avalanche_gss.reproduce.experiments import policies
 from avalanche_gss.reproduce.runs.cache import config_key, module_sha256, result_config
 
 LAZY = '''
@@ -37,23 +36,9 @@ def _lazy_policy(folder, module="newest_lazy", name="Newest"):
 
 @pytest.fixture
 def registry():
-    """Leave the registry, the policies, ``sys.modules`` and the hashes as they were."""
-    tables = (methods._USER, methods._ORIGIN, methods._IMPORTED, methods._LOADED,
-              policies.POLICIES)
-    saved = [dict(table) for table in tables]
-    modules = set(sys.modules)
-    yield
-    for table, before in zip(tables, saved, strict=True):
-        table.clear()
-        table.update(before)
-    for name in set(methods.REGISTRY.names()) - set(methods.REGISTRY.builtin_names()):
-        methods.REGISTRY.remove(name)
-    for name in set(sys.modules) - modules:
-        if name.startswith("newest_"):
-            del sys.modules[name]
-    module_sha256.cache_clear()
-    for cached in ("_own_imports", "_file_sha256"):  # the hashes this process keeps
-        getattr(getattr(common, cached, None), "cache_clear", lambda: None)()
+    """Leave the registries, ``sys.modules`` and the hashes as they were."""
+    with registry_restored():
+        yield
 
 
 def _sha(path):

@@ -17,7 +17,9 @@ from avalanche_gss.reproduce.cli import EXPERIMENTS
 from avalanche_gss.reproduce.common import STANDIN
 from avalanche_gss.reproduce.experiments.policies import BUILTIN_POLICIES, POLICIES
 
-CIFAR_STREAMS = ("cifar10-disjoint", "cifar10-blurry")
+CIFAR_STREAMS = ("cifar10-disjoint",)
+"""which-buffer's CIFAR-10 check: one stream (the ResNet-18 and its BatchNorm are what the
+check is about; the blurry stream trains the same model)."""
 
 COMMANDS = {**{name: (name,) for name in EXPERIMENTS},
             "which-buffer cifar10": ("which-buffer", "--streams", *CIFAR_STREAMS)}
@@ -62,9 +64,8 @@ def test_which_buffer_quick_on_cifar10_runs_every_policy_that_can_train_the_resn
     left_out = report["protocol"]["policies_left_out"]
     assert set(left_out) == STEP_POLICIES == {"CB-GSS (step)", "CB-GSS (step)+LA"}
     for why in left_out.values():
-        assert why.startswith("cannot train the resnet18 model of cifar10-disjoint, "
-                              "cifar10-blurry: CB-GSS scores by the training step, but "
-                              "BatchNorm2d is in train mode")
+        assert why.startswith("cannot train the resnet18 model of cifar10-disjoint: CB-GSS "
+                              "scores by the training step, but BatchNorm2d is in train mode")
     assert ("which-buffer: leaving out default policies CB-GSS (step), CB-GSS (step)+LA: "
             "cannot train the resnet18 model") in res.stderr
     md = (tmp_path / "o" / "which_buffer.md").read_text()

@@ -19,7 +19,7 @@ import pytest
 import torch
 from helpers.cli import cli as reproduce
 from helpers.cli import subprocess_env, toy_npz
-from helpers.policy import POLICY, write_policy
+from helpers.policy import POLICY, registry_restored, write_policy
 
 from avalanche_gss import methods
 from avalanche_gss.methods.spec import Method
@@ -40,26 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def registry():
-    """Leave the registry, the policies and ``sys.modules`` as they were found."""
-    tables = (methods._USER, methods._ORIGIN, policies.POLICIES,
-              *(getattr(methods, n) for n in ("_IMPORTED", "_LOADED") if hasattr(methods, n)))
-    saved = [dict(table) for table in tables]
-    registered = dict(methods.REGISTRY.items())
-    plugins, modules = list(methods._PLUGINS), set(sys.modules)
-    yield
-    for table, before in zip(tables, saved, strict=True):
-        table.clear()
-        table.update(before)
-    for name in set(methods.REGISTRY.names()) - set(methods.REGISTRY.builtin_names()):
-        methods.REGISTRY.remove(name)
-    for name, method in registered.items():
-        if name not in methods.REGISTRY:
-            methods.REGISTRY.add(name, method)
-    methods._PLUGINS[:] = plugins
-    for name in set(sys.modules) - modules:
-        if name.startswith(("newest_", "ep_", "mine_")):
-            del sys.modules[name]
-    module_sha256.cache_clear()
+    """Leave the registries, ``sys.modules`` and the hashes as they were."""
+    with registry_restored():
+        yield
 
 
 def test_a_policy_of_ones_own_module_is_known_by_name_everywhere(tmp_path, registry):
