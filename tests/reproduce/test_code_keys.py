@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from helpers.cli import cli, toy_npz
-from helpers.policy import registry_restored, write_policy
+from helpers.policy import write_policy
 
 from avalanche_gss import methods
 from avalanche_gss.reproduce import common
@@ -32,13 +32,6 @@ def _lazy_policy(folder, module="newest_lazy", name="Newest"):
     path.write_text(text.replace("\n    def _assign(self, rows, model):\n", LAZY))
     (folder / "newest_lazy_rule.py").write_text("NEWEST = True\n")
     return path
-
-
-@pytest.fixture
-def registry():
-    """Leave the registries, ``sys.modules`` and the hashes as they were."""
-    with registry_restored():
-        yield
 
 
 def _sha(path):
