@@ -97,16 +97,20 @@ class GradientScored:
             raise ValueError(f"{self.method}: params= is empty, there is no gradient to compare")
         return model
 
-    def _gram(self, model: nn.Module | None, x: Tensor, y: Tensor, t: Tensor) -> Tensor:
+    def _gram(self, model: nn.Module | None, x: Tensor, y: Tensor, t: Tensor,
+              combine: Tensor | None = None) -> Tensor:
         """The ``(K, K)`` Gram ``<g_i, g_j>`` of the samples' loss gradients, detached.
 
         Computed where the model is (the samples' device for a model without parameters),
-        with the task labels for a ``MultiTaskModule``; see :meth:`_check_model`.
+        with the task labels for a ``MultiTaskModule``; see :meth:`_check_model`. With
+        ``combine`` (``(M, K)`` weights), the ``(M, M)`` Gram of the weighted sums
+        (:func:`~avalanche_gss.gradients.sample_gram`'s ``combine``).
         """
         model = self._check_model(model)
         dev = model_device(model) or x.device
         return sample_gram(model, x.to(dev), y.to(dev), loss_fn=self.loss_fn,
-                           params=self.params, task_labels=labels_on(model, t, dev)).detach()
+                           params=self.params, task_labels=labels_on(model, t, dev),
+                           combine=combine).detach()
 
 
 class StepScored:

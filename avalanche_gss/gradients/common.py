@@ -8,7 +8,9 @@ what the routes use, with the same checks for all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
@@ -78,3 +80,48 @@ def _task_groups(task_labels: Tensor, x: Tensor) -> list[_TaskGroup]:
         return [(None, task_labels)]
     order = torch.argsort(inverse, stable=True)  # rows grouped by label, in batch order
     return [(rows.to(x.device), task_labels[rows]) for rows in order.split(counts.tolist())]
+
+
+# The rows of the gradients a Gram is asked for, when they are weighted sums of the samples'
+# (``sample_gram(combine=A)``); set by the engine for the duration of one call, read by the
+# built-in layer rules through the helpers below (a rule of one's own never sees it).
+_COMBINE: ContextVar[Tensor | None] = ContextVar("avalanche_gss_gram_combine", default=None)
+
+
+@contextmanager
+def combining(weights: Tensor | None) -> Iterator[None]:
+    """Within the block, the layer rules add the Gram of ``weights @ g`` (``None``: of ``g``)."""
+    token = _COMBINE.set(weights)
+    try:
+        yield
+    finally:
+        _COMBINE.reset(token)
+
+
+def combined_rows() -> int | None:
+    """``M``, the rows of the combined gradients being accumulated; ``None``: the samples'."""
+    weights = _COMBINE.get()
+    return None if weights is None else weights.shape[0]
+
+
+def add_outer(out: Tensor, grads: Tensor) -> None:
+    """Add the Gram of per-sample gradients ``grads (N, P)`` to ``out``.
+
+    ``out`` is ``(N, N)``, or, while :func:`combining` weights ``A (M, N)``, ``(M, M)`` and
+    gets the Gram of the combined gradients ``A @ grads``.
+    """
+    weights = _COMBINE.get()
+    if weights is None:
+        out.addmm_(grads, grads.T)
+    else:
+        rows = weights @ grads  # (M, P)
+        out.addmm_(rows, rows.T)
+
+
+def add_pairs(out: Tensor, pairs: Tensor) -> None:
+    """Add a per-sample Gram term ``pairs (N, N)`` to ``out`` (``A pairs A^T`` when combining)."""
+    weights = _COMBINE.get()
+    if weights is None:
+        out.add_(pairs)
+    else:
+        out.add_(weights @ pairs @ weights.T)

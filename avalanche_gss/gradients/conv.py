@@ -26,6 +26,7 @@ from torch.nn import functional as F
 from torch.nn.grad import conv2d_weight
 
 from . import patches
+from .common import add_outer, combined_rows
 from .patches import _weight_route, add_calls_patch_gram
 
 # Largest block of per-sample weight gradients (in elements) a convolution's accelerator
@@ -91,13 +92,13 @@ def _add_shifted_conv_gram(
     at offset ``i*dil_h*Wp + j*dil_w``, so each tap's per-sample gradient ``(C, Cin)`` is one
     batched matmul on views; the zero columns cancel the wrapped-around reads.
 
-    :param out: Gram accumulator, shape ``(N, N)``.
+    :param out: Gram accumulator, shape ``(N, N)`` (``(M, M)`` while combining).
     :param calls: per call, padded input ``(N, Cin, Hp, Wp)`` and output gradient
         ``(N, C, Ho, Wo)``.
     :param kernel: kernel size ``(kh, kw)``.
     :param dilation: dilation ``(dil_h, dil_w)``.
     """
-    n = out.shape[0]
+    n = calls[0][0].shape[0]
     flat = []
     for xp, d in calls:
         wp = xp.shape[3]
@@ -117,8 +118,7 @@ def _add_shifted_conv_gram(
                     )  # (N, c_chunk, Cin)
                     grads = tap if grads is None else grads.add_(tap)
                 assert grads is not None
-                g = grads.reshape(n, -1)  # (N, c_chunk*Cin)
-                out.addmm_(g, g.T)
+                add_outer(out, grads.reshape(n, -1))  # (N, c_chunk*Cin)
 
 
 def _add_grouped_conv_gram(
@@ -137,7 +137,7 @@ def _add_grouped_conv_gram(
     groups it is built for a block of output channels at a time, at most
     ``_GROUPED_ELEMENTS`` floats, and the blocks' Grams add up.
 
-    :param out: Gram accumulator, shape ``(N, N)``.
+    :param out: Gram accumulator, shape ``(N, N)`` (``(M, M)`` while combining).
     :param calls: per call, padded input ``(N, Cin, Hp, Wp)`` and output gradient
         ``(N, C, Ho, Wo)``.
     :param weight_shape: the weight's shape ``(C, Cin / groups, kh, kw)`` (or ``kw`` alone
@@ -146,7 +146,7 @@ def _add_grouped_conv_gram(
     :param dilation: dilation ``(dil_h, dil_w)``.
     :param groups: the convolution's groups.
     """
-    n = out.shape[0]
+    n = calls[0][0].shape[0]
     c, cin_g = weight_shape[0], weight_shape[1]
     kernel = tuple(weight_shape[2:]) if len(weight_shape) == 4 else (1, weight_shape[2])
     per_channel = n * cin_g * kernel[0] * kernel[1]  # elements of one output channel's block
@@ -166,22 +166,21 @@ def _add_grouped_conv_gram(
             )  # (N*block, Cin/groups, kh, kw)
             grads = g if grads is None else grads.add_(g)
         assert grads is not None
-        flat = grads.reshape(n, -1)  # (N, block*Cin/groups*kh*kw)
-        out.addmm_(flat, flat.T)
+        add_outer(out, grads.reshape(n, -1))  # (N, block*Cin/groups*kh*kw)
 
 
 def add_conv_gram(out: Tensor, module: nn.Module, calls: Sequence[tuple[Tensor, Tensor]],
                   weight: bool, bias: bool, small: list[Tensor]) -> None:
     """Add an ``nn.Conv1d``'s or ``nn.Conv2d``'s Gram contribution, from its calls, to ``out``.
 
-    :param out: Gram accumulator, shape ``(N, N)``.
+    :param out: Gram accumulator, shape ``(N, N)`` (``(M, M)`` while combining).
     :param module: the convolution.
     :param calls: per call, its input ``(N, Cin, *)`` and output gradient ``(N, C, *)``.
     :param weight: include the weight's term.
     :param bias: include the bias's term.
     :param small: unused (no ``O(C)`` per-sample gradients here).
     """
-    n = out.shape[0]
+    n = calls[0][0].shape[0]
     assert isinstance(module, (nn.Conv1d, nn.Conv2d))
     groups = module.groups
     padded = []
@@ -191,7 +190,7 @@ def add_conv_gram(out: Tensor, module: nn.Module, calls: Sequence[tuple[Tensor, 
     if bias:  # the same for every weight route: sum of d over positions and calls
         gb = sum(d.sum(dim=(2, 3)) for _, d in padded)  # (N, C)
         assert isinstance(gb, Tensor)
-        out.addmm_(gb, gb.T)
+        add_outer(out, gb)
     if not weight:
         return
     t = sum(d.shape[2] * d.shape[3] for _, d in padded)
@@ -201,7 +200,8 @@ def add_conv_gram(out: Tensor, module: nn.Module, calls: Sequence[tuple[Tensor, 
         _add_grouped_conv_gram(out, padded, module.weight.shape, stride, dilation, groups)
         return
     shiftable = groups == 1 and stride == (1, 1)
-    if shiftable and _weight_route(n, t, k, module.out_channels, 1) == "materialise":
+    route = _weight_route(n, t, k, module.out_channels, 1, combined_rows())
+    if shiftable and route == "materialise":
         _add_shifted_conv_gram(out, padded, kernel, dilation)
         return
     cols, douts = [], []

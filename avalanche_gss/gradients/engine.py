@@ -31,10 +31,10 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.graph import GradientEdge, get_gradient_edge
 
-from .common import LossFn, _task_groups, resolve
+from .common import LossFn, _task_groups, add_outer, add_pairs, combined_rows, combining, resolve
 from .fallback import add_fallback_gram
 from .norm import require_running_stats
-from .registry import LayerRule, rule_for
+from .registry import BUILTIN_RULES, LayerRule, rule_for
 from .state import eval_mode
 
 
@@ -150,8 +150,19 @@ def _add_layer_gram(out: Tensor, layer: _Layer, inputs: Sequence[Tensor],
     gradient (``None``) is left out.
     """
     calls = [(a, d) for a, d in zip(inputs, douts, strict=True) if d is not None]
-    if calls:
+    if not calls:
+        return
+    if combined_rows() is None or layer.rule in BUILTIN_RULES:
         layer.rule(out, layer.module, calls, layer.weight, layer.bias, small)
+        return
+    # A rule of one's own adds to an (N, N) Gram: its term is combined here
+    n = calls[0][0].shape[0]
+    pairs = out.new_zeros(n, n)  # (N, N)
+    own_small: list[Tensor] = []
+    with combining(None):  # it adds the samples' own Gram, whatever it calls
+        layer.rule(pairs, layer.module, calls, layer.weight, layer.bias, own_small)
+    add_pairs(out, pairs)
+    small.extend(own_small)
 
 
 def _add_small_grams(out: Tensor, small: list[Tensor]) -> None:
@@ -161,8 +172,7 @@ def _add_small_grams(out: Tensor, small: list[Tensor]) -> None:
     :param small: per layer, ``(N, C_l)`` per-sample gradients (see :func:`_add_layer_gram`).
     """
     if small:
-        joint = small[0] if len(small) == 1 else torch.cat(small, dim=1)  # (N, sum of C)
-        out.addmm_(joint, joint.T)
+        add_outer(out, small[0] if len(small) == 1 else torch.cat(small, dim=1))  # (N, sum C)
 
 
 def _add_closed_form_grams(
@@ -253,7 +263,7 @@ def _grouped_loss(
 
 def sample_gram(model: nn.Module, x: Tensor, y: Tensor, *, loss_fn: LossFn | None = None,
                 params: Sequence[nn.Parameter] | None = None,
-                task_labels: Tensor | None = None) -> Tensor:
+                task_labels: Tensor | None = None, combine: Tensor | None = None) -> Tensor:
     """Exact Gram matrix ``<g_i, g_j>`` of per-sample loss gradients (paper Eq. 2).
 
     ``g_i = d loss_fn(f(x_i), y_i) / d theta`` with ``theta`` the given parameters (default:
@@ -277,7 +287,13 @@ def sample_gram(model: nn.Module, x: Tensor, y: Tensor, *, loss_fn: LossFn | Non
         ``model(x, task_labels)``, as Avalanche's ``avalanche_forward`` does for a
         ``MultiTaskModule``, once per group of samples sharing a label (so every module
         sees whole groups); the Gram stays exact across groups.
-    :return: the Gram matrix, shape ``(N, N)``, in the gradients' dtype.
+    :param combine: weights ``A``, shape ``(M, N)``: return the Gram of the ``M`` weighted
+        sums ``h_m = sum_i A_mi g_i`` (a mean gradient of a group of samples, one sample's
+        own...), ``A G A^T``, built from the sums where that is cheaper than the ``(N, N)``
+        Gram (GSS-Greedy's group gradients); equal to ``A @ sample_gram(...) @ A.T`` up to
+        rounding. ``None``: the samples' own Gram.
+    :return: the Gram matrix, shape ``(N, N)`` (``(M, M)`` with ``combine``), in the
+        gradients' dtype.
     """
     n = x.shape[0]
     if y.shape[0] != n:
@@ -285,11 +301,17 @@ def sample_gram(model: nn.Module, x: Tensor, y: Tensor, *, loss_fn: LossFn | Non
     loss_fn, selected = resolve(model, loss_fn, params)
     layers, fallback = _plan(model, selected)
     dtype = selected[0].dtype if selected else x.dtype
-    gram = torch.zeros(n, n, dtype=dtype, device=x.device)  # (N, N)
+    if combine is not None:
+        if combine.dim() != 2 or combine.shape[1] != n:
+            raise ValueError(f"combine must have shape (M, {n}), got {tuple(combine.shape)}")
+        combine = combine.to(device=x.device, dtype=dtype)
+    m = n if combine is None else combine.shape[0]
+    gram = torch.zeros(m, m, dtype=dtype, device=x.device)  # (N, N) or (M, M)
     if n == 0 or not selected:
         return gram
-    if layers:
-        fallback += _add_closed_form_grams(gram, model, x, y, loss_fn, layers, task_labels)
-    if fallback:
-        add_fallback_gram(gram, model, x, y, loss_fn, fallback, task_labels)
+    with combining(combine):
+        if layers:
+            fallback += _add_closed_form_grams(gram, model, x, y, loss_fn, layers, task_labels)
+        if fallback:
+            add_fallback_gram(gram, model, x, y, loss_fn, fallback, task_labels)
     return gram

@@ -15,7 +15,7 @@ import warnings
 
 from torch import Tensor, nn
 
-from .common import LossFn
+from .common import LossFn, add_outer
 from .oracle import per_sample_grad_loop, per_sample_grad_vmap
 
 
@@ -26,7 +26,7 @@ def add_fallback_gram(out: Tensor, model: nn.Module, x: Tensor, y: Tensor, loss_
     The ``RuntimeWarning`` of a fall back to the loop points at the caller of
     :func:`~avalanche_gss.gradients.engine.sample_gram`.
 
-    :param out: Gram accumulator, shape ``(N, N)``.
+    :param out: Gram accumulator, shape ``(N, N)`` (``(M, M)`` while combining).
     :param model: the network.
     :param x: inputs, shape ``(N, ...)``.
     :param y: targets, shape ``(N, ...)``.
@@ -49,4 +49,4 @@ def add_fallback_gram(out: Tensor, model: nn.Module, x: Tensor, y: Tensor, loss_
         grads = per_sample_grad_loop(
             model, x, y, loss_fn=loss_fn, params=params, task_labels=task_labels
         )
-    out.addmm_(grads, grads.T)
+    add_outer(out, grads)

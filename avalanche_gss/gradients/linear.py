@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
+from .common import add_outer, add_pairs, combined_rows
 from .patches import add_calls_patch_gram
 
 
@@ -23,21 +24,24 @@ def add_linear_gram(out: Tensor, module: nn.Module, calls: Sequence[tuple[Tensor
                     weight: bool, bias: bool, small: list[Tensor]) -> None:
     """Add an ``nn.Linear``'s Gram contribution, from its calls, to ``out``.
 
-    :param out: Gram accumulator, shape ``(N, N)``.
+    :param out: Gram accumulator, shape ``(N, N)`` (``(M, M)`` while combining).
     :param module: the ``nn.Linear``.
     :param calls: per call, its input ``(N, ..., K)`` and output gradient ``(N, ..., C)``.
     :param weight: include the weight's term.
     :param bias: include the bias's term.
     :param small: unused (no ``O(C)`` per-sample gradients here).
     """
-    n = out.shape[0]
+    n = calls[0][0].shape[0]
     if len(calls) == 1 and calls[0][0].dim() == 2:
         a, d = calls[0]  # (N, K), (N, C): (a_i.a_j)(d_i.d_j) + d_i.d_j
         if weight:
             aa = a @ a.T  # (N, N)
-            out.addcmul_(aa.add_(1.0) if bias else aa, d @ d.T)  # bias: (a.a + 1)(d.d)
+            if combined_rows() is None:
+                out.addcmul_(aa.add_(1.0) if bias else aa, d @ d.T)  # bias: (a.a + 1)(d.d)
+            else:
+                add_pairs(out, (aa.add_(1.0) if bias else aa).mul_(d @ d.T))
         else:
-            out.addmm_(d, d.T)
+            add_outer(out, d)
         return
     cols, douts = [], []
     for x, d in calls:

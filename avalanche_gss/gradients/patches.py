@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .common import add_outer, add_pairs, combined_rows
+
 # Largest temporary (in elements) the conv routes build at once: 2**24 floats = 64 MiB.
 _CHUNK_ELEMENTS = 1 << 24
 
@@ -27,7 +29,7 @@ _CHUNK_ELEMENTS = 1 << 24
 def _add_pair_sum_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
     """Add ``sum_pq (U_i^T U_j)_pq (D_i^T D_j)_pq`` to ``out``, never forming ``D_i U_i^T``.
 
-    :param out: Gram accumulator, shape ``(N, N)``.
+    :param out: Gram accumulator, shape ``(N, N)`` (``(M, M)`` while combining).
     :param cols: input patches ``U``, shape ``(N, K, T)``.
     :param dout: output gradients ``D``, shape ``(N, C, T)``.
     """
@@ -35,11 +37,14 @@ def _add_pair_sum_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
     u = cols.transpose(1, 2).reshape(n * t, k)  # (N*T, K)
     d = dout.transpose(1, 2).reshape(n * t, dout.shape[1])  # (N*T, C)
     rows = max(1, _CHUNK_ELEMENTS // (n * t * t))  # samples per block of rows
+    pairs = out if combined_rows() is None else out.new_zeros(n, n)  # (N, N)
     for s in range(0, n, rows):
         e = min(n, s + rows)
         prod = u[s * t : e * t] @ u.T  # (b*T, N*T)
         prod.mul_(d[s * t : e * t] @ d.T)  # (b*T, N*T)
-        out[s:e] += prod.view(e - s, t, n, t).sum(dim=(1, 3))  # (b, N)
+        pairs[s:e] += prod.view(e - s, t, n, t).sum(dim=(1, 3))  # (b, N)
+    if pairs is not out:
+        add_pairs(out, pairs)
 
 
 def _add_materialised_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
@@ -53,24 +58,28 @@ def _add_materialised_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
     step = max(1, _CHUNK_ELEMENTS // (n * g * dout.shape[2]))  # patch features per chunk
     for s in range(0, k, step):
         grads = dout @ cols[:, :, s : s + step].transpose(2, 3)  # (N, G, C, k_chunk)
-        flat = grads.reshape(n, -1)  # (N, G*C*k_chunk)
-        out.addmm_(flat, flat.T)
+        add_outer(out, grads.reshape(n, -1))  # (N, G*C*k_chunk)
 
 
-def _weight_route(n: int, t: int, k: int, c: int, groups: int) -> str:
+def _weight_route(n: int, t: int, k: int, c: int, groups: int, m: int | None = None) -> str:
     """Pick the cheaper exact route for a weight ``(C, K)`` seen at ``T`` positions per sample.
 
     ``"pair"`` costs ``(N T)^2 (K + C)`` multiply-adds (pairwise patch products, memory
     ``O(N^2 T^2)`` in chunks); ``"materialise"`` costs ``N T C K + N^2 C K`` (per-sample
     gradients ``D_i U_i^T``, then their Gram), whose Gram term, a product with a short side of
     ``N``, is bound by memory traffic and so counted twice. With groups only the latter is
-    implemented.
+    implemented. When the Gram asked for is of ``M`` weighted sums of the samples' gradients
+    (``m``), materialising costs ``N T C K + M N C K + 2 M^2 C K`` instead (the sums, then
+    their Gram), and the pairs route the same as without them.
     """
     if t == 1 and groups == 1:
         return "pair"  # the Linear identity (a_i.a_j)(d_i.d_j): cheapest whatever N
     kg = k // groups
     pair_cost = (n * t) ** 2 * (kg + c // groups + 1)
-    materialise_cost = n * t * c * kg + 2 * n * n * c * kg
+    if m is None:
+        materialise_cost = n * t * c * kg + 2 * n * n * c * kg
+    else:
+        materialise_cost = n * t * c * kg + m * n * c * kg + 2 * m * m * c * kg
     return "pair" if groups == 1 and pair_cost <= materialise_cost else "materialise"
 
 
@@ -89,11 +98,10 @@ def _add_patch_gram(
     n, k, t = cols.shape
     c = dout.shape[1]
     if bias:
-        gb = dout.sum(dim=2)  # (N, C)
-        out.addmm_(gb, gb.T)
+        add_outer(out, dout.sum(dim=2))  # (N, C)
     if not weight:
         return
-    if _weight_route(n, t, k, c, groups) == "pair":
+    if _weight_route(n, t, k, c, groups, combined_rows()) == "pair":
         _add_pair_sum_gram(out, cols, dout)
     else:
         kg, cg = k // groups, c // groups

@@ -42,6 +42,11 @@ RULES: dict[type[nn.Module], LayerRule] = {
 }
 """The closed-form rule of each module type."""
 
+BUILTIN_RULES = frozenset(RULES.values())
+"""The rules above: they also add the Gram of weighted sums of the samples' gradients
+(``sample_gram(combine=...)``) themselves; a rule of one's own adds the ``(N, N)`` Gram and
+the engine combines it."""
+
 
 def rule_for(module: nn.Module) -> LayerRule | None:
     """The closed-form rule for ``module``'s own parameters; ``None``: the fallback's.

@@ -12,7 +12,14 @@ from avalanche_gss.buffers.base import reject
 from avalanche_gss.buffers.columns import check_size
 from avalanche_gss.buffers.presets import resolve
 from avalanche_gss.methods.spec import Method
-from avalanche_gss.selection.greedy import CandidateDraw, Gate, greedy_slots, memory_scores
+from avalanche_gss.selection.greedy import (
+    CandidateDraw,
+    Gate,
+    greedy_slots,
+    group_scores,
+    memory_scores,
+    memory_weights,
+)
 from avalanche_gss.training.rehearsal import BufferStrategy
 
 __all__ = ["MemoryGrads", "GSSGreedyBuffer", "GSSGreedy", "METHODS"]
@@ -119,9 +126,15 @@ class GSSGreedyBuffer(GradientScored, OnlineBuffer):
         if k == 0:
             return torch.ones(len(rows)), 1.0  # empty buffer: cosine 0, nothing known
         bx, by, bt = self.rows(self.sample_slots(k))
-        gram = self._gram(model, torch.cat([rows.x.to(bx.device), bx]),
-                          torch.cat([rows.y.to(by.device), by]),
-                          torch.cat([rows.t.to(bt.device), bt]))
+        x, y = torch.cat([rows.x.to(bx.device), bx]), torch.cat([rows.y.to(by.device), by])
+        t = torch.cat([rows.t.to(bt.device), bt])
+        if groups:  # the Gram of the group means and the new samples only, from their sums
+            weights = memory_weights(len(rows), k, self.group_size)
+            gram = self._gram(model, x, y, t, combine=weights)
+            if bool(torch.isfinite(gram).all()):
+                return group_scores(gram, len(rows))
+            # a gradient is not finite: the per-sample Gram below tells which
+        gram = self._gram(model, x, y, t)
         return memory_scores(gram, len(rows), group_size=self.group_size if groups else None,
                              batch_gate=self.gate == "batch")
 

@@ -15,7 +15,8 @@ from torch import Tensor
 
 from avalanche_gss.gradients import cosine_from_gram, group_gram
 
-__all__ = ["CandidateDraw", "Gate", "greedy_scores", "memory_scores", "greedy_slots"]
+__all__ = ["CandidateDraw", "Gate", "greedy_scores", "memory_scores", "memory_weights",
+           "group_scores", "greedy_slots"]
 
 CandidateDraw = Literal["proportional", "minmax"]
 Gate = Literal["sample", "batch"]
@@ -73,21 +74,59 @@ def memory_scores(
         scores = greedy_scores(cosine_from_gram(gram)[:b, b:].float().cpu())  # (B,)
         scores[~finite[:b]] = float("nan")
         return scores, None
-    # Rows: the B new samples, their mean (batch gate), then the memory gradients.
+    weights = memory_weights(b, k, group_size, finite[:b], dtype=gram.dtype)
+    weights = weights.to(gram.device, non_blocking=True)  # no stream sync on CUDA
+    return group_scores(group_gram(gram, weights), b, finite[:b])
+
+
+def memory_weights(n_new: int, k: int, group_size: int | None,
+                   finite: Tensor | None = None, *, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The rows of :func:`memory_scores`' gradients as weights on ``[new; drawn]`` gradients.
+
+    Rows: the ``B`` new samples, their mean (the batch gate's), then the memory gradients
+    (the means of consecutive groups of ``group_size`` drawn gradients, the last group
+    taking the remainder; ``None``: the drawn gradients themselves). The Gram of these rows
+    (``W G W^T``, or the gradient engine's ``sample_gram(combine=W)``) is what
+    :func:`group_scores` reads.
+
+    :param n_new: ``B``.
+    :param k: the drawn buffer samples.
+    :param group_size: drawn gradients per memory gradient; ``None``: per-sample.
+    :param finite: ``(B,)`` which new gradients are finite (the batch mean leaves the others
+        out); ``None``: all of them.
+    :param dtype: the weights' dtype.
+    :return: the weights, shape ``(B + 1 + n_mem, B + k)``, on the CPU.
+    """
+    b = n_new
     per_group = group_size or 1
     n_mem = max(1, k // per_group) if group_size is not None else k
     member = (torch.arange(k) // per_group).clamp(max=n_mem - 1)  # group of each drawn row
     ids = torch.cat([torch.arange(b), member + b + 1])
-    weights = torch.zeros(b + 1 + n_mem, b + k, dtype=gram.dtype)
+    weights = torch.zeros(b + 1 + n_mem, b + k, dtype=dtype)
     weights[ids, torch.arange(b + k)] = 1.0
-    weights[b, :b] = finite[:b].to(gram.dtype)  # the batch mean of the finite gradients
-    weights = weights / weights.sum(dim=1, keepdim=True).clamp_min(1.0)
-    weights = weights.to(gram.device, non_blocking=True)  # no stream sync on CUDA
-    cos = cosine_from_gram(group_gram(gram, weights))  # (B+1+n, B+1+n)
+    # the batch mean of the finite gradients
+    weights[b, :b] = 1.0 if finite is None else finite.to(dtype)
+    return weights / weights.sum(dim=1, keepdim=True).clamp_min(1.0)
+
+
+def group_scores(gram: Tensor, n_new: int,
+                 finite: Tensor | None = None) -> tuple[Tensor, float]:
+    """Algorithm 2 line 7 from the Gram of :func:`memory_weights`' rows.
+
+    :param gram: ``(B + 1 + n_mem, B + 1 + n_mem)`` Gram of the new samples' gradients,
+        their mean, then the memory gradients.
+    :param n_new: ``B``.
+    :param finite: ``(B,)`` which new gradients are finite (the others score NaN);
+        ``None``: all of them.
+    :return: ``(scores, batch_score)`` as :func:`memory_scores` returns them.
+    """
+    b = n_new
+    cos = cosine_from_gram(gram)  # (B+1+n, B+1+n)
     scores = greedy_scores(cos[: b + 1, b + 1 :].float().cpu())  # (B+1,)
-    scores[:b][~finite[:b]] = float("nan")
-    if not bool(finite[:b].any()):
-        scores[b] = float("nan")
+    if finite is not None:
+        scores[:b][~finite] = float("nan")
+        if not bool(finite.any()):
+            scores[b] = float("nan")
     return scores[:b], float(scores[b])
 
 
