@@ -193,6 +193,18 @@ def test_gradient_gram_profiles_the_engine_and_has_gss_greedy_s_scoring_batch(mo
     assert "aten::" in out
 
 
+def test_greedy_scores_times_both_ways_of_scoring_and_they_agree(monkeypatch, tmp_path):
+    # GSS-Greedy's batch, scored from the per-sample Gram and from the Gram of its sums
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import greedy_scores
+
+    (record,) = greedy_scores.main(["--cases", "mlp", "--repeats", "2",
+                                    "--json", str(tmp_path / "r.json")])
+    assert record["max_score_difference"] < 1e-5
+    assert record["gram_median_ms"] > 0 and record["sums_median_ms"] > 0
+    assert json.loads((tmp_path / "r.json").read_text()) == [record]
+
+
 @pytest.mark.parametrize(("case", "criterion", "mkd", "joint"), [
     ("er-ace-mlp-disjoint", "AsymmetricCrossEntropy", False, True),
     ("er-mkd-mlp-disjoint", "CrossEntropyLoss", True, False),
