@@ -22,8 +22,9 @@ CIFAR_STREAMS = ("cifar10-disjoint",)
 check is about; the blurry stream trains the same model)."""
 
 COMMANDS = {**{name: (name,) for name in EXPERIMENTS},
-            "which-buffer cifar10": ("which-buffer", "--streams", *CIFAR_STREAMS)}
-"""Each experiment's default command, and which-buffer's on the CIFAR-10 streams."""
+            "which-buffer cifar10": ("which-buffer", "--streams", *CIFAR_STREAMS, "--n-iter", "1")}
+"""Each experiment's default command, and which-buffer's on the CIFAR-10 streams (one
+iteration per batch: what is checked is that each policy trains the ResNet at all)."""
 
 STEP_POLICIES = {p for p in BUILTIN_POLICIES if POLICIES[p].settings.get("score_from") == "step"}
 """The policies that read their gradients off the training step."""
