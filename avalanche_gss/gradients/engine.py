@@ -304,7 +304,7 @@ def sample_gram(model: nn.Module, x: Tensor, y: Tensor, *, loss_fn: LossFn | Non
     if combine is not None:
         if combine.dim() != 2 or combine.shape[1] != n:
             raise ValueError(f"combine must have shape (M, {n}), got {tuple(combine.shape)}")
-        combine = combine.to(device=x.device, dtype=dtype)
+        combine = combine.to(device=x.device, dtype=dtype, non_blocking=True)  # no sync
     m = n if combine is None else combine.shape[0]
     gram = torch.zeros(m, m, dtype=dtype, device=x.device)  # (N, N) or (M, M)
     if n == 0 or not selected:
