@@ -19,13 +19,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from avalanche_gss.reproduce.common import (
-    command,
-    data_identity,
-    prog_of,
-    resolve_data,
-    settings_for,
-)
+from avalanche_gss.reproduce.common import command, prog_of, resolve_data, settings_for
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 from avalanche_gss.reproduce.experiments.registry import register
 from avalanche_gss.reproduce.json_types import JsonObject
@@ -33,6 +27,7 @@ from avalanche_gss.reproduce.reports.report import DataFacts, Report, shared_set
 from avalanche_gss.reproduce.reports.rows import Row, group_rows
 from avalanche_gss.reproduce.reports.writing import format_cell, provenance, table_csv
 from avalanche_gss.reproduce.runner import Experiment, Rendered
+from avalanche_gss.reproduce.runs.identity import data_identity
 from avalanche_gss.reproduce.runs.jobs import RunJob, StreamSpec
 from avalanche_gss.reproduce.runs.planning import (
     CodeIdentity,
@@ -69,7 +64,7 @@ class LearningRates(Experiment[Plan]):
         """Every learning rate x method x buffer size x seed, on Table 1's stream."""
         protocol = PROTOCOLS[STREAM]
         data_name, data = resolve_data(args, protocol)
-        stream = StreamSpec({"samples_per_task": 50 if args.quick else 1000}, protocol=STREAM)
+        stream = StreamSpec(protocol.stream, {"samples_per_task": 50 if args.quick else 1000})
         base = job_base(args, self.name, data_name, data_identity(data))
         n_iter = 1 if args.quick else protocol.n_iter
         runs = []

@@ -30,6 +30,7 @@ from avalanche_gss.reproduce.experiments.policies import (
 )
 from avalanche_gss.reproduce.experiments.registry import EXPERIMENTS as EXPERIMENT_REGISTRY
 from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
+from avalanche_gss.reproduce.program import PROG
 from avalanche_gss.reproduce.runs.cache import module_sha256
 from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS
 
@@ -71,9 +72,6 @@ UNAVAILABLE_EXIT = 75
 network, no answer, no npm): nothing came that was wrong (sysexits' EX_TEMPFAIL). Data
 that came and failed their hashes, or anything else, exit 1."""
 
-PROG = "python -m reproduce"
-"""The command as usage and error lines name it (the ``avalanche-gss`` script passes its own)."""
-
 DEVICE_HELP = "auto (CUDA when present, else cpu) | cpu | cuda | cuda:N"
 
 _EPILOG = textwrap.fill(
@@ -82,14 +80,6 @@ _EPILOG = textwrap.fill(
     "(one thread per core) can train many times slower than one thread. Use --workers to "
     "run several runs at once instead.", width=79)
 
-
-def prog_of(args: argparse.Namespace) -> str:
-    """The program as the user ran it (``args.prog``, set by the entry point).
-
-    ``python -m reproduce`` from a checkout, ``python -m avalanche_gss.reproduce`` or
-    ``avalanche-gss``; every message and recorded command names it so.
-    """
-    return str(getattr(args, "prog", PROG))
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

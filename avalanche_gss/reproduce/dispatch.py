@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from avalanche_gss.reproduce.cli import prog_of
+from avalanche_gss.reproduce.program import prog_of
 from avalanche_gss.reproduce.runs.seeding import resolve_device
 
 

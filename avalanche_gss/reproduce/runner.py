@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from avalanche_gss.reproduce.cli import prog_of
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.program import prog_of
 from avalanche_gss.reproduce.reports.outputs import show_outputs
 from avalanche_gss.reproduce.reports.report import Report
 from avalanche_gss.reproduce.reports.writing import output_paths, write_report

@@ -53,8 +53,8 @@ def registry_restored() -> Iterator[None]:
     gone afterwards, and the hashes this process keeps of the code are recomputed.
     """
     from avalanche_gss import methods
-    from avalanche_gss.reproduce import common
     from avalanche_gss.reproduce.experiments import policies
+    from avalanche_gss.reproduce.runs import identity
     from avalanche_gss.reproduce.runs.cache import module_sha256
 
     tables: list[dict[str, Any]] = [methods._USER, methods._ORIGIN, methods._IMPORTED,
@@ -79,4 +79,4 @@ def registry_restored() -> Iterator[None]:
                 del sys.modules[name]
         module_sha256.cache_clear()
         for cached in ("_own_imports", "_file_sha256"):
-            getattr(getattr(common, cached, None), "cache_clear", lambda: None)()
+            getattr(getattr(identity, cached, None), "cache_clear", lambda: None)()

@@ -14,7 +14,7 @@ from helpers.cli import cli, toy_npz
 from helpers.policy import write_policy
 
 from avalanche_gss import methods
-from avalanche_gss.reproduce import common
+from avalanche_gss.reproduce.runs import identity
 from avalanche_gss.reproduce.runs.cache import config_key, module_sha256, result_config
 
 LAZY = '''
@@ -43,13 +43,13 @@ def test_a_helper_imported_inside_a_method_is_in_the_key_before_it_is_imported(t
     path = _lazy_policy(tmp_path)
     methods.import_user(str(path))
     assert "newest_lazy_rule" not in sys.modules  # not imported: no run called it yet
-    code = common.method_code("Newest")
+    code = identity.method_code("Newest")
     assert code["user_code"] == {"newest_lazy": _sha(path),
                                  "newest_lazy_rule": _sha(tmp_path / "newest_lazy_rule.py")}
     # A worker that starts the job checks the helper's file too, imported or not
-    common.prepare_job(code)
+    identity.prepare_job(code)
     with pytest.raises(ValueError, match="code of newest_lazy_rule changed during the sweep"):
-        common.prepare_job({**code, "user_code": {**code["user_code"],
+        identity.prepare_job({**code, "user_code": {**code["user_code"],
                                                   "newest_lazy_rule": "0" * 64}})
 
 
@@ -83,7 +83,7 @@ def test_editing_one_import_retrains_only_the_runs_whose_code_it_is(tmp_path, re
     other = write_policy(tmp_path, "newest_other", name="Other")
     methods.import_user(str(path))
     methods.import_user(str(other))
-    before = {m: {**common.code_identity(), **common.method_code(m)}
+    before = {m: {**identity.code_identity(), **identity.method_code(m)}
               for m in ("Newest", "Reservoir")}
     assert "user_code" not in before["Reservoir"]
     # Then no key holds a path, only module names and hashes
@@ -92,7 +92,7 @@ def test_editing_one_import_retrains_only_the_runs_whose_code_it_is(tmp_path, re
     # When the other module changes (a process that imports it afresh)
     other.write_text(other.read_text().replace("NEWEST = True", "NEWEST = False"))
     module_sha256.cache_clear()
-    after = {m: {**common.code_identity(), **common.method_code(m)}
+    after = {m: {**identity.code_identity(), **identity.method_code(m)}
              for m in ("Newest", "Reservoir")}
     # Then neither the policy's runs nor the built-in method's are new
     assert {m: config_key(c) for m, c in after.items()} == {
@@ -148,8 +148,8 @@ def test_a_stream_of_ones_own_keys_its_runs_by_the_module_that_builds_it(tmp_pat
     (tmp_path / "newest_lazy_rule.py").write_text("NEWEST = True\n")
     try:
         methods.import_user(str(tmp_path / "newest_stream.py"))
-        code = common.run_code("Reservoir", "newest-stream")
+        code = identity.run_code("Reservoir", "newest-stream")
         assert sorted(code["user_code"]) == ["newest_lazy_rule", "newest_stream"]
-        assert "user_code" not in common.run_code("Reservoir", "disjoint")
+        assert "user_code" not in identity.run_code("Reservoir", "disjoint")
     finally:
         REGISTRY.remove("newest-stream")

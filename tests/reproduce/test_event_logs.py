@@ -12,8 +12,8 @@ from helpers.cli import cli, toy_npz
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from avalanche_gss.reproduce import cli as command_line
-from avalanche_gss.reproduce.common import data_identity, load
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+from avalanche_gss.reproduce.runs.identity import data_identity, load
 from avalanche_gss.reproduce.runs.sweep import config_key
 
 STREAM = "train_phase/train_stream"
@@ -77,7 +77,7 @@ def test_the_logs_are_written_from_the_scalars_a_result_holds(tmp_path, caplog):
 
 
 def test_the_recorder_keeps_the_numbers_tensorboard_would_plot():
-    from avalanche_gss.reproduce.reports.event_logs import ScalarRecorder
+    from avalanche_gss.reproduce.runs.recording import ScalarRecorder
 
     recorder = ScalarRecorder()
     recorder.log_single_metric("a", 3, 10)

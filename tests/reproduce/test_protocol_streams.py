@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, fit_count
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 from avalanche_gss.reproduce.runs.jobs import build_split
+from avalanche_gss.reproduce.runs.protocol_streams import fit_count
 from avalanche_gss.streams import (
     ArrayDataset,
     TaskSplit,
@@ -79,8 +80,8 @@ def test_every_protocols_stream_builds_what_its_closure_built(seed, variant):
 
 def test_a_which_buffer_job_builds_its_named_stream_with_its_protocols_counts():
     data = _data(120)
-    job = {"protocol": "table3", "stream": "blurry", "stream_options": {"keep": 0.9},
-           "variant": {"samples_per_task": 30}}
+    job = {"counts": PROTOCOLS["table3"].stream.config(), "stream": "blurry",
+           "stream_options": {"keep": 0.9}, "variant": {"samples_per_task": 30}}
     assert _same(build_split(data, job, 2), _old("blurry", data, 2, {"samples_per_task": 30}))
     assert build_split(data, {**job, "stream_options": {"keep": 0.5}}, 2).protocol[
         "blurry"]["keep"] == 0.5

@@ -14,8 +14,8 @@ import pytest
 from helpers.cli import cli
 
 from avalanche_gss.reproduce.cli import EXPERIMENTS
-from avalanche_gss.reproduce.common import STANDIN
 from avalanche_gss.reproduce.experiments.policies import BUILTIN_POLICIES, POLICIES
+from avalanche_gss.reproduce.runs.identity import STANDIN
 
 CIFAR_STREAMS = ("cifar10-disjoint",)
 """which-buffer's CIFAR-10 check: one stream (the ResNet-18 and its BatchNorm are what the

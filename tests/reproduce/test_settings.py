@@ -8,7 +8,6 @@ import pytest
 from avalanche_gss import methods
 from avalanche_gss.methods.reservoir import Reservoir, ReservoirBuffer
 from avalanche_gss.methods.spec import Method
-from avalanche_gss.reproduce.common import settings_from_dict
 from avalanche_gss.reproduce.experiments.policies import parse_method_text
 from avalanche_gss.reproduce.runs.settings import (
     FLAT_NAMES,
@@ -19,6 +18,7 @@ from avalanche_gss.reproduce.runs.settings import (
     TrainingSettings,
     make_settings,
     settings_dict,
+    settings_from_dict,
 )
 
 

@@ -25,7 +25,6 @@ from avalanche_gss import methods
 from avalanche_gss.methods.spec import Method
 from avalanche_gss.reproduce import cli
 from avalanche_gss.reproduce.__main__ import main
-from avalanche_gss.reproduce.common import code_identity, method_code, prepare_job
 from avalanche_gss.reproduce.experiments import policies
 from avalanche_gss.reproduce.runs import training as experiments
 from avalanche_gss.reproduce.runs.cache import (
@@ -34,6 +33,7 @@ from avalanche_gss.reproduce.runs.cache import (
     package_sha256,
     source_sha256,
 )
+from avalanche_gss.reproduce.runs.identity import code_identity, method_code, prepare_job
 from avalanche_gss.training import BufferStrategy
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,6 @@ from helpers.cli import cli
 
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.cli import parse_args
-from avalanche_gss.reproduce.common import STANDIN, load
 from avalanche_gss.reproduce.experiments import policies
 from avalanche_gss.reproduce.experiments.policies import KINDS, STREAMS, stream_problem
 from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP, PROTOCOLS
@@ -24,6 +23,7 @@ from avalanche_gss.reproduce.experiments.which_buffer import (
     stream_config,
     traced_streams,
 )
+from avalanche_gss.reproduce.runs.identity import STANDIN, load
 from avalanche_gss.reproduce.runs.jobs import build_split
 
 CIFAR = ("cifar10-disjoint", "cifar10-blurry")

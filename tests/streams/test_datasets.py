@@ -93,19 +93,19 @@ def test_the_offline_digits_warning_is_one_warning_per_process_that_filters_cont
 def test_reproduce_workers_load_the_data_without_repeating_the_warning(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
 ) -> None:
-    from avalanche_gss.reproduce import common
+    from avalanche_gss.reproduce.runs import identity
 
     # A worker process: nothing loaded, the warning not given yet in this process.
-    monkeypatch.setattr(common, "_DATA", {})
+    monkeypatch.setattr(identity, "_DATA", {})
     monkeypatch.setattr(datasets, "_offline_warned", False, raising=False)
-    data = common.load_checked({"data": "mnist", "root": str(tmp_path), "download": False})
+    data = identity.load_checked({"data": "mnist", "root": str(tmp_path), "download": False})
     assert not [w for w in recwarn if issubclass(w.category, UserWarning)], recwarn.list
     assert data.verified_as == "mnist-5k"
     # The command itself, which loads them before its workers do, still says it.
-    monkeypatch.setattr(common, "_DATA", {})
+    monkeypatch.setattr(identity, "_DATA", {})
     monkeypatch.setattr(datasets, "_offline_warned", False)
     with pytest.warns(OfflineDigitsWarning):
-        common.load("mnist", str(tmp_path), False)
+        identity.load("mnist", str(tmp_path), False)
 
 
 def test_mnist_5k_by_name_does_not_warn() -> None:

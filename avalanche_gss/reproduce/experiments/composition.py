@@ -22,14 +22,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from avalanche_gss.diagnostics import BufferTrace
-from avalanche_gss.reproduce.common import (
-    Choices,
-    command,
-    prog_of,
-    resolve_choices,
-    resolve_data,
-    settings_from_dict,
-)
+from avalanche_gss.reproduce.common import Choices, command, prog_of, resolve_choices, resolve_data
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, data_label
 from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, jsonable, shared_setting
@@ -40,6 +33,7 @@ from avalanche_gss.reproduce.reports.writing import (
     provenance_line,
 )
 from avalanche_gss.reproduce.runner import Experiment, Rendered
+from avalanche_gss.reproduce.runs.settings import settings_from_dict
 from avalanche_gss.reproduce.runs.traces import TraceRecord, task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, RunSettings, run
 from avalanche_gss.streams import ArrayDataset, TaskSplit

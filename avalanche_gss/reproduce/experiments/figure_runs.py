@@ -11,14 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from avalanche_gss.reproduce.common import (
-    Choices,
-    data_identity,
-    prog_of,
-    resolve_choices,
-    resolve_data,
-    settings_from_dict,
-)
+from avalanche_gss.reproduce.common import Choices, prog_of, resolve_choices, resolve_data
 from avalanche_gss.reproduce.experiments.protocols import (
     PAPER_DATA,
     PROTOCOLS,
@@ -28,6 +21,7 @@ from avalanche_gss.reproduce.experiments.protocols import (
 from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.reports.rows import RowKeys
 from avalanche_gss.reproduce.runs.evaluation import CurveResult, run_curve
+from avalanche_gss.reproduce.runs.identity import data_identity
 from avalanche_gss.reproduce.runs.planning import (
     CodeIdentity,
     DataSource,
@@ -36,6 +30,7 @@ from avalanche_gss.reproduce.runs.planning import (
     job_base,
     register_result_check,
 )
+from avalanche_gss.reproduce.runs.settings import settings_from_dict
 from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, VARIANTS, RunSettings
 from avalanche_gss.reproduce.runs.training import run as run_one

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from avalanche_gss.reproduce.common import (
     Choices,
     command,
-    data_identity,
     prog_of,
     resolve_choices,
     resolve_data,
@@ -47,6 +46,7 @@ from avalanche_gss.reproduce.reports.writing import (
     table_markdown,
 )
 from avalanche_gss.reproduce.runner import Experiment, Rendered
+from avalanche_gss.reproduce.runs.identity import data_identity
 from avalanche_gss.reproduce.runs.jobs import RunJob, StreamSpec
 from avalanche_gss.reproduce.runs.planning import (
     CodeIdentity,
@@ -86,7 +86,7 @@ def plan(args: argparse.Namespace, protocol: Protocol
                     if "samples_per_task" in chosen else {})
     runs = []
     for variant in chosen["variants"]:
-        stream = StreamSpec({**variant, **stream_extra})
+        stream = StreamSpec(protocol.stream, {**variant, **stream_extra})
         for seed in chosen["seeds"]:
             for text in chosen["methods"]:
                 method, keywords = parse_method_text(text)

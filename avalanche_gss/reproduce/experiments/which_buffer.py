@@ -49,13 +49,10 @@ from typing import TypedDict, cast
 
 from avalanche_gss.reproduce.common import (
     command,
-    data_identity,
     prog_of,
     resolve_choices,
     resolve_data,
-    run_code,
     settings_for,
-    settings_from_dict,
 )
 from avalanche_gss.reproduce.experiments.policies import (
     BUILTIN_STREAMS,
@@ -110,6 +107,7 @@ from avalanche_gss.reproduce.reports.writing import (
     provenance,
     write_report,
 )
+from avalanche_gss.reproduce.runs.identity import data_identity, run_code
 from avalanche_gss.reproduce.runs.jobs import build_split, run_job, run_logged_job
 from avalanche_gss.reproduce.runs.planning import (
     Run,
@@ -119,6 +117,7 @@ from avalanche_gss.reproduce.runs.planning import (
     sweep,
     training_problems,
 )
+from avalanche_gss.reproduce.runs.settings import settings_from_dict
 from avalanche_gss.reproduce.runs.sweep import config_key
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, settings_dict
 from avalanche_gss.streams import REGISTRY, ArrayDataset
@@ -247,14 +246,15 @@ class PolicyChoices:
 class StreamJob(TypedDict, total=False):
     """The part of a job's config that builds its stream (:func:`stream_config`).
 
-    :param protocol: the protocol whose stream, learning rate and iterations it runs.
+    :param counts: the stream and counts of the protocol whose stream it runs
+        (:meth:`~avalanche_gss.reproduce.runs.protocol_streams.ProtocolStream.config`).
     :param variant: the protocol's row keys (and ``--quick``'s ``samples_per_task``).
     :param stream: the registered stream it builds (:data:`avalanche_gss.streams.REGISTRY`).
     :param stream_options: that stream's options beyond the protocol's counts and ``variant``.
     :param trace: record the buffer's composition (the streams the report may show).
     """
 
-    protocol: str
+    counts: JsonObject
     stream: str
     stream_options: dict[str, Json]
     variant: dict[str, Json]
@@ -295,8 +295,9 @@ def stream_config(name: str, chosen: PolicyChoices) -> StreamJob:
     variant: dict[str, Json] = dict(spec.variant)
     if chosen.samples_per_task is not None:
         variant["samples_per_task"] = chosen.samples_per_task
-    options = PROTOCOLS[spec.protocol].stream.options_of(spec.registered, variant)
-    config = StreamJob(protocol=spec.protocol, stream=spec.registered,
+    counts = PROTOCOLS[spec.protocol].stream
+    options = counts.options_of(spec.registered, variant)
+    config = StreamJob(counts=counts.config(), stream=spec.registered,
                        stream_options=dict(options), variant=variant)
     if name in COMPOSITION_STREAMS or spec.family in COMPOSITION_STREAMS:
         config["trace"] = True  # whichever streams are chosen: the same cache key

@@ -5,7 +5,7 @@ Where the logs go changes no run, so it is no part of a run's cache key: a run w
 (:func:`~avalanche_gss.reproduce.runs.jobs.run_logged_job`) records every scalar that the
 buffer metrics (:func:`~avalanche_gss.metrics.buffer_metrics`: composition per class and
 task, the surrogate, every 100 batches and at each task end) and Avalanche's accuracy and
-loss metrics emit (:class:`ScalarRecorder`): each task's test accuracy and loss, the test
+loss metrics emit (:class:`.recording.ScalarRecorder`): each task's test accuracy and loss, the test
 stream's and the average over the tasks seen at each task end, and the training loss and
 accuracy of every incoming batch, under Avalanche's tags (the user guide's command-line
 page lists them). They go into its result's ``tensorboard`` entry, a few numbers per batch;
@@ -23,44 +23,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from avalanche.evaluation.metric_results import AlternativeValues
-from avalanche.logging import BaseLogger
-
 from avalanche_gss.reproduce.json_types import Json
+from avalanche_gss.reproduce.runs.recording import RESULT_KEY
 
 log = logging.getLogger("reproduce")
 
-RESULT_KEY = "tensorboard"
-"""The entry of a logged job's result that holds its scalars: ``[[tag, step, value], ...]``."""
-
 EVENTS = "events.out.tfevents."
 """How TensorBoard event files begin their names."""
-
-
-class ScalarRecorder(BaseLogger):
-    """An Avalanche logger that keeps every scalar it is given, in order.
-
-    What TensorBoard's logger would write (``add_scalar(tag, value, step)``), as data.
-
-    :attr scalars: ``[tag, step, value]`` of each, JSON-ready.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scalars: list[list[Any]] = []
-
-    def log_single_metric(self, name: str, value: Any, x_plot: int) -> None:
-        """Keep ``value`` under ``name`` at step ``x_plot`` when it is a number.
-
-        :param name: the metric's full name (the TensorBoard tag).
-        :param value: its value; anything but a number (an image, a tensor) is left out,
-            as TensorBoard's logger would write it otherwise.
-        :param x_plot: the step.
-        """
-        if isinstance(value, AlternativeValues):
-            value = value.best_supported_value(float, int)
-        if isinstance(value, (float, int)):
-            self.scalars.append([name, int(x_plot), float(value)])
 
 
 def write_events(folder: str | os.PathLike[str], scalars: Sequence[Sequence[Any]]) -> Path:
@@ -71,7 +40,8 @@ def write_events(folder: str | os.PathLike[str], scalars: Sequence[Sequence[Any]
     each curve once.
 
     :param folder: the run's log folder (created if missing).
-    :param scalars: ``[tag, step, value]`` of each scalar, in order (:class:`ScalarRecorder`).
+    :param scalars: ``[tag, step, value]`` of each scalar, in order
+        (:class:`.recording.ScalarRecorder`).
     :raises OSError: the folder or the file cannot be written.
     """
     from torch.utils.tensorboard import SummaryWriter

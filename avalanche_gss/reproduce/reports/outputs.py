@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 from avalanche_gss._files import read_regular
-from avalanche_gss.reproduce.cli import PROG
-from avalanche_gss.reproduce.common import settings_from_dict
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.program import PROG
 from avalanche_gss.reproduce.reports.writing import DIVERGED_SHARE
 from avalanche_gss.reproduce.runs.cache import IgnoredResultWarning
+from avalanche_gss.reproduce.runs.settings import settings_from_dict
 from avalanche_gss.reproduce.runs.sweep import (
     SweepError,
     SweepInterrupted,

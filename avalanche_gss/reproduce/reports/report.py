@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from avalanche_gss.reproduce.common import data_identity
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.runs.identity import data_identity
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunSettings, settings_dict
 from avalanche_gss.streams import ArrayDataset
 
@@ -68,7 +68,7 @@ class DataFacts:
 
     @classmethod
     def of(cls, data: ArrayDataset) -> DataFacts:
-        """The facts of loaded data (their hash: :func:`.common.data_identity`).
+        """The facts of loaded data (their hash: :func:`.identity.data_identity`).
 
         :param data: the data.
         """

@@ -9,15 +9,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
+from avalanche_gss.reproduce.runs.planning import RowKeys
 from avalanche_gss.reproduce.runs.training import RunResult
 
 __all__ = ["DIVERGED_SHARE", "Row", "RowKeys", "diverged", "group_rows", "rows_from_runs"]
-
-RowKeys: TypeAlias = Mapping[str, Scalar]
-"""What tells a row from its siblings beyond method and buffer size (``{"sequence": 2}``)."""
 
 DIVERGED_SHARE = 0.1
 """A run that skipped more than this share of its training iterations has diverged."""

@@ -18,10 +18,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
 
 from avalanche_gss.metrics import buffer_metrics, class_task_map
-from avalanche_gss.reproduce.common import settings_from_dict
-from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
-from avalanche_gss.reproduce.reports.event_logs import RESULT_KEY, ScalarRecorder
 from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
 from avalanche_gss.reproduce.runs.evaluation import (
     PeriodicEvalPlugin,
@@ -36,6 +33,9 @@ from avalanche_gss.reproduce.runs.planning import (
     check_run_record,
     register_result_check,
 )
+from avalanche_gss.reproduce.runs.protocol_streams import ProtocolStream
+from avalanche_gss.reproduce.runs.recording import RESULT_KEY, ScalarRecorder
+from avalanche_gss.reproduce.runs.settings import settings_from_dict
 from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult
@@ -45,22 +45,21 @@ from avalanche_gss.streams import ArrayDataset, TaskSplit, online_benchmark
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """The stream a job trains on.
+    """The stream a job trains on, whole: the engine looks nothing up by an experiment's name.
 
+    :param counts: the protocol's stream and its counts
+        (:class:`~avalanche_gss.reproduce.runs.protocol_streams.ProtocolStream`), resolved
+        when the experiment plans the job.
     :param variant: the stream's keys (its row keys, ``samples_per_task`` under
-        ``--quick``), as its protocol's stream builder takes them.
-    :param protocol: whose stream builder and counts (:data:`PROTOCOLS`); ``None``: the
-        experiment's own.
+        ``--quick``), as the protocol's stream takes them.
     :param stream: the stream of :data:`avalanche_gss.streams.REGISTRY` to build with the
-        protocol's counts in place of the protocol's own (which-buffer's streams); ``None``:
-        the protocol's own.
-    :param stream_options: that stream's options beyond the protocol's counts and
-        ``variant``.
+        counts in place of ``counts.name`` (which-buffer's streams); ``None``: that one.
+    :param stream_options: that stream's options beyond the counts and ``variant``.
     :param trace: record the buffer's composition at every task end.
     """
 
+    counts: ProtocolStream
     variant: Mapping[str, Scalar] = field(default_factory=dict)
-    protocol: str | None = None
     stream: str | None = None
     stream_options: Mapping[str, Scalar] | None = None
     trace: bool = False
@@ -70,21 +69,24 @@ class StreamSpec:
         """The stream a job's config names (:meth:`config`'s inverse).
 
         :param config: the job's config.
+        :raises ValueError: the config holds no ``counts`` object.
         """
         variant = config.get("variant") or {}
         options = config.get("stream_options")
+        counts = config.get("counts")
+        if not isinstance(counts, dict):
+            raise ValueError(f"a job's config needs its stream's 'counts' (an object), got "
+                             f"{counts!r}")
         assert isinstance(variant, dict) and (options is None or isinstance(options, dict))
-        return cls(variant=cast(dict[str, Scalar], variant),
-                   protocol=None if config.get("protocol") is None else str(config["protocol"]),
+        return cls(counts=ProtocolStream.from_config(counts),
+                   variant=cast(dict[str, Scalar], variant),
                    stream=None if config.get("stream") is None else str(config["stream"]),
                    stream_options=cast("dict[str, Scalar] | None", options),
                    trace=bool(config.get("trace")))
 
     def config(self) -> JsonObject:
         """The stream's part of a job's config (only the keys it has)."""
-        config: JsonObject = {"variant": dict(self.variant)}
-        if self.protocol is not None:
-            config["protocol"] = self.protocol
+        config: JsonObject = {"counts": self.counts.config(), "variant": dict(self.variant)}
         if self.stream is not None:
             config["stream"] = self.stream
         if self.stream_options is not None:
@@ -156,25 +158,21 @@ class RunJob(Job):
                        int(cast(int, matched["batches"]))))
 
 
-def build_split(data: ArrayDataset, stream: StreamSpec | Mapping[str, Json], seed: int,
-                experiment: str | None = None) -> TaskSplit:
+def build_split(data: ArrayDataset, stream: StreamSpec | Mapping[str, Json], seed: int
+                ) -> TaskSplit:
     """The stream a job names, for one seed.
 
     :param data: the dataset.
-    :param stream: the job's stream (or a config holding ``protocol`` or ``experiment``,
-        ``variant`` and optional ``stream`` and ``stream_options``: the registered stream
-        built in place of the protocol's own, and its options).
+    :param stream: the job's stream (or a config holding its ``counts`` and ``variant``, and
+        optional ``stream`` and ``stream_options``: the registered stream built in place of
+        the counts' own, and its options).
     :param seed: the run's seed.
-    :param experiment: the experiment whose stream builder a stream without ``protocol``
-        uses.
     """
     if not isinstance(stream, StreamSpec):
-        experiment = str(stream.get("experiment", experiment))
         stream = StreamSpec.from_config(stream)
-    protocol = PROTOCOLS[stream.protocol or str(experiment)]
     options = None if stream.stream_options is None else dict(stream.stream_options)
-    return protocol.stream(data, seed, dict(stream.variant), stream=stream.stream,
-                           options=options)
+    return stream.counts(data, seed, dict(stream.variant), stream=stream.stream,
+                         options=options)
 
 
 def stream_batches(split: TaskSplit, batch_size: int) -> list[int]:
@@ -245,7 +243,7 @@ def run_job(job: RunJob | Mapping[str, Json], *, logged: bool = False) -> JsonOb
         and at each task end; the training loss and accuracy of every batch; each task's
         test accuracy and loss, the whole test stream's and the average over the tasks
         seen, at each task end), into the result's ``tensorboard`` entry
-        (:class:`~avalanche_gss.reproduce.reports.event_logs.ScalarRecorder`); the run
+        (:class:`~avalanche_gss.reproduce.runs.recording.ScalarRecorder`); the run
         itself, and the rest of its result, are those of the run without it (the time of
         the evaluations at the task ends is no part of ``train_seconds``).
     :return: the :class:`~avalanche_gss.reproduce.runs.training.RunResult` as a dict.
@@ -259,7 +257,7 @@ def run_job(job: RunJob | Mapping[str, Json], *, logged: bool = False) -> JsonOb
         CodeIdentity.from_config(job).prepare()
         job = RunJob.from_config(job)
     settings = job.settings
-    split = build_split(job.data.load(), job.stream, settings.seed, job.experiment)
+    split = build_split(job.data.load(), job.stream, settings.seed)
     if job.matched is not None:
         split = matched_split(split, settings.batch_size, job.matched.c)
     plugins = _Plugins(job, split, logged)

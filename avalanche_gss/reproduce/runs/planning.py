@@ -1,7 +1,7 @@
 """What every experiment's sweep shares: its jobs' cache keys, the sweep, the checks.
 
 A job's config is its cache key (:func:`~avalanche_gss.reproduce.runs.sweep.config_key`): it
-holds the hash of the package's code (:func:`~avalanche_gss.reproduce.common.code_identity`), so any
+holds the hash of the package's code (:func:`.identity.code_identity`), so any
 change of the code is a new run and the same code finds its results again.
 """
 
@@ -11,21 +11,20 @@ import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, cast
+from typing import Generic, TypeAlias, TypeVar, cast
 
 import torch
 
 from avalanche_gss.models import make_model
-from avalanche_gss.reproduce.cli import prog_of
-from avalanche_gss.reproduce.common import (
+from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
+from avalanche_gss.reproduce.program import prog_of
+from avalanche_gss.reproduce.runs.cache import ResultCheck
+from avalanche_gss.reproduce.runs.identity import (
     code_identity,
     load_checked,
     method_code,
     prepare_job,
 )
-from avalanche_gss.reproduce.json_types import Json, JsonObject
-from avalanche_gss.reproduce.reports.rows import RowKeys
-from avalanche_gss.reproduce.runs.cache import ResultCheck
 from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS, SchedulerUnavailable
 from avalanche_gss.reproduce.runs.sweep import run_sweep
 from avalanche_gss.reproduce.runs.training import (
@@ -35,6 +34,9 @@ from avalanche_gss.reproduce.runs.training import (
     training_problem,
 )
 from avalanche_gss.streams import ArrayDataset
+
+RowKeys: TypeAlias = Mapping[str, Scalar]
+"""What tells a run's row from its siblings beyond method and buffer size (``{"sequence": 2}``)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Run:
 
 @dataclass(frozen=True)
 class CodeIdentity:
-    """The code a job runs, as its cache key names it (:func:`.common.code_identity`).
+    """The code a job runs, as its cache key names it (:func:`.identity.code_identity`).
 
     :param version: the package's version (``code``).
     :param sha256: the hash of the package's source (``code_sha256``; ``None``: a config
@@ -76,7 +78,7 @@ class CodeIdentity:
     def of_method(cls, method: str) -> CodeIdentity:
         """The code of this process, and of ``method``'s modules where it is of one's own.
 
-        :param method: the run's method (:func:`.common.method_code`).
+        :param method: the run's method (:func:`.identity.method_code`).
         """
         return cls.from_config({**code_identity(), **method_code(method)})
 
@@ -112,7 +114,7 @@ class CodeIdentity:
     def prepare(self) -> None:
         """Import the job's modules; check that this process runs the code it names.
 
-        :raises ValueError: as :func:`.common.prepare_job`.
+        :raises ValueError: as :func:`.identity.prepare_job`.
         """
         prepare_job(self.config())
 
@@ -133,7 +135,7 @@ class DataSource:
     :param root: the torchvision folder (``root``).
     :param download: let torchvision download them (``download``).
     :param identity: their content hash and resolved source (``data_sha256``,
-        ``data_source``: :func:`.common.data_identity`); empty: not checked.
+        ``data_source``: :func:`.identity.data_identity`); empty: not checked.
     """
 
     name: str
@@ -158,7 +160,7 @@ class DataSource:
                 **self.identity}
 
     def load(self) -> ArrayDataset:
-        """Load the data, checked to be those the identity names (:func:`.common.load_checked`)."""
+        """Load the data, checked to be those the identity names (:func:`.load_checked`)."""
         return load_checked(self.config())
 
 
@@ -221,7 +223,7 @@ def job_base(args: argparse.Namespace, experiment: str, data_name: str,
     :param args: the parsed command line (``root``, ``download``, ``threads``).
     :param experiment: the experiment's name.
     :param data_name: the data as the job loads them (a name or an ``.npz`` path).
-    :param identity: the data's identity (:func:`~avalanche_gss.reproduce.common.data_identity`).
+    :param identity: the data's identity (:func:`.identity.data_identity`).
     """
     return {"experiment": experiment, "threads": args.threads,
             "data": DataSource(data_name, args.root, args.download, dict(identity))}
@@ -234,7 +236,7 @@ def job_config(args: argparse.Namespace, experiment: str, data_name: str,
     :param args: the parsed command line (``root``, ``download``, ``threads``).
     :param experiment: the experiment's name.
     :param data_name: the data as the job loads them (a name or an ``.npz`` path).
-    :param identity: the data's identity (:func:`~avalanche_gss.reproduce.common.data_identity`).
+    :param identity: the data's identity (:func:`.identity.data_identity`).
     :param fields: what else tells this job from another (its stream, its settings...).
     """
     return {**code_identity(), "experiment": experiment, "data": data_name,

@@ -33,7 +33,7 @@ __all__ = ["BUFFER_METHODS", "BaselineSettings", "BufferSettings", "CONSTRAINED_
            "CRITERIA", "FLAT_NAMES", "LossSettings", "METHODS", "PARTS", "ReplaySettings",
            "RunSettings", "SettingsRecord", "TrainingSettings", "UPDATES", "VARIANT_METHODS",
            "default_mir_candidates", "default_retrieval", "make_settings", "settings_dict",
-           "split_keywords"]
+           "settings_from_dict", "split_keywords"]
 
 VARIANT_METHODS: Sequence[str] = methods.NameView(
     lambda: tuple(name for name, m in methods.REGISTRY.items() if m.presets))
@@ -542,3 +542,13 @@ def settings_dict(settings: RunSettings) -> SettingsRecord:
         mir_candidates=s.mir_candidates, joint=s.joint, logit_adjustment=s.logit_adjustment,
         prior_window=s.prior_window, criterion=s.criterion, mkd_weight=s.mkd_weight,
         mkd_momentum=s.mkd_momentum, mkd_temperature=s.mkd_temperature)
+
+
+def settings_from_dict(values: Mapping[str, Any]) -> RunSettings:
+    """A run's settings from their record (``settings_dict``, as a job receives them).
+
+    Flat, namespaced keywords and bare options work too, as
+    :func:`make_settings` reads them.
+    """
+    rest = dict(values)
+    return make_settings(rest.pop("method"), **rest)
