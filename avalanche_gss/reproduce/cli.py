@@ -29,6 +29,7 @@ from avalanche_gss.reproduce.experiments.policies import (
     stream_problem,
 )
 from avalanche_gss.reproduce.experiments.registry import EXPERIMENTS as EXPERIMENT_REGISTRY
+from avalanche_gss.reproduce.experiments.registry import table_names
 from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.program import PROG
 from avalanche_gss.reproduce.runs.cache import module_sha256
@@ -48,9 +49,6 @@ VARIANT_NAMES = ("paper", "authors")
 
 RETRIEVAL_NAMES = ("random", "mir", "other-classes")
 """``avalanche_gss.reproduce.runs.training.RETRIEVALS``."""
-
-TABLES = ("table1", "table2", "table3", "table4", "blurry", "constrained")
-"""The experiments that are tables of runs (``--retrieval`` applies to them)."""
 
 REPLAY_BATCH = 10
 """Buffer samples per replay step in every experiment (``RunSettings.replay_batch_size``)."""
@@ -502,16 +500,17 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
             parser.error("argument --compute-matched: applies to which-buffer only, not to "
                          f"{args.experiment}")
     with_options = [m for m in args.methods or () if ":" in m]
-    if args.experiment not in TABLES and with_options:
+    tables = table_names()
+    if args.experiment not in tables and with_options:
         parser.error(f"argument --methods: {with_options[0]}: options apply to the table "
-                     f"experiments ({', '.join(TABLES)}), not to {args.experiment}")
-    if args.experiment not in TABLES and args.retrieval is not None:
+                     f"experiments ({', '.join(tables)}), not to {args.experiment}")
+    if args.experiment not in tables and args.retrieval is not None:
         parser.error(f"argument --retrieval: applies to the table experiments "
-                     f"({', '.join(TABLES)}), not to {args.experiment}")
+                     f"({', '.join(tables)}), not to {args.experiment}")
     replay = args.replay_batch_size or REPLAY_BATCH
-    if args.replay_batch_size is not None and args.experiment not in (*TABLES, "which-buffer"):
+    if args.replay_batch_size is not None and args.experiment not in (*tables, "which-buffer"):
         parser.error(f"argument --replay-batch-size: applies to the table experiments "
-                     f"({', '.join(TABLES)}) and which-buffer, not to {args.experiment}")
+                     f"({', '.join(tables)}) and which-buffer, not to {args.experiment}")
     if args.mir_candidates is not None:
         if "mir" not in (args.retrieval or ()):
             parser.error("argument --mir-candidates: applies to --retrieval mir")

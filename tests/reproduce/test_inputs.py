@@ -109,7 +109,7 @@ def test_a_buffer_larger_than_the_training_data_is_refused_before_any_run(tmp_pa
 
     monkeypatch.setattr(runs, "run_sweep", no_run)
     with pytest.raises(SystemExit) as refused:
-        tables.TABLE1.run(args)
+        tables.TABLES["table1"].run(args)
     message = str(refused.value.code)
     assert message == ("python -m reproduce: error: argument --buffer-sizes: 301 is more than "
                        f"the 300 training samples of {data}; give at most 300")

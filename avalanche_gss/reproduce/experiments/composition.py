@@ -23,7 +23,7 @@ from typing import cast
 
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.reproduce.common import Choices, command, prog_of, resolve_choices, resolve_data
-from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, data_label
+from avalanche_gss.reproduce.experiments.protocols import TABLE1, data_label
 from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, jsonable, shared_setting
 from avalanche_gss.reproduce.reports.writing import (
@@ -201,7 +201,7 @@ class Composition(Experiment[CompositionPlan]):
 
         :param args: the parsed command line.
         """
-        protocol = PROTOCOLS["table1"]
+        protocol = TABLE1
         _, data = resolve_data(args, protocol)
         chosen = resolve_choices(args, CHOICES, QUICK, ("methods", "seeds", "buffer_sizes"))
         quick = ({"samples_per_task": chosen["samples_per_task"]}

@@ -14,7 +14,7 @@ from typing import Literal, cast
 from avalanche_gss.reproduce.common import Choices, prog_of, resolve_choices, resolve_data
 from avalanche_gss.reproduce.experiments.protocols import (
     PAPER_DATA,
-    PROTOCOLS,
+    TABLE1,
     data_label,
     disjoint_stream,
 )
@@ -66,7 +66,7 @@ FIGURE5: dict[str, object] = {
 PAPER_FIGURE5_N = {1: 67.3}
 """The only number the paper's text gives for Figure 5 (GSS-Greedy, ``n = 1``)."""
 
-DISJOINT = PROTOCOLS["table1"]  # lr, n_iter of the disjoint MNIST experiments
+DISJOINT = TABLE1  # lr, n_iter of the disjoint MNIST experiments
 
 
 @dataclass(frozen=True, kw_only=True)

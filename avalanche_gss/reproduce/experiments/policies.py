@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from avalanche_gss.reproduce.experiments.protocols import TABLE1, TABLE2, TABLE3, TABLE4
 from avalanche_gss.reproduce.experiments.which_buffer_records import Json
 from avalanche_gss.streams import REGISTRY
 
@@ -201,7 +202,7 @@ class StreamSpec:
         a CIFAR-10 stream shares its family with the digits' stream of the same
         construction: one run never holds both kinds).
     :param protocol: the protocol of ``experiments.protocols`` whose counts, learning rate
-        and iterations per batch the runs use (``"table1"``...).
+        and iterations per batch the runs use (``TABLE1.name``...).
     :param variant: the protocol's row keys for this stream (Table 4's ``sequence``).
     :param stream: the stream of :data:`avalanche_gss.streams.REGISTRY` it builds (with the
         protocol's counts); ``None``: the one its ``family`` names.
@@ -233,13 +234,13 @@ class StreamSpec:
 
 
 BUILTIN_STREAMS: dict[str, StreamSpec] = {
-    "disjoint": StreamSpec("disjoint", "table1"),
-    "permuted": StreamSpec("permuted", "table2"),
-    **{f"imbalanced-{k}": StreamSpec("imbalanced", "table4", {"sequence": k})
+    "disjoint": StreamSpec("disjoint", TABLE1.name),
+    "permuted": StreamSpec("permuted", TABLE2.name),
+    **{f"imbalanced-{k}": StreamSpec("imbalanced", TABLE4.name, {"sequence": k})
        for k in range(1, 6)},
-    "blurry": StreamSpec("blurry", "table1"),
-    "cifar10-disjoint": StreamSpec("disjoint", "table3", data="cifar10"),
-    "cifar10-blurry": StreamSpec("blurry", "table3", data="cifar10"),
+    "blurry": StreamSpec("blurry", TABLE1.name),
+    "cifar10-disjoint": StreamSpec("disjoint", TABLE3.name, data="cifar10"),
+    "cifar10-blurry": StreamSpec("blurry", TABLE3.name, data="cifar10"),
 }
 """This package's streams. On the digits, with the MLP: disjoint balanced (Table 1's),
 permuted (Table 2's), imbalanced sequences 1-5 (Table 4's) and blurry disjoint (Table 1's
@@ -250,7 +251,7 @@ the reduced ResNet-18 and Table 3's protocol (2,000 samples per task, learning r
 appendix blurs it too, with 1,000 samples per task and M = 500, here Table 3's counts so
 that both CIFAR-10 columns share M)."""
 
-USER_PROTOCOL = "table1"
+USER_PROTOCOL = TABLE1.name
 """The protocol a stream of one's own runs with: Table 1's counts (``samples_per_task``,
 which its definition must take), learning rate, iterations per batch and model, on the
 digits."""

@@ -7,12 +7,18 @@ n_iter) and the per-method settings of the authors' scripts (``Disjoint_Mnist.sh
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from avalanche_gss import streams
+from avalanche_gss.reproduce.reports import paper
+from avalanche_gss.reproduce.reports.paper import PaperCell
 from avalanche_gss.reproduce.runs.protocol_streams import ProtocolStream, Variant
-from avalanche_gss.streams import ArrayDataset, OptionValue
+from avalanche_gss.streams.registry import OptionValue
+
+if TYPE_CHECKING:  # the data's type only: ``--help`` lists the tables without torch
+    from avalanche_gss.streams import ArrayDataset
 
 
 class MethodOverrides(TypedDict, total=False):
@@ -65,7 +71,8 @@ class Protocol:
 
     :param name: the experiment (``table1``...).
     :param title: one line for the table's heading; ``{data}`` stands for the data used.
-    :param paper_ref: where the paper reports it (``"Table 1"``).
+    :param paper_ref: where the paper reports it (``"Table 1"``); empty: a protocol of
+        one's own.
     :param stream: the registered stream it runs and its counts (:class:`ProtocolStream`:
         called with a dataset, the seed and the row's variant, e.g. the imbalanced
         sequence, it builds the task sequence).
@@ -86,6 +93,11 @@ class Protocol:
     :param standin: with ``--quick``, a generated stand-in replaces the dataset when it
         cannot be loaded (CIFAR-10 offline), and the outputs say so.
     :param min_classes: the classes the stream needs (5 tasks of 2 classes: 10).
+    :param summary: the experiment's line in ``--help``.
+    :param paper: the paper's cells, ``(method, column) -> (mean, sd or None)``
+        (:mod:`~avalanche_gss.reproduce.reports.paper`); empty: none.
+    :param paper_average: the paper's ``Avg`` column over the others, by method; ``None``:
+        the table has none.
     """
 
     name: str
@@ -105,6 +117,9 @@ class Protocol:
     flavours: dict[str, tuple[Flavour, ...]] = field(default_factory=dict)
     standin: bool = False
     min_classes: int = 10
+    summary: str = ""
+    paper: Mapping[tuple[str, int], PaperCell] = field(default_factory=dict)
+    paper_average: Mapping[str, PaperCell] | None = None
 
     def check(self, data: ArrayDataset) -> None:
         """Refuse data this protocol cannot be run on, before any run starts.
@@ -128,13 +143,14 @@ class Protocol:
         The paper's numbers stand beside ours only on data verified to be the paper's own
         dataset (``data.verified_as``: MNIST, also as the 5,000-digit subset; CIFAR-10); on
         other data the title says whose protocol it follows and that the paper's numbers
-        are left out.
+        are left out. A protocol of one's own (no ``paper_ref``) has its title alone.
         """
-        own = data.verified_as in PAPER_DATA[self.dataset]
         label = data_label(data)
         sizes = "/".join(map(str, buffer_sizes or self.buffer_sizes))
         title = self.title.format(data=label, m=sizes)
-        if own:
+        if not self.paper_ref:
+            return title, False
+        if data.verified_as in PAPER_DATA[self.dataset]:
             return f"{title} (paper {self.paper_ref})", True
         paper_label = DATA_LABELS[self.dataset]
         return (f"{title} (protocol of paper {self.paper_ref}, run on {label}; the paper's "
@@ -184,65 +200,84 @@ BLURRY_KEEP = streams.BLURRY_KEEP
 
 _SELECTION = ("Rand", "Reservoir", "GSS-IQP", "GSS-Clust", "FSS-Clust", "GSS-Greedy")
 
-PROTOCOLS: dict[str, Protocol] = {
-    "table1": Protocol(
-        name="table1",
-        title="disjoint {data}, average accuracy by buffer size", paper_ref="Table 1",
-        stream=disjoint_stream(1000),
-        methods=(*_SELECTION, "Single"),
-        buffer_sizes=(300, 400, 500),
-        quick={"buffer_sizes": (300,), "seeds": (0,)},
-    ),
-    "table2": Protocol(
-        name="table2",
-        title="permuted {data}, M = {m}", paper_ref="Table 2",
-        stream=ProtocolStream("permuted", 1000, pool="all"),
-        methods=(*_SELECTION, "Single"),
-        buffer_sizes=(300,),
-        min_classes=2,
-        quick={"seeds": (0,), "methods": ("Rand", "Reservoir", "GSS-Greedy", "Single"),
-               "samples_per_task": 200},
-    ),
-    "table3": Protocol(
-        name="table3",
-        title="disjoint {data}, M = {m}", paper_ref="Table 3",
-        stream=disjoint_stream(2000),
-        methods=("Rand", "Reservoir", "GSS-Clust", "FSS-Clust", "GSS-Greedy"),
-        buffer_sizes=(1000,),
-        dataset="cifar10", lr=0.01, model="resnet18", standin=True,
-        quick={"seeds": (0,), "buffer_sizes": (40,), "samples_per_task": 20,
-               "methods": ("Rand", "Reservoir", "GSS-Greedy")},
-    ),
-    "table4": Protocol(
-        name="table4",
-        title="imbalanced disjoint {data}, M = {m}, average accuracy per sequence",
-        paper_ref="Table 4",
-        stream=ProtocolStream("imbalanced", 2000, minor=200),
-        methods=("Reservoir", "GSS-IQP", "GSS-Greedy"),
-        buffer_sizes=(300,),
-        variants=tuple({"sequence": k} for k in range(1, 6)),
-        columns_by="sequence",
-        quick={"seeds": (0,), "variants": ({"sequence": 1}, {"sequence": 3})},
-    ),
-    "blurry": Protocol(
-        name="blurry",
-        title="blurry disjoint {data} (90% kept per task), M = {m}", paper_ref="appendix",
-        stream=ProtocolStream("blurry", 1000),
-        methods=_SELECTION,
-        buffer_sizes=(500,),
-        dataset="cifar10", lr=0.01, model="resnet18", standin=True,
-        quick={"seeds": (0,), "buffer_sizes": (40,), "samples_per_task": 20,
-               "methods": ("Rand", "Reservoir", "GSS-Greedy")},
-    ),
-    "constrained": Protocol(
-        name="constrained",
-        title="GSS-IQP constrained vs rehearsal, disjoint {data}, 200 samples per task",
-        paper_ref="appendix C",
-        stream=disjoint_stream(200),
-        methods=("GSS-IQP",),
-        buffer_sizes=(100, 200),
-        flavours={"GSS-IQP": ({"update": "rehearsal"}, {"update": "constrained"})},
-        quick={"seeds": (0,), "buffer_sizes": (100,)},
-    ),
-}
-"""Implemented experiments, by name."""
+TABLE1 = Protocol(
+    name="table1",
+    title="disjoint {data}, average accuracy by buffer size", paper_ref="Table 1",
+    stream=disjoint_stream(1000),
+    methods=(*_SELECTION, "Single"),
+    buffer_sizes=(300, 400, 500),
+    quick={"buffer_sizes": (300,), "seeds": (0,)},
+    summary="disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
+    paper=paper.TABLE1,
+)
+
+TABLE2 = Protocol(
+    name="table2",
+    title="permuted {data}, M = {m}", paper_ref="Table 2",
+    stream=ProtocolStream("permuted", 1000, pool="all"),
+    methods=(*_SELECTION, "Single"),
+    buffer_sizes=(300,),
+    min_classes=2,
+    quick={"seeds": (0,), "methods": ("Rand", "Reservoir", "GSS-Greedy", "Single"),
+           "samples_per_task": 200},
+    summary="permuted MNIST, M = 300 (paper Table 2)",
+    paper=paper.TABLE2,
+)
+
+TABLE3 = Protocol(
+    name="table3",
+    title="disjoint {data}, M = {m}", paper_ref="Table 3",
+    stream=disjoint_stream(2000),
+    methods=("Rand", "Reservoir", "GSS-Clust", "FSS-Clust", "GSS-Greedy"),
+    buffer_sizes=(1000,),
+    dataset="cifar10", lr=0.01, model="resnet18", standin=True,
+    quick={"seeds": (0,), "buffer_sizes": (40,), "samples_per_task": 20,
+           "methods": ("Rand", "Reservoir", "GSS-Greedy")},
+    summary="disjoint CIFAR-10, M = 1000, ResNet-18 (paper Table 3)",
+    paper=paper.TABLE3,
+)
+
+TABLE4 = Protocol(
+    name="table4",
+    title="imbalanced disjoint {data}, M = {m}, average accuracy per sequence",
+    paper_ref="Table 4",
+    stream=ProtocolStream("imbalanced", 2000, minor=200),
+    methods=("Reservoir", "GSS-IQP", "GSS-Greedy"),
+    buffer_sizes=(300,),
+    variants=tuple({"sequence": k} for k in range(1, 6)),
+    columns_by="sequence",
+    quick={"seeds": (0,), "variants": ({"sequence": 1}, {"sequence": 3})},
+    summary="imbalanced disjoint MNIST, M = 300, five sequences (paper Table 4)",
+    paper=paper.TABLE4,
+    paper_average=paper.TABLE4_AVG,
+)
+
+BLURRY = Protocol(
+    name="blurry",
+    title="blurry disjoint {data} (90% kept per task), M = {m}", paper_ref="appendix",
+    stream=ProtocolStream("blurry", 1000),
+    methods=_SELECTION,
+    buffer_sizes=(500,),
+    dataset="cifar10", lr=0.01, model="resnet18", standin=True,
+    quick={"seeds": (0,), "buffer_sizes": (40,), "samples_per_task": 20,
+           "methods": ("Rand", "Reservoir", "GSS-Greedy")},
+    summary="blurry disjoint CIFAR-10, M = 500 (paper appendix)",
+    paper=paper.BLURRY,
+)
+
+CONSTRAINED = Protocol(
+    name="constrained",
+    title="GSS-IQP constrained vs rehearsal, disjoint {data}, 200 samples per task",
+    paper_ref="appendix C",
+    stream=disjoint_stream(200),
+    methods=("GSS-IQP",),
+    buffer_sizes=(100, 200),
+    flavours={"GSS-IQP": ({"update": "rehearsal"}, {"update": "constrained"})},
+    quick={"seeds": (0,), "buffer_sizes": (100,)},
+    summary="GSS-IQP constrained vs rehearsal update (paper appendix C)",
+    paper=paper.CONSTRAINED,
+)
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (TABLE1, TABLE2, TABLE3, TABLE4, BLURRY,
+                                                 CONSTRAINED)}
+"""The paper's table experiments, by name (the command line's and ``--help``'s)."""

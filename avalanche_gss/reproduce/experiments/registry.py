@@ -4,7 +4,9 @@
 experiment and say in one line what it shows; the command line offers its names (those
 registered by ``--import`` modules too). The package's own are :class:`LazyExperiment`
 entries: this module imports neither torch nor Avalanche, so ``--help`` answers at once,
-and an experiment's module is imported only when it runs. A module of one's own
+and an experiment's module is imported only when it runs. The tables are those of
+:data:`~avalanche_gss.reproduce.experiments.protocols.PROTOCOLS`, each protocol naming its
+table and its line. A module of one's own
 registers an :class:`~avalanche_gss.reproduce.runner.Experiment` with :func:`register`.
 """
 
@@ -17,8 +19,10 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from avalanche_gss.registry import Registry
+from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
 
-__all__ = ["EXPERIMENTS", "ExperimentEntry", "LazyExperiment", "Runnable", "register"]
+__all__ = ["EXPERIMENTS", "ExperimentEntry", "LazyExperiment", "Runnable", "register",
+           "table_names"]
 
 
 class Runnable(Protocol):
@@ -50,32 +54,30 @@ class LazyExperiment:
     """One of the package's experiments, imported only when it runs.
 
     :param summary: one line: what it shows.
-    :param target: ``"module:attribute"``, the :class:`Experiment` object.
+    :param target: ``"module:attribute"``, the :class:`Experiment` object (with ``key``:
+        a mapping that holds it).
+    :param key: the experiment's key in that mapping; ``None``: the attribute is it.
     """
 
     summary: str
     target: str
+    key: str | None = None
 
     def load(self) -> Runnable:
         """The experiment, its module imported."""
         module, attribute = self.target.split(":")
-        return getattr(importlib.import_module(module), attribute)
+        found = getattr(importlib.import_module(module), attribute)
+        return found if self.key is None else found[self.key]
 
 
 EXPERIMENTS: Registry[ExperimentEntry] = Registry("experiment")
 """Every experiment, the package's first, with the line ``--help`` shows for it."""
 
 _HERE = "avalanche_gss.reproduce.experiments"
+for _table in PROTOCOLS.values():
+    EXPERIMENTS.add(_table.name, LazyExperiment(_table.summary, f"{_HERE}.tables:TABLES",
+                                                _table.name), builtin=True)
 for _name, _summary, _target in (
-    ("table1", "disjoint MNIST, M = 300/400/500, average accuracy (paper Table 1)",
-     "tables:TABLE1"),
-    ("table2", "permuted MNIST, M = 300 (paper Table 2)", "tables:TABLE2"),
-    ("table3", "disjoint CIFAR-10, M = 1000, ResNet-18 (paper Table 3)", "tables:TABLE3"),
-    ("table4", "imbalanced disjoint MNIST, M = 300, five sequences (paper Table 4)",
-     "tables:TABLE4"),
-    ("blurry", "blurry disjoint CIFAR-10, M = 500 (paper appendix)", "tables:BLURRY"),
-    ("constrained", "GSS-IQP constrained vs rehearsal update (paper appendix C)",
-     "tables:CONSTRAINED"),
     ("figure2", "surrogate vs Monte Carlo solid angle of random vector sets (paper Figure 2)",
      "figure2:FIGURE2_EXPERIMENT"),
     ("figure4", "test accuracy along disjoint MNIST vs GEM, iCaRL, i.i.d. (paper Figure 4a)",
@@ -108,3 +110,14 @@ def register(name: str, experiment: E, *, replace: bool = True) -> E:
     experiment.load().name = name
     EXPERIMENTS.add(name, experiment, replace=replace)
     return experiment
+
+
+def table_names() -> tuple[str, ...]:
+    """The table experiments, those that take ``--methods`` with options and ``--retrieval``.
+
+    The paper's (:data:`~avalanche_gss.reproduce.experiments.protocols.PROTOCOLS`), then
+    each registered experiment of one's own that runs a protocol (a
+    :class:`~avalanche_gss.reproduce.experiments.tables.Table`: it has a ``protocol``).
+    """
+    return tuple(name for name, entry in EXPERIMENTS.items()
+                 if name in PROTOCOLS or getattr(entry, "protocol", None) is not None)

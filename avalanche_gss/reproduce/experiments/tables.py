@@ -27,7 +27,6 @@ from avalanche_gss.reproduce.experiments.policies import parse_method_text
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, Protocol
 from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
-from avalanche_gss.reproduce.reports.paper import PAPER_AVERAGES, PAPER_TABLES
 from avalanche_gss.reproduce.reports.report import (
     DataFacts,
     Report,
@@ -224,14 +223,25 @@ class TablePlan:
 
 
 class Table(Experiment[TablePlan]):
-    """A table experiment (``table1`` ... ``table4``, ``blurry``, ``constrained``)."""
+    """A table experiment: the runs of a :class:`~.protocols.Protocol`, one row per method.
+
+    The paper's are :data:`TABLES`. A table of one's own is its protocol and this class,
+    registered (:func:`~avalanche_gss.reproduce.experiments.registry.register`) in a module
+    given to ``--import``: ``register("mine", Table(Protocol(name="mine", ...)))``.
+
+    :param protocol: what it runs (its ``name`` and ``summary`` are the experiment's).
+    """
+
+    def __init__(self, protocol: Protocol) -> None:
+        super().__init__(protocol.name, protocol.summary)
+        self.protocol = protocol
 
     def plan(self, args: argparse.Namespace) -> TablePlan:
         """The table's runs on the chosen data, checked before any run starts.
 
         :param args: the parsed command line.
         """
-        protocol = PROTOCOLS[self.name]
+        protocol = self.protocol
         data_name, data = resolve_data(args, protocol)
         runs, chosen = plan(args, protocol)
         prog = prog_of(args)
@@ -276,7 +286,7 @@ class Table(Experiment[TablePlan]):
         bad = [f"{r.method} M={r.buffer_size} seed {seed}" for r in rows
                for seed, d in zip(r.seeds, r.diverged or [], strict=False) if d]
         protocol = _protocol(args, plan)
-        paper, paper_avg = self._paper(protocol)
+        paper, paper_avg = self._paper(plan.protocol, protocol)
         tests = reproduce_tests({"rows": [r.to_dict() for r in rows]}, _columns(plan),
                                 plan.protocol.columns_by, paper, paper_avg)
         return Report(self.name, title, DataFacts.of(plan.data),
@@ -293,19 +303,25 @@ class Table(Experiment[TablePlan]):
         :param paths: the output files.
         """
         columns = _columns(plan)
-        paper, paper_avg = self._paper(report.protocol)
-        if paper_avg is None and self.name in PAPER_AVERAGES:
+        paper, paper_avg = self._paper(plan.protocol, report.protocol)
+        if paper_avg is None and plan.protocol.paper_average is not None:
             paper_avg = {}  # keep the Avg column, without the paper's numbers
         view = report.to_json()
         return Rendered(table_markdown(view, columns, plan.protocol.columns_by, paper,
                                        paper_avg),
                         table_csv(view))
 
-    def _paper(self, protocol: JsonObject) -> tuple[PaperCells, PaperAverages | None]:
-        """The paper's cells and averages to set beside the runs (none off its data)."""
-        if not protocol["paper_numbers_shown"]:
+    @staticmethod
+    def _paper(protocol: Protocol, shown: JsonObject
+               ) -> tuple[PaperCells, PaperAverages | None]:
+        """The paper's cells and averages to set beside the runs (none off its data).
+
+        :param protocol: the table's protocol (its ``paper`` and ``paper_average``).
+        :param shown: the report's protocol record (its ``paper_numbers_shown``).
+        """
+        if not shown["paper_numbers_shown"]:
             return {}, None
-        return PAPER_TABLES.get(self.name, {}), PAPER_AVERAGES.get(self.name)
+        return protocol.paper, protocol.paper_average
 
 
 def _columns(plan: TablePlan) -> list[tuple[str, object]]:
@@ -345,7 +361,6 @@ def _protocol(args: argparse.Namespace, plan: TablePlan) -> JsonObject:
     }
 
 
-TABLE1, TABLE2, TABLE3, TABLE4, BLURRY, CONSTRAINED = (
-    Table(name, "") for name in ("table1", "table2", "table3", "table4", "blurry",
-                                 "constrained"))
-"""The table experiments (their ``--help`` lines are the registry's)."""
+TABLES: dict[str, Table] = {name: Table(p) for name, p in PROTOCOLS.items()}
+"""The table experiments, one per protocol of
+:data:`~avalanche_gss.reproduce.experiments.protocols.PROTOCOLS`, by name."""

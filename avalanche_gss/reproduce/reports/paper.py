@@ -14,12 +14,14 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["PAPER_AVERAGES", "PAPER_SEEDS", "PAPER_TABLES", "REPRODUCE_ALPHA",
+__all__ = ["BLURRY", "CONSTRAINED", "PAPER_SEEDS", "PaperCell", "REPRODUCE_ALPHA", "TABLE1",
+           "TABLE2", "TABLE3", "TABLE4", "TABLE4_AVG",
            "ReproduceTest", "reproduce_test"]
 
-_Cell = tuple[float, float | None]
+PaperCell = tuple[float, float | None]
+"""One of the paper's cells: its mean and its sd (``None`` where the paper gives none)."""
 
-TABLE1: dict[tuple[str, int], _Cell] = {
+TABLE1: dict[tuple[str, int], PaperCell] = {
     ("Rand", 300): (37.5, 1.3), ("Rand", 400): (45.9, 4.8), ("Rand", 500): (57.9, 4.1),
     ("GSS-IQP", 300): (75.9, 2.5), ("GSS-IQP", 400): (82.1, 0.6), ("GSS-IQP", 500): (84.1, 2.4),
     ("GSS-Clust", 300): (75.7, 2.2), ("GSS-Clust", 400): (81.4, 4.4),
@@ -31,20 +33,20 @@ TABLE1: dict[tuple[str, int], _Cell] = {
 }
 """Table 1: disjoint MNIST, average accuracy by buffer size."""
 
-TABLE2: dict[tuple[str, int], _Cell] = {
+TABLE2: dict[tuple[str, int], PaperCell] = {
     ("Rand", 300): (72.54, 0.4), ("GSS-IQP", 300): (77.3, 0.5),
     ("GSS-Clust", 300): (79.74, 0.2), ("FSS-Clust", 300): (77.8, 0.3),
     ("GSS-Greedy", 300): (77.3, 0.5),
 }
 """Table 2: permuted MNIST, M = 300, average accuracy (per-task columns omitted)."""
 
-TABLE3: dict[tuple[str, int], _Cell] = {
+TABLE3: dict[tuple[str, int], PaperCell] = {
     ("Rand", 1000): (28.6, 1.2), ("GSS-Clust", 1000): (22.5, 0.4),
     ("FSS-Clust", 1000): (26.7, 1.5), ("GSS-Greedy", 1000): (33.56, 1.7),
 }
 """Table 3: disjoint CIFAR-10, M = 1000, average accuracy."""
 
-TABLE4: dict[tuple[str, int], _Cell] = {
+TABLE4: dict[tuple[str, int], PaperCell] = {
     ("Reservoir", 1): (63.7, 0.8), ("Reservoir", 2): (69.4, 0.7), ("Reservoir", 3): (66.8, 4.8),
     ("Reservoir", 4): (69.1, 2.4), ("Reservoir", 5): (76.6, 1.6),
     ("GSS-IQP", 1): (75.9, 3.2), ("GSS-IQP", 2): (76.2, 4.1), ("GSS-IQP", 3): (79.06, 0.7),
@@ -54,31 +56,23 @@ TABLE4: dict[tuple[str, int], _Cell] = {
 }
 """Table 4: imbalanced disjoint MNIST, M = 300, average accuracy per sequence."""
 
-TABLE4_AVG: dict[str, _Cell] = {
+TABLE4_AVG: dict[str, PaperCell] = {
     "Reservoir": (69.12, 4.3), "GSS-IQP": (76.49, 1.4), "GSS-Greedy": (77.96, 3.5),
 }
 """Table 4's last column: the mean over the five sequences."""
 
-BLURRY: dict[tuple[str, int], _Cell] = {
+BLURRY: dict[tuple[str, int], PaperCell] = {
     ("Rand", 500): (29.0, None), ("GSS-IQP", 500): (29.6, None),
     ("GSS-Clust", 500): (25.0, None), ("FSS-Clust", 500): (26.0, None),
     ("GSS-Greedy", 500): (29.6, None),
 }
 """Appendix: blurry disjoint CIFAR-10, M = 500, average accuracy (one run reported)."""
 
-CONSTRAINED: dict[tuple[str, int], _Cell] = {
+CONSTRAINED: dict[tuple[str, int], PaperCell] = {
     ("GSS-IQP (constrained)", 100): (76.26, None), ("GSS-IQP (rehearsal)", 100): (71.3, None),
     ("GSS-IQP (constrained)", 200): (83.4, None), ("GSS-IQP (rehearsal)", 200): (78.9, None),
 }
 """Appendix C: disjoint MNIST with 200 samples per task, average accuracy by buffer size."""
-
-PAPER_TABLES = {"table1": TABLE1, "table2": TABLE2, "table3": TABLE3, "table4": TABLE4,
-                "blurry": BLURRY, "constrained": CONSTRAINED}
-"""The paper's cells by experiment, keyed ``(method, column)``."""
-
-PAPER_AVERAGES = {"table4": TABLE4_AVG}
-"""Experiments whose table has an ``Avg`` column over the other columns."""
-
 
 PAPER_SEEDS = 3
 """Runs behind each of the paper's ``mean ± sd`` (its tables average three seeds)."""

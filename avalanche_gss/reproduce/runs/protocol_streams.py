@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from avalanche_gss.reproduce.json_types import Json, JsonObject
-from avalanche_gss.streams import REGISTRY, ArrayDataset, OptionValue, TaskSplit
+from avalanche_gss.streams.registry import REGISTRY, OptionValue
+
+if TYPE_CHECKING:  # the data's types only: defining a protocol imports no torch
+    from avalanche_gss.streams import ArrayDataset, TaskSplit
 
 __all__ = ["ProtocolStream", "Variant", "fit_count"]
 
