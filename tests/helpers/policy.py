@@ -58,7 +58,8 @@ def registry_restored() -> Iterator[None]:
     from avalanche_gss.reproduce.runs.cache import module_sha256
 
     tables: list[dict[str, Any]] = [methods._USER, methods._ORIGIN, methods._IMPORTED,
-                                     methods._LOADED, policies.POLICIES]
+                                     methods._LOADED, policies.POLICIES,
+                                     policies._STREAM_PROTOCOLS]
     saved = [dict(table) for table in tables]
     registered = dict(methods.REGISTRY.items())
     plugins, modules = list(methods._PLUGINS), set(sys.modules)

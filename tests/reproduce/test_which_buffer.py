@@ -15,7 +15,7 @@ from avalanche_gss.reproduce.cli import parse_args
 from avalanche_gss.reproduce.experiments import policies
 from avalanche_gss.reproduce.experiments.composition import at_task_ends, task_shares
 from avalanche_gss.reproduce.experiments.policies import POLICIES, STREAMS, Policy
-from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP, PROTOCOLS
+from avalanche_gss.reproduce.experiments.protocols import BLURRY_KEEP
 from avalanche_gss.reproduce.experiments.which_buffer import (
     choices,
     plan,
@@ -46,9 +46,9 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
         spec = STREAMS[r.keys["stream"]]
         s = r.settings
         # Each stream's protocol gives the learning rate and iterations per batch.
-        assert (s.lr, s.n_iter) == (PROTOCOLS[spec.protocol].lr, PROTOCOLS[spec.protocol].n_iter)
+        assert (s.lr, s.n_iter) == (spec.protocol.lr, spec.protocol.n_iter)
         assert s.method == POLICIES[r.keys["policy"]].method
-        assert r.job["protocol"] == spec.protocol
+        assert r.job["counts"] == spec.protocol.stream.config()
     greedy = next(r.settings for r in runs if r.keys["policy"] == "GSS-Greedy")
     assert greedy.options == {"variant": "authors"}
     configs = {r.keys["stream"]: r.job for r in runs}

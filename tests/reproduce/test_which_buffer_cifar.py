@@ -41,11 +41,11 @@ def _one_error_line(capsys, argv):
 
 def test_the_cifar_streams_follow_table3_and_the_default_stays_on_the_digits():
     for name in CIFAR:
-        assert STREAMS[name].protocol == "table3" and STREAMS[name].data == "cifar10"
+        assert STREAMS[name].protocol.name == "table3" and STREAMS[name].data == "cifar10"
     assert STREAMS["cifar10-blurry"].blurred and not STREAMS["cifar10-disjoint"].blurred
     # Each kind's data is its protocols' own dataset.
     for spec in STREAMS.values():
-        assert PROTOCOLS[spec.protocol].dataset == spec.data
+        assert spec.protocol.dataset == spec.data
     assert not set(CIFAR) & set(choices(parse_args(["which-buffer"])).streams)
     assert not set(CIFAR) & set(choices(parse_args(["which-buffer", "--quick"])).streams)
     chosen = choices(parse_args(["which-buffer", "--streams", *CIFAR]))

@@ -28,7 +28,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from avalanche_gss.reproduce.experiments.protocols import TABLE1, TABLE2, TABLE3, TABLE4
+from avalanche_gss.reproduce.experiments.protocols import (
+    TABLE1,
+    TABLE2,
+    TABLE3,
+    TABLE4,
+    Protocol,
+)
 from avalanche_gss.reproduce.experiments.which_buffer_records import Json
 from avalanche_gss.streams import REGISTRY
 
@@ -201,8 +207,9 @@ class StreamSpec:
     :param family: the figure panel it belongs to (``"imbalanced"`` for sequences 1-5;
         a CIFAR-10 stream shares its family with the digits' stream of the same
         construction: one run never holds both kinds).
-    :param protocol: the protocol of ``experiments.protocols`` whose counts, learning rate
-        and iterations per batch the runs use (``TABLE1.name``...).
+    :param protocol: the protocol whose counts, learning rate and iterations per batch the
+        runs use (:data:`~avalanche_gss.reproduce.experiments.protocols.TABLE1`...; a stream
+        of one's own: :func:`register_stream_protocol`'s, else :data:`USER_PROTOCOL`).
     :param variant: the protocol's row keys for this stream (Table 4's ``sequence``).
     :param stream: the stream of :data:`avalanche_gss.streams.REGISTRY` it builds (with the
         protocol's counts); ``None``: the one its ``family`` names.
@@ -211,7 +218,7 @@ class StreamSpec:
     """
 
     family: str
-    protocol: str
+    protocol: Protocol
     variant: Mapping[str, int] = field(default_factory=dict)
     stream: str | None = None
     data: str = "mnist"
@@ -234,13 +241,13 @@ class StreamSpec:
 
 
 BUILTIN_STREAMS: dict[str, StreamSpec] = {
-    "disjoint": StreamSpec("disjoint", TABLE1.name),
-    "permuted": StreamSpec("permuted", TABLE2.name),
-    **{f"imbalanced-{k}": StreamSpec("imbalanced", TABLE4.name, {"sequence": k})
+    "disjoint": StreamSpec("disjoint", TABLE1),
+    "permuted": StreamSpec("permuted", TABLE2),
+    **{f"imbalanced-{k}": StreamSpec("imbalanced", TABLE4, {"sequence": k})
        for k in range(1, 6)},
-    "blurry": StreamSpec("blurry", TABLE1.name),
-    "cifar10-disjoint": StreamSpec("disjoint", TABLE3.name, data="cifar10"),
-    "cifar10-blurry": StreamSpec("blurry", TABLE3.name, data="cifar10"),
+    "blurry": StreamSpec("blurry", TABLE1),
+    "cifar10-disjoint": StreamSpec("disjoint", TABLE3, data="cifar10"),
+    "cifar10-blurry": StreamSpec("blurry", TABLE3, data="cifar10"),
 }
 """This package's streams. On the digits, with the MLP: disjoint balanced (Table 1's),
 permuted (Table 2's), imbalanced sequences 1-5 (Table 4's) and blurry disjoint (Table 1's
@@ -251,10 +258,39 @@ the reduced ResNet-18 and Table 3's protocol (2,000 samples per task, learning r
 appendix blurs it too, with 1,000 samples per task and M = 500, here Table 3's counts so
 that both CIFAR-10 columns share M)."""
 
-USER_PROTOCOL = TABLE1.name
-"""The protocol a stream of one's own runs with: Table 1's counts (``samples_per_task``,
-which its definition must take), learning rate, iterations per batch and model, on the
-digits."""
+USER_PROTOCOL = TABLE1
+"""The protocol a stream of one's own runs with unless it brings its own
+(:func:`register_stream_protocol`): Table 1's counts (``samples_per_task``, which its
+definition must take), learning rate, iterations per batch and model, on the digits."""
+
+_STREAM_PROTOCOLS: dict[str, Protocol] = {}
+
+
+def register_stream_protocol(stream: str, protocol: Protocol) -> Protocol:
+    """Have which-buffer run the stream of one's own ``stream`` with ``protocol``; return it.
+
+    In the module that registers the stream (:func:`avalanche_gss.streams.register_stream`,
+    given to ``--import``): the runs on ``stream`` take the protocol's counts (its
+    ``stream``: a :class:`~avalanche_gss.reproduce.runs.protocol_streams.ProtocolStream`
+    naming ``stream``, whose count options the stream's definition must take), its learning
+    rate, iterations per batch and model, on its dataset's kind of data
+    (:data:`KINDS`: ``"mnist"`` or ``"cifar10"``). Without it, :data:`USER_PROTOCOL`.
+
+    :param stream: the registered stream's name (not one of this package's).
+    :param protocol: its protocol (``paper_ref`` empty: one's own).
+    :raises ValueError: a stream of this package, a protocol whose stream builds another
+        stream, or a dataset with no kind of streams.
+    """
+    if stream in BUILTIN_STREAMS or stream in REGISTRY.builtin_names():
+        raise ValueError(f"{stream!r} is one of this package's streams; its protocol is fixed")
+    if protocol.stream.name != stream:
+        raise ValueError(f"the protocol of stream {stream!r} builds {protocol.stream.name!r}: "
+                         f"give it ProtocolStream({stream!r}, ...)")
+    if protocol.dataset not in KINDS:
+        raise ValueError(f"the protocol of stream {stream!r} runs on {protocol.dataset!r}; "
+                         f"give one of {', '.join(KINDS)}")
+    _STREAM_PROTOCOLS[stream] = protocol
+    return protocol
 
 
 class StreamTable(Mapping[str, StreamSpec]):
@@ -262,7 +298,8 @@ class StreamTable(Mapping[str, StreamSpec]):
 
     A stream registered from code of one's own
     (:func:`avalanche_gss.streams.register_stream`, a module given to ``--import``) is one
-    of them from then on: its family is its name, and it runs with :data:`USER_PROTOCOL`.
+    of them from then on: its family is its name, and it runs with its protocol
+    (:func:`register_stream_protocol`), else :data:`USER_PROTOCOL`.
     """
 
     def __init__(self, builtin: Mapping[str, StreamSpec]) -> None:
@@ -276,7 +313,8 @@ class StreamTable(Mapping[str, StreamSpec]):
         if name in self._builtin:
             return self._builtin[name]
         if name in self._user():
-            return StreamSpec(name, USER_PROTOCOL, stream=name)
+            protocol = _STREAM_PROTOCOLS.get(name, USER_PROTOCOL)
+            return StreamSpec(name, protocol, stream=name, data=protocol.dataset)
         raise KeyError(name)
 
     def __iter__(self) -> Iterator[str]:
@@ -394,10 +432,13 @@ def stream_problem(streams: Sequence[str], data: str | None) -> str | None:
         that does not fit their kind (naming the value and the names that fit).
     """
     lacking = [name for name in streams if name not in BUILTIN_STREAMS
-               and "samples_per_task" not in REGISTRY[STREAMS[name].registered].options]
+               and not set(STREAMS[name].protocol.stream.counted)
+               <= set(REGISTRY[STREAMS[name].registered].options)]
     if lacking:
-        return (f"argument --streams: {', '.join(lacking)} take(s) no samples_per_task "
-                f"option: a stream of one's own runs with {USER_PROTOCOL}'s counts")
+        counted = " and ".join(STREAMS[lacking[0]].protocol.stream.counted)
+        return (f"argument --streams: {lacking[0]} takes no {counted} option: a stream of "
+                "one's own runs with its protocol's counts (register_stream_protocol; "
+                f"without one, {USER_PROTOCOL.paper_ref}'s)")
     kinds: dict[str, list[str]] = {}
     for name in streams:
         kinds.setdefault(STREAMS[name].data, []).append(name)

@@ -64,7 +64,7 @@ from avalanche_gss.reproduce.experiments.policies import (
     STREAMS,
     expand_streams,
 )
-from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, data_label
+from avalanche_gss.reproduce.experiments.protocols import data_label
 from avalanche_gss.reproduce.experiments.which_buffer_composition import (
     traced_streams,
     write_composition,
@@ -295,7 +295,7 @@ def stream_config(name: str, chosen: PolicyChoices) -> StreamJob:
     variant: dict[str, Json] = dict(spec.variant)
     if chosen.samples_per_task is not None:
         variant["samples_per_task"] = chosen.samples_per_task
-    counts = PROTOCOLS[spec.protocol].stream
+    counts = spec.protocol.stream
     options = counts.options_of(spec.registered, variant)
     config = StreamJob(counts=counts.config(), stream=spec.registered,
                        stream_options=dict(options), variant=variant)
@@ -317,7 +317,7 @@ def plan(args: argparse.Namespace) -> tuple[list[Run], PolicyChoices]:
     check_policies(chosen.policies, prog_of(args))
     runs = []
     for stream in chosen.streams:
-        protocol = PROTOCOLS[STREAMS[stream].protocol]
+        protocol = STREAMS[stream].protocol
         config = cast(JsonObject, dict(stream_config(stream, chosen)))
         for seed in chosen.seeds:
             for label in chosen.policies:
@@ -374,8 +374,8 @@ def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: PolicyChoice
     quick = config["variant"].get("samples_per_task")
     if full is not None and isinstance(quick, int) and quick < full:
         deviations.append(f"--quick: {quick:,} samples per task instead of "
-                          f"{PROTOCOLS[spec.protocol].paper_ref}'s {full:,}")
-    record = StreamRecord(name=name, family=spec.family, protocol=spec.protocol,
+                          f"{spec.protocol.paper_ref or 'its protocol'}'s {full:,}")
+    record = StreamRecord(name=name, family=spec.family, protocol=spec.protocol.name,
                         variant=config["variant"], blur=spec.blur,
                         traced=bool(config.get("trace")), lr=settings.lr,
                         n_iter=settings.n_iter,
@@ -396,10 +396,10 @@ def _check_data(args: argparse.Namespace, runs: list[Run], chosen: PolicyChoices
     :return: the runs kept, the policies left out with why, the data's name and the data.
     :raises SystemExit: data that do not fit a stream's protocol or model, in one line.
     """
-    data_name, data = resolve_data(args, PROTOCOLS[STREAMS[chosen.streams[0]].protocol])
+    data_name, data = resolve_data(args, STREAMS[chosen.streams[0]].protocol)
     try:
         for s in chosen.streams:
-            PROTOCOLS[STREAMS[s].protocol].check(data)
+            STREAMS[s].protocol.check(data)
         runs, left_out = fit_model(args, runs, chosen, data)
         check_model(data, [r.settings for r in runs])
     except ValueError as err:

@@ -245,8 +245,10 @@ def protocol_lines(report: ReportRecord) -> list[str]:
              "with its protocol's learning rate and iterations per batch:", ""]
     for s in protocol["streams"]:
         stream = {**s["stream"], "blurry": s.get("blur") and {"keep": s["blur"]}}
-        ref = PROTOCOLS[s['protocol']].paper_ref
-        name = (f"- {s['name']} ({s['description']}; {ref}'s settings): " if "description" in s
+        # A stream of one's own with its own protocol: no paper's settings to name.
+        ref = PROTOCOLS[s["protocol"]].paper_ref if s["protocol"] in PROTOCOLS else None
+        whose = f"{ref}'s settings" if ref else "its own protocol's settings"
+        name = (f"- {s['name']} ({s['description']}; {whose}): " if "description" in s
                 else f"- {s['name']} ({ref}'s {s['family']} stream): ")
         text = protocol_line({"stream": stream, "lr": s["lr"], "n_iter": s["n_iter"]},
                              prefix=name) or name

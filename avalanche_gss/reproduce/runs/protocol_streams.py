@@ -121,7 +121,9 @@ class ProtocolStream:
         options = {**(options or {}),
                    **{k: v for k, v in variant.items()
                       if k in definition.options and k != "samples_per_task"}}
-        options.update(self.counts(data, variant, deviations))
+        tasks = {k: options.get(k, definition.options.get(k, default))
+                 for k, default in (("n_tasks", 5), ("classes_per_task", 2))}
+        options.update(self.counts(data, variant, deviations, **tasks))
         split = definition.build(data, seed=seed, **options)
         split.protocol["deviations"] = deviations
         return split
@@ -142,13 +144,16 @@ class ProtocolStream:
         return {k: v for k, v in REGISTRY[stream].options.items()
                 if k not in self.counted and k not in variant}
 
-    def counts(self, data: ArrayDataset, variant: Variant, deviations: list[str]
+    def counts(self, data: ArrayDataset, variant: Variant, deviations: list[str],
+               n_tasks: OptionValue = 5, classes_per_task: OptionValue = 2
                ) -> dict[str, OptionValue]:
         """The stream's sample counts for ``data``, the shrunk ones named in ``deviations``.
 
         :param data: the dataset.
         :param variant: the row's keys (its ``samples_per_task``, if any).
         :param deviations: where a count the data cannot give is recorded.
+        :param n_tasks: the stream's tasks (pool ``"classes"``: each draws from its classes).
+        :param classes_per_task: the classes of each task.
         """
         wanted = variant.get("samples_per_task", self.samples_per_task)
         if isinstance(wanted, bool) or not isinstance(wanted, int):
@@ -156,7 +161,8 @@ class ProtocolStream:
         if self.pool == "all":
             available = len(data.y_train)
         else:
-            available = _class_counts(data, 5, 2)
+            available = _class_counts(data, int(cast(int, n_tasks)),
+                                      int(cast(int, classes_per_task)))
         if self.minor is None:
             return {"samples_per_task": fit_count(wanted, available, "samples per task",
                                                   deviations, self.samples_per_task)}
