@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -28,12 +28,16 @@ from avalanche_gss.reproduce.reports.writing import output_paths, write_report
 from avalanche_gss.reproduce.runs.jobs import run_job, run_logged_job
 from avalanche_gss.reproduce.runs.planning import Job, sweep
 
-__all__ = ["Experiment", "Rendered", "run"]
+__all__ = ["Experiment", "Rendered", "Stages", "run"]
 
 P = TypeVar("P")
 
 JobFunction = Callable[[Mapping[str, Json]], JsonObject]
 """A sweep's module-level job function: a job's config to its result."""
+
+Stages = Generator[Sequence[Job], Sequence[JsonObject], None]
+"""An experiment's stages (:meth:`Experiment.stages`): it yields a stage's jobs and
+receives their results, in order, before it plans the next."""
 
 
 @dataclass
@@ -94,6 +98,21 @@ class Experiment(ABC, Generic[P]):
         """
         return run_logged_job if args.tensorboard else run_job
 
+    def stages(self, args: argparse.Namespace, plan: P) -> Stages:
+        """The plan's jobs, stage by stage: yield a stage's jobs, receive their results.
+
+        A later stage is planned from the results of those before it (which-buffer's
+        compute-matched runs, from the passes its as-measured runs counted). The runner
+        sweeps each stage (cached, with ``--workers`` or the cluster) and hands
+        :meth:`report` every stage's results, in order. Default: one stage, :meth:`jobs`,
+        then :meth:`after_sweep`.
+
+        :param args: the parsed command line.
+        :param plan: :meth:`plan`'s result.
+        """
+        results = yield self.jobs(plan)
+        self.after_sweep(args, plan, results)
+
     def after_sweep(self, args: argparse.Namespace, plan: P,
                     results: Sequence[JsonObject]) -> None:
         """What to do with the results before the report (default: nothing).
@@ -134,7 +153,7 @@ class Experiment(ABC, Generic[P]):
 
 def run(experiment: Experiment[P], args: argparse.Namespace,
         argv: Sequence[str] | None = None) -> int:
-    """Plan, sweep, report and write one experiment; print its report; the exit status.
+    """Plan, sweep (stage by stage), report and write one experiment; print it; the exit status.
 
     :param experiment: the experiment.
     :param args: the parsed command line (``out``, the sweep's options).
@@ -142,11 +161,17 @@ def run(experiment: Experiment[P], args: argparse.Namespace,
     :return: 0, or 3 when a run diverged.
     """
     plan = experiment.plan(args)
-    jobs = experiment.jobs(plan)
     start = time.perf_counter()
-    results = (sweep(args, experiment.name, jobs, experiment.job_function(args))
-               if jobs else [])
-    experiment.after_sweep(args, plan, results)
+    results: list[JsonObject] = []
+    stages = experiment.stages(args, plan)
+    jobs = next(stages, None)
+    while jobs is not None:
+        done = sweep(args, experiment.name, jobs, experiment.job_function(args)) if jobs else []
+        results += done
+        try:
+            jobs = stages.send(done)
+        except StopIteration:
+            jobs = None
     report = experiment.report(args, argv, plan, results)
     report = report.timed(time.perf_counter() - start)
     paths = output_paths(args.out, experiment.stem, "json", "csv", "md")

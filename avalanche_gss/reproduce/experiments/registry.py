@@ -87,7 +87,7 @@ for _name, _summary, _target in (
     ("composition", "what each buffer holds along disjoint MNIST (our diagnosis, not the "
      "paper)", "composition:COMPOSITION"),
     ("which-buffer", "which buffer policy for which stream: accuracy beside train time (ours)",
-     "which_buffer_entry:WHICH_BUFFER"),
+     "which_buffer:WHICH_BUFFER"),
 ):
     EXPERIMENTS.add(_name, LazyExperiment(_summary, f"{_HERE}.{_target}"), builtin=True)
 

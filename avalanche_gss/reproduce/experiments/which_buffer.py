@@ -42,9 +42,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TypedDict, cast
 
 from avalanche_gss.reproduce.common import (
@@ -99,33 +98,26 @@ from avalanche_gss.reproduce.experiments.which_buffer_report import (
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_statistics
 from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
-from avalanche_gss.reproduce.reports.outputs import show_outputs
-from avalanche_gss.reproduce.reports.report import DataFacts, replay_protocol
-from avalanche_gss.reproduce.reports.writing import (
-    group_rows,
-    output_paths,
-    provenance,
-    write_report,
-)
+from avalanche_gss.reproduce.reports.report import DataFacts, Report, replay_protocol
+from avalanche_gss.reproduce.reports.writing import group_rows, provenance
+from avalanche_gss.reproduce.runner import Experiment, Rendered, Stages
 from avalanche_gss.reproduce.runs.identity import data_identity, run_code
-from avalanche_gss.reproduce.runs.jobs import build_split, run_job, run_logged_job
+from avalanche_gss.reproduce.runs.jobs import RunJob, build_split
 from avalanche_gss.reproduce.runs.planning import (
     Run,
     check_model,
     job_config,
     run_result,
-    sweep,
     training_problems,
 )
 from avalanche_gss.reproduce.runs.settings import settings_from_dict
 from avalanche_gss.reproduce.runs.sweep import config_key
-from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, settings_dict
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult, settings_dict
 from avalanche_gss.streams import REGISTRY, ArrayDataset
 
-__all__ = ["NAME", "STEM", "PolicyChoices", "StreamJob", "check_policies", "check_streams",
-           "choices", "fit_model",
-           "plan", "policy_problem", "ranking", "stream_config", "traced_streams",
-           "which_buffer"]
+__all__ = ["NAME", "STEM", "WHICH_BUFFER", "PolicyChoices", "StreamJob", "WhichBuffer",
+           "WhichBufferPlan", "check_policies", "check_streams", "choices", "fit_model", "plan",
+           "policy_problem", "ranking", "stream_config", "traced_streams"]
 
 log = logging.getLogger("reproduce")
 
@@ -437,60 +429,74 @@ def check_streams(args: argparse.Namespace, chosen: PolicyChoices, data: ArrayDa
 
 
 @dataclass
-class _Sweep:
-    """The comparison's runs, their jobs, results and (``--tensorboard``) log folders."""
+class WhichBufferPlan:
+    """What the comparison runs, and what its stages found.
+
+    :param runs: every as-measured run (its settings, row keys and job config).
+    :param chosen: the policies, streams, buffer sizes and seeds.
+    :param left_out: the default policies left out, each with why.
+    :param data: the loaded data.
+    :param jobs: the as-measured runs' jobs, in the order of ``runs``.
+    :param measured: their results (the first stage's).
+    :param folders: their ``--tensorboard`` log folders (``None``: none).
+    :param again: with ``--compute-matched``, each run's compute-matched job, as configs.
+    :param ran: the results of the compute-matched jobs that skip batches (the second
+        stage's).
+    :param pairs: each as-measured run's row keys and result (the report's, for the CSV).
+    :param matched: each compute-matched run by its key (the report's, for the CSV).
+    """
 
     runs: list[Run]
-    configs: list[JobConfig]
-    results: list[JobResult]
-    folders: list[str | None]
+    chosen: PolicyChoices
+    left_out: dict[str, str]
+    data: ArrayDataset
+    jobs: list[RunJob]
+    measured: list[JobResult] = field(default_factory=list)
+    folders: list[str | None] = field(default_factory=list)
+    again: list[JobConfig] = field(default_factory=list)
+    ran: list[JobResult] = field(default_factory=list)
+    pairs: list[tuple[dict[str, str], RunResult]] = field(default_factory=list)
+    matched: dict[RunKey, MatchedRun] | None = None
 
 
-def _measure(args: argparse.Namespace, runs: list[Run], configs: list[JobConfig]) -> _Sweep:
-    """Run (or find in the cache) every job; write their event logs (``--tensorboard``)."""
-    job = run_logged_job if args.tensorboard else run_job
-    results = sweep(args, NAME, configs, job)
-    folders = [os.path.join(args.tensorboard, NAME, job_label(r))
-               if args.tensorboard and r.settings.method in BUFFER_METHODS else None
-               for r in runs]
-    if args.tensorboard:
-        write_event_logs(folders, results, args.tensorboard)
-    return _Sweep(runs, configs, results, folders)
+def _measured_folders(args: argparse.Namespace, runs: Sequence[Run]) -> list[str | None]:
+    """Each run's ``--tensorboard`` folder (``None``: no logs, or a run without a buffer)."""
+    return [os.path.join(args.tensorboard, NAME, job_label(r))
+            if args.tensorboard and r.settings.method in BUFFER_METHODS else None
+            for r in runs]
 
 
-def _compute_matched(args: argparse.Namespace, done: _Sweep,
-                     rows: Sequence[PolicyRow]) -> dict[RunKey, MatchedRun]:
-    """Run each policy on its compute-matched stream; give the rows those runs.
+def _matched_stage(plan: WhichBufferPlan) -> list[RunJob]:
+    """The compute-matched jobs that skip batches, planned from the measured results.
 
-    A run that keeps every batch takes its as-measured run's result (and logs).
-
-    :return: each compute-matched run by its key (for the CSV).
+    A run that keeps every batch is its as-measured run again: it takes that result.
     """
-    again = matched_configs(done.configs, done.results)
-    skipping = [c for c in again if not keeps_every_batch(c)]
+    plan.again = matched_configs([j.config() for j in plan.jobs], plan.measured)
+    skipping = [c for c in plan.again if not keeps_every_batch(c)]
     to_train = len({config_key(c) for c in skipping})
     log.info("%s: %d compute-matched runs (%d more keep every batch: their as-measured "
-             "runs)", NAME, to_train, len({config_key(c) for c in again}) - to_train)
-    job = run_logged_job if args.tensorboard else run_job
-    ran = sweep(args, NAME, skipping, job) if skipping else []
-    if args.tensorboard:  # one that keeps every batch: its as-measured run's logs
-        write_event_logs([None if f is None else f"{f}-matched" for f, c
-                          in zip(done.folders, again, strict=True) if not keeps_every_batch(c)],
-                         ran, args.tensorboard)
+             "runs)", NAME, to_train, len({config_key(c) for c in plan.again}) - to_train)
+    return [RunJob.from_config(c) for c in skipping]
+
+
+def _compute_matched(plan: WhichBufferPlan, rows: Sequence[PolicyRow]
+                     ) -> dict[RunKey, MatchedRun]:
+    """Give the rows their compute-matched runs; each by its key (for the CSV)."""
     keys = [(r.keys["policy"], r.keys["stream"], r.settings.buffer_size, r.settings.seed)
-            for r in done.runs]
-    return add_matched(rows, keys, again, matched_results(again, done.results, ran))
+            for r in plan.runs]
+    return add_matched(rows, keys, plan.again,
+                       matched_results(plan.again, plan.measured, plan.ran))
 
 
 def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDataset,
-            done: _Sweep, chosen: PolicyChoices, left_out: dict[str, str],
+            runs: Sequence[Run], chosen: PolicyChoices, left_out: dict[str, str],
             rows: Sequence[PolicyRow]) -> ReportRecord:
     """The JSON report of the comparison (its statistics still to add)."""
     records = [r.record() for r in rows]
     columns = [(s, m) for s in chosen.streams for m in chosen.buffer_sizes]
     measured = ranking(records, chosen.policies, columns)
     sizes = "/".join(map(str, chosen.buffer_sizes))
-    first = done.runs[0].settings
+    first = runs[0].settings
     report: ReportRecord = {
         "experiment": NAME,
         "title": f"which buffer policy for which stream, on {data_label(data)}: final average "
@@ -502,10 +508,10 @@ def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDat
             policies=list(chosen.policies),
             policy_settings={p: POLICIES[p].keywords() for p in chosen.policies},
             policies_left_out=left_out,
-            streams=[_stream_record(data, done.runs, chosen, s) for s in chosen.streams],
+            streams=[_stream_record(data, runs, chosen, s) for s in chosen.streams],
             buffer_sizes=list(chosen.buffer_sizes), seeds=list(chosen.seeds),
             model=first.model,
-            **cast(ProtocolRecord, replay_protocol([r.settings for r in done.runs])),
+            **cast(ProtocolRecord, replay_protocol([r.settings for r in runs])),
             quick=args.quick, workers=args.workers,
             train_seconds="wall time of training one run (evaluation excluded), in its "
                           "worker; runs found in the cache keep the time they took then"),
@@ -522,39 +528,112 @@ def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDat
     return report
 
 
-def which_buffer(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
-    """Run the comparison; write and print its outputs; return the exit status.
+_REPORT_KEYS = ("experiment", "title", "command", "protocol", "provenance", "rows",
+                "dataset", "data_source", "data_sha256", "data_verified_as",
+                "data_verification")
+"""The keys of a which-buffer report that :class:`Report` holds as its own fields."""
 
-    :param args: the parsed command line.
-    :param argv: the command line (for the record; ``sys.argv`` by default).
-    :return: 0, or 3 when a run diverged.
+
+@dataclass(frozen=True)
+class _Record:
+    """A report row already recorded as JSON (:meth:`PolicyRow.record`)."""
+
+    record: JsonObject
+
+    def to_dict(self) -> JsonObject:
+        return self.record
+
+
+class WhichBuffer(Experiment[WhichBufferPlan]):
+    """``which-buffer``: two stages, as measured and then (``--compute-matched``) matched.
+
+    The first stage runs every policy on every stream, buffer size and seed, counting each
+    run's passes with ``--compute-matched``; the second, planned from those counts, runs
+    each policy on the batches a learner of its cost affords. The report is computed from
+    both (:func:`~.which_buffer_statistics.add_statistics`).
     """
-    runs, chosen = plan(args)
-    runs, left_out, data_name, data = _check_data(args, runs, chosen)
-    check_streams(args, chosen, data)
-    configs = _job_configs(args, runs, data_name, data_identity(data))
-    log.info("%s: %d runs (%d policies x %d streams x %d buffer sizes x %d seeds) on %s "
-             "(%s), %d torch thread(s) per run", NAME, len({config_key(c) for c in configs}),
-             len(chosen.policies), len(chosen.streams), len(chosen.buffer_sizes),
-             len(chosen.seeds), data.name, data.source, args.threads)
-    start = time.perf_counter()
-    done = _measure(args, runs, configs)
-    pairs = [(r.keys, run_result(r.settings, result, drop=("trace", "train_sizes", "passes")))
-             for r, result in zip(runs, done.results, strict=True)]
-    rows = group_rows(pairs, PolicyRow)
-    matched = _compute_matched(args, done, rows) if getattr(args, "compute_matched", False) \
-        else None
-    report = _report(args, argv, data, done, chosen, left_out, rows)
-    report["wall_seconds"] = time.perf_counter() - start
-    add_statistics(report)
-    if report["recommendation"] is None:
-        log.info("%s: no recommendation: %s", NAME, report["recommendation_note"])
-    columns = [(s, m) for s in chosen.streams for m in chosen.buffer_sizes]
-    paths = output_paths(args.out, STEM, "json", "csv", "md")
-    paths.update(draw(report, args.out))
-    write_report(paths, dict(report), runs_csv(pairs, report["provenance"], matched, data.name),
-                 markdown(report, columns, paths["png"]))
-    paths.update(write_composition(report, runs, done.results, args.out))
-    bad = [f"{r.policy} on {r.stream} M={r.buffer_size} seed {seed}" for r in rows
-           for seed, d in zip(r.seeds, r.diverged or [], strict=False) if d]
-    return show_outputs(paths, bad, prog_of(args))
+
+    def plan(self, args: argparse.Namespace) -> WhichBufferPlan:
+        """Every policy x stream x buffer size x seed, checked before any run starts.
+
+        :param args: the parsed command line.
+        """
+        runs, chosen = plan(args)
+        runs, left_out, data_name, data = _check_data(args, runs, chosen)
+        check_streams(args, chosen, data)
+        configs = _job_configs(args, runs, data_name, data_identity(data))
+        log.info("%s: %d runs (%d policies x %d streams x %d buffer sizes x %d seeds) on %s "
+                 "(%s), %d torch thread(s) per run", NAME,
+                 len({config_key(c) for c in configs}), len(chosen.policies),
+                 len(chosen.streams), len(chosen.buffer_sizes), len(chosen.seeds), data.name,
+                 data.source, args.threads)
+        return WhichBufferPlan(runs, chosen, left_out, data,
+                               [RunJob.from_config(c) for c in configs])
+
+    def stages(self, args: argparse.Namespace, plan: WhichBufferPlan) -> Stages:
+        """The as-measured runs; then, with ``--compute-matched``, the matched ones.
+
+        :param args: the parsed command line.
+        :param plan: the plan (it keeps each stage's results).
+        """
+        plan.measured = list((yield plan.jobs))
+        plan.folders = _measured_folders(args, plan.runs)
+        if args.tensorboard:
+            write_event_logs(plan.folders, plan.measured, args.tensorboard)
+        if not getattr(args, "compute_matched", False):
+            return
+        plan.ran = list((yield _matched_stage(plan)))
+        if args.tensorboard:  # one that keeps every batch: its as-measured run's logs
+            write_event_logs([None if f is None else f"{f}-matched" for f, c
+                              in zip(plan.folders, plan.again, strict=True)
+                              if not keeps_every_batch(c)], plan.ran, args.tensorboard)
+
+    def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
+               plan: WhichBufferPlan, results: Sequence[JsonObject]) -> Report:
+        """The comparison: rows, rankings, the recommendation and its statistics.
+
+        :param args: the parsed command line.
+        :param argv: the command line (for the record).
+        :param plan: the plan, with both stages' results.
+        :param results: every stage's results (the plan holds them by stage).
+        """
+        plan.pairs = [(r.keys, run_result(r.settings, result,
+                                           drop=("trace", "train_sizes", "passes")))
+                       for r, result in zip(plan.runs, plan.measured, strict=True)]
+        rows = group_rows(plan.pairs, PolicyRow)
+        plan.matched = _compute_matched(plan, rows) if getattr(args, "compute_matched", False) \
+            else None
+        record = add_statistics(_report(args, argv, plan.data, plan.runs, plan.chosen,
+                                        plan.left_out, rows))
+        if record["recommendation"] is None:
+            log.info("%s: no recommendation: %s", NAME, record["recommendation_note"])
+        bad = [f"{r.policy} on {r.stream} M={r.buffer_size} seed {seed}" for r in rows
+               for seed, d in zip(r.seeds, r.diverged or [], strict=False) if d]
+        view = cast(JsonObject, record)
+        return Report(NAME, record["title"], DataFacts.of(plan.data), record["command"],
+                      cast(JsonObject, record["protocol"]),
+                      [_Record(cast(JsonObject, r)) for r in record["rows"]],
+                      cast(JsonObject, record["provenance"]),
+                      extra={k: v for k, v in view.items() if k not in _REPORT_KEYS},
+                      diverged=bad)
+
+    def render(self, report: Report, plan: WhichBufferPlan,
+               paths: Mapping[str, str]) -> Rendered:
+        """The table, the runs' CSV; the figures and the buffers' composition, written.
+
+        :param report: the report.
+        :param plan: the plan.
+        :param paths: where the JSON, CSV and Markdown go.
+        """
+        record = cast(ReportRecord, report.to_json())
+        out = os.path.dirname(paths["json"])
+        columns = [(s, m) for s in plan.chosen.streams for m in plan.chosen.buffer_sizes]
+        files = draw(record, out)
+        md = markdown(record, columns, files["png"])
+        csv = runs_csv(plan.pairs, record["provenance"], plan.matched, plan.data.name)
+        files.update(write_composition(record, plan.runs, plan.measured, out))
+        return Rendered(md, csv, files)
+
+
+WHICH_BUFFER = WhichBuffer("which-buffer", "", stem=STEM)
+"""The ``which-buffer`` experiment."""
