@@ -10,7 +10,7 @@ import pytest
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.cli import parse_args
 from avalanche_gss.reproduce.experiments import policies
-from avalanche_gss.reproduce.experiments.which_buffer import _job_configs, plan
+from avalanche_gss.reproduce.experiments.which_buffer import _jobs, plan
 from avalanche_gss.reproduce.experiments.which_buffer_matched import (
     keeps_every_batch,
     matched_configs,
@@ -28,8 +28,8 @@ def test_the_plan_and_its_jobs_without_the_option_are_unchanged():
     assert plan(off) == plan(on)  # the option adds runs after the measured ones, not to them
     runs, _ = plan(off)
     identity = {"data_sha256": "x"}
-    plain = _job_configs(off, runs, "mnist", identity)
-    counted = _job_configs(on, runs, "mnist", identity)
+    plain = [j.config() for j in _jobs(off, runs, "mnist", identity)]
+    counted = [j.config() for j in _jobs(on, runs, "mnist", identity)]
     assert all("count_passes" not in c and "matched" not in c for c in plain)
     assert [{k: v for k, v in c.items() if k != "count_passes"} for c in counted] == plain
     assert all(c["count_passes"] for c in counted)

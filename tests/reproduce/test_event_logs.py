@@ -36,10 +36,10 @@ def _table_keys(args):
 
 
 def _which_buffer_keys(args):
-    from avalanche_gss.reproduce.experiments.which_buffer import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.which_buffer import _jobs, plan
 
     runs, _ = plan(args)
-    return [config_key(c) for c in _job_configs(args, runs, "mnist", {})]
+    return [config_key(j.config()) for j in _jobs(args, runs, "mnist", {})]
 
 
 def test_where_the_logs_go_is_no_part_of_a_runs_key(tmp_path):

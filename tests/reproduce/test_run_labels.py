@@ -21,11 +21,11 @@ def table_configs(argv):
 
 
 def which_buffer_configs(argv):
-    from avalanche_gss.reproduce.experiments.which_buffer import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.which_buffer import _jobs, plan
 
     args = parse_args(["which-buffer", *argv])
     runs, _ = plan(args)
-    return _job_configs(args, runs, "mnist", {})
+    return [j.config() for j in _jobs(args, runs, "mnist", {})]
 
 
 def keys_by_label(configs):

@@ -236,17 +236,17 @@ def test_the_source_hash_follows_every_file_and_only_the_source(tmp_path):
 
 
 def test_a_runs_key_holds_the_source_hash_and_no_revision():
-    from avalanche_gss.reproduce.experiments.which_buffer import _job_configs, plan
+    from avalanche_gss.reproduce.experiments.which_buffer import _jobs, plan
 
     args = cli.parse_args(["which-buffer", "--policies", "CB-GSS", "Reservoir",
                            "--streams", "disjoint", "--buffer-sizes", "100", "--seeds", "0"])
     runs, _ = plan(args)
-    configs = _job_configs(args, runs, "mnist", {})
+    configs = [j.config() for j in _jobs(args, runs, "mnist", {})]
     for config in configs:
         assert config["code_sha256"] == package_sha256()
         assert not {"revision", "user_code", "imports"} & set(config)
     # The same code gives the same keys: results cached by this version stay valid
-    assert [config_key(c) for c in _job_configs(args, runs, "mnist", {})] == list(
+    assert [config_key(j.config()) for j in _jobs(args, runs, "mnist", {})] == list(
         map(config_key, configs))
 
 

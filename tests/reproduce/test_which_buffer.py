@@ -48,10 +48,10 @@ def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
         # Each stream's protocol gives the learning rate and iterations per batch.
         assert (s.lr, s.n_iter) == (spec.protocol.lr, spec.protocol.n_iter)
         assert s.method == POLICIES[r.keys["policy"]].method
-        assert r.job["counts"] == spec.protocol.stream.config()
+        assert r.job.counts == spec.protocol.stream
     greedy = next(r.settings for r in runs if r.keys["policy"] == "GSS-Greedy")
     assert greedy.options == {"variant": "authors"}
-    configs = {r.keys["stream"]: r.job for r in runs}
+    configs = {r.keys["stream"]: r.job.config() for r in runs}
     # Each job names the registered stream it builds (part of its cache key); the blurry
     # stream's definition blurs, nothing else does.
     assert {s: c["stream"] for s, c in configs.items()} == {

@@ -101,18 +101,18 @@ from avalanche_gss.reproduce.reports.event_logs import write_event_logs
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, replay_protocol
 from avalanche_gss.reproduce.reports.writing import group_rows, provenance
 from avalanche_gss.reproduce.runner import Experiment, Rendered, Stages
-from avalanche_gss.reproduce.runs.identity import data_identity, run_code
-from avalanche_gss.reproduce.runs.jobs import RunJob, build_split
+from avalanche_gss.reproduce.runs.identity import code_identity, data_identity, run_code
+from avalanche_gss.reproduce.runs.jobs import RunJob, StreamSpec, build_split
 from avalanche_gss.reproduce.runs.planning import (
-    Run,
+    CodeIdentity,
+    DataSource,
     check_model,
-    job_config,
     run_result,
     training_problems,
 )
 from avalanche_gss.reproduce.runs.settings import settings_from_dict
 from avalanche_gss.reproduce.runs.sweep import config_key
-from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult, settings_dict
+from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult, RunSettings
 from avalanche_gss.streams import REGISTRY, ArrayDataset
 
 __all__ = ["NAME", "STEM", "WHICH_BUFFER", "PolicyChoices", "StreamJob", "WhichBuffer",
@@ -168,8 +168,8 @@ def check_policies(labels: Sequence[str], prog: str) -> None:
                          f"run: {', '.join(ready)}")
 
 
-def fit_model(args: argparse.Namespace, runs: list[Run], chosen: PolicyChoices, data: ArrayDataset
-              ) -> tuple[list[Run], dict[str, str]]:
+def fit_model(args: argparse.Namespace, runs: list[PolicyRun], chosen: PolicyChoices,
+              data: ArrayDataset) -> tuple[list[PolicyRun], dict[str, str]]:
     """Keep the policies that can train their streams' model on ``data``; refuse or leave out.
 
     The library says what a policy cannot train (:func:`~avalanche_gss.reproduce.runs.planning.
@@ -296,7 +296,7 @@ def stream_config(name: str, chosen: PolicyChoices) -> StreamJob:
     return config
 
 
-def plan(args: argparse.Namespace) -> tuple[list[Run], PolicyChoices]:
+def plan(args: argparse.Namespace) -> tuple[list[PolicyRun], PolicyChoices]:
     """List the runs: every policy x stream x buffer size x seed.
 
     :param args: the parsed command line.
@@ -310,18 +310,18 @@ def plan(args: argparse.Namespace) -> tuple[list[Run], PolicyChoices]:
     runs = []
     for stream in chosen.streams:
         protocol = STREAMS[stream].protocol
-        config = cast(JsonObject, dict(stream_config(stream, chosen)))
+        spec = StreamSpec.from_config(cast(JsonObject, dict(stream_config(stream, chosen))))
         for seed in chosen.seeds:
             for label in chosen.policies:
                 policy = POLICIES[label]
                 for m in chosen.buffer_sizes:
                     settings = settings_for(args, protocol, policy.method,
                                             buffer_size=m, seed=seed, **policy.settings)
-                    runs.append(Run(settings, {"policy": label, "stream": stream}, config))
+                    runs.append(PolicyRun(settings, {"policy": label, "stream": stream}, spec))
     return runs, chosen
 
 
-def job_label(run: Run) -> str:
+def job_label(run: PolicyRun) -> str:
     """A run's name in its log line and in failure lines (its job's ``label``).
 
     Its policy's row label, its stream, buffer size and seed
@@ -334,22 +334,22 @@ def job_label(run: Run) -> str:
     return f"{run.keys['policy']}-{run.keys['stream']}-M{s.buffer_size}-seed{s.seed}"
 
 
-def _job_configs(args: argparse.Namespace, runs: list[Run], data_name: str,
-                 identity: dict[str, str]) -> list[JobConfig]:
-    configs = []
-    for r in runs:
-        s = r.settings
-        label = job_label(r)
-        config = job_config(args, NAME, data_name, identity, **r.job,
-                            settings=cast(JsonObject, settings_dict(s)), label=label,
-                            **run_code(s.method, cast("str | None", r.job.get("stream"))))
-        if getattr(args, "compute_matched", False):
-            config["count_passes"] = True
-        configs.append(config)
-    return configs
+def _jobs(args: argparse.Namespace, runs: Sequence[PolicyRun], data_name: str,
+          identity: Mapping[str, str]) -> list[RunJob]:
+    """Each run's job: its stream, settings and label, the data, the code that runs it.
+
+    With ``--compute-matched`` each counts its model's passes.
+    """
+    data = DataSource(data_name, args.root, args.download, dict(identity))
+    count = bool(getattr(args, "compute_matched", False))
+    return [RunJob(experiment=NAME, data=data, threads=args.threads, settings=r.settings,
+                   label=job_label(r), stream=r.job, count_passes=count,
+                   code=CodeIdentity.from_config({**code_identity(),
+                                                  **run_code(r.settings.method, r.job.stream)}))
+            for r in runs]
 
 
-def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: PolicyChoices,
+def _stream_record(data: ArrayDataset, runs: Sequence[PolicyRun], chosen: PolicyChoices,
                    name: str) -> StreamRecord:
     """Stream ``name``'s protocol as run, for the report.
 
@@ -381,8 +381,8 @@ def _stream_record(data: ArrayDataset, runs: Sequence[Run], chosen: PolicyChoice
 # --------------------------------------------------------------------------- run
 
 
-def _check_data(args: argparse.Namespace, runs: list[Run], chosen: PolicyChoices
-                ) -> tuple[list[Run], dict[str, str], str, ArrayDataset]:
+def _check_data(args: argparse.Namespace, runs: list[PolicyRun], chosen: PolicyChoices
+                ) -> tuple[list[PolicyRun], dict[str, str], str, ArrayDataset]:
     """Load the data; keep the runs whose model they fit (:func:`fit_model`).
 
     :return: the runs kept, the policies left out with why, the data's name and the data.
@@ -428,6 +428,20 @@ def check_streams(args: argparse.Namespace, chosen: PolicyChoices, data: ArrayDa
                              ) from None
 
 
+@dataclass(frozen=True)
+class PolicyRun:
+    """One run of the comparison, before its data are loaded.
+
+    :param settings: its settings (its stream's protocol's, then its policy's).
+    :param keys: its row keys, ``policy`` and ``stream``.
+    :param job: its stream (:func:`stream_config`).
+    """
+
+    settings: RunSettings
+    keys: dict[str, str]
+    job: StreamSpec
+
+
 @dataclass
 class WhichBufferPlan:
     """What the comparison runs, and what its stages found.
@@ -446,7 +460,7 @@ class WhichBufferPlan:
     :param matched: each compute-matched run by its key (the report's, for the CSV).
     """
 
-    runs: list[Run]
+    runs: list[PolicyRun]
     chosen: PolicyChoices
     left_out: dict[str, str]
     data: ArrayDataset
@@ -459,7 +473,7 @@ class WhichBufferPlan:
     matched: dict[RunKey, MatchedRun] | None = None
 
 
-def _measured_folders(args: argparse.Namespace, runs: Sequence[Run]) -> list[str | None]:
+def _measured_folders(args: argparse.Namespace, runs: Sequence[PolicyRun]) -> list[str | None]:
     """Each run's ``--tensorboard`` folder (``None``: no logs, or a run without a buffer)."""
     return [os.path.join(args.tensorboard, NAME, job_label(r))
             if args.tensorboard and r.settings.method in BUFFER_METHODS else None
@@ -489,7 +503,7 @@ def _compute_matched(plan: WhichBufferPlan, rows: Sequence[PolicyRow]
 
 
 def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDataset,
-            runs: Sequence[Run], chosen: PolicyChoices, left_out: dict[str, str],
+            runs: Sequence[PolicyRun], chosen: PolicyChoices, left_out: dict[str, str],
             rows: Sequence[PolicyRow]) -> ReportRecord:
     """The JSON report of the comparison (its statistics still to add)."""
     records = [r.record() for r in rows]
@@ -561,14 +575,13 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
         runs, chosen = plan(args)
         runs, left_out, data_name, data = _check_data(args, runs, chosen)
         check_streams(args, chosen, data)
-        configs = _job_configs(args, runs, data_name, data_identity(data))
+        jobs = _jobs(args, runs, data_name, data_identity(data))
         log.info("%s: %d runs (%d policies x %d streams x %d buffer sizes x %d seeds) on %s "
                  "(%s), %d torch thread(s) per run", NAME,
-                 len({config_key(c) for c in configs}), len(chosen.policies),
+                 len({config_key(j.config()) for j in jobs}), len(chosen.policies),
                  len(chosen.streams), len(chosen.buffer_sizes), len(chosen.seeds), data.name,
                  data.source, args.threads)
-        return WhichBufferPlan(runs, chosen, left_out, data,
-                               [RunJob.from_config(c) for c in configs])
+        return WhichBufferPlan(runs, chosen, left_out, data, jobs)
 
     def stages(self, args: argparse.Namespace, plan: WhichBufferPlan) -> Stages:
         """The as-measured runs; then, with ``--compute-matched``, the matched ones.

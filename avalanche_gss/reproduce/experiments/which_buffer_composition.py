@@ -10,7 +10,7 @@ import csv
 import io
 import statistics
 from collections.abc import Sequence
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from avalanche_gss.reproduce.experiments.composition import at_task_ends, task_shares
 from avalanche_gss.reproduce.experiments.policies import COMPOSITION_STREAMS, STREAMS
@@ -29,8 +29,10 @@ from avalanche_gss.reproduce.reports.writing import (
     provenance_line,
     write_report,
 )
-from avalanche_gss.reproduce.runs.planning import Run
 from avalanche_gss.reproduce.runs.traces import TraceRecord
+
+if TYPE_CHECKING:  # which_buffer imports this module
+    from avalanche_gss.reproduce.experiments.which_buffer import PolicyRun
 
 SHARES = ("task_end_shares[k][t]: share of the stored samples from task t+1 right after "
           "task k+1 ends; task_end_admitted[k]: share of task k+1's samples the buffer took "
@@ -111,7 +113,7 @@ def _composition_csv(rows: Sequence[TracedRun]) -> str:
     return buffer.getvalue()
 
 
-def traced_runs(runs: Sequence[Run], results: Sequence[JobResult],
+def traced_runs(runs: Sequence[PolicyRun], results: Sequence[JobResult],
                 shown: Sequence[str]) -> list[TracedRun]:
     """The runs on the streams ``shown`` that recorded a trace, with their task ends.
 
@@ -202,7 +204,7 @@ def _markdown(report: ReportRecord, rows: Sequence[TracedRun], traced: Sequence[
     return "\n".join(lines)
 
 
-def write_composition(report: ReportRecord, runs: Sequence[Run],
+def write_composition(report: ReportRecord, runs: Sequence[PolicyRun],
                       results: Sequence[JobResult], out: str) -> dict[str, str]:
     """Write ``which_buffer_composition.json``, ``.csv`` and ``.md`` from the traced runs.
 

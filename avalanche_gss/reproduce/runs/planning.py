@@ -40,22 +40,6 @@ RowKeys: TypeAlias = Mapping[str, Scalar]
 
 
 @dataclass(frozen=True)
-class Run:
-    """One run an experiment plans, its job still a config (``which-buffer``'s runs).
-
-    :param settings: the run's settings.
-    :param keys: its row keys: what tells its row from the others beyond method and buffer
-        size (:func:`~avalanche_gss.reproduce.reports.rows.group_rows`).
-    :param job: what its job needs beyond the settings (its stream: ``variant``,
-        ``protocol``, ``blur``, ``trace``...), part of its cache key.
-    """
-
-    settings: RunSettings
-    keys: dict[str, str] = field(default_factory=dict)
-    job: JsonObject = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class CodeIdentity:
     """The code a job runs, as its cache key names it (:func:`.identity.code_identity`).
 
@@ -229,21 +213,6 @@ def job_base(args: argparse.Namespace, experiment: str, data_name: str,
             "data": DataSource(data_name, args.root, args.download, dict(identity))}
 
 
-def job_config(args: argparse.Namespace, experiment: str, data_name: str,
-               identity: Mapping[str, str], **fields: Json) -> JsonObject:
-    """A job's config: the code, the experiment, the data and their identity, ``fields``.
-
-    :param args: the parsed command line (``root``, ``download``, ``threads``).
-    :param experiment: the experiment's name.
-    :param data_name: the data as the job loads them (a name or an ``.npz`` path).
-    :param identity: the data's identity (:func:`.identity.data_identity`).
-    :param fields: what else tells this job from another (its stream, its settings...).
-    """
-    return {**code_identity(), "experiment": experiment, "data": data_name,
-            "root": args.root, "download": args.download, **identity,
-            "threads": args.threads, **fields}
-
-
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -298,20 +267,20 @@ def register_result_check(job: Callable[..., object], check: ResultCheck) -> Non
     _RESULT_CHECKS[job] = check
 
 
-def sweep(args: argparse.Namespace, experiment: str, jobs: Sequence[Job | Mapping[str, Json]],
+def sweep(args: argparse.Namespace, experiment: str, jobs: Sequence[Job],
           job: Callable[[JsonObject], JsonObject]) -> list[JsonObject]:
     """Run (or find in the cache) every job; their results, in order.
 
     :param args: the parsed command line (``cache``, ``out``, ``workers``, ``launcher``,
         ``cluster``, ``threads`` and the cluster jobs' options, ``runs_per_job``...).
     :param experiment: the experiment's name (its cache folder under ``--out``).
-    :param jobs: the jobs (typed, or their configs).
+    :param jobs: the jobs.
     :param job: the module-level function that runs one job from its config; a stored
         result is checked with the check registered for it (:func:`register_result_check`).
     :raises SystemExit: SLURM does not answer (one line).
     """
     cache_dir = args.cache or os.path.join(args.out, "cache", experiment)
-    configs = [j.config() if isinstance(j, Job) else j for j in jobs]
+    configs = [j.config() for j in jobs]
     options = {key: getattr(args, key, None) for key in JOB_OPTIONS}
     try:
         return run_sweep(configs, job, cache_dir=cache_dir, workers=args.workers,
