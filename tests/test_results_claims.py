@@ -104,3 +104,29 @@ def test_results_compares_each_policy_across_the_two_default_protocols():
         row = (f"| {p} | {c.mean_difference:+.2f} [{c.low:+.2f}, {c.high:+.2f}]{verdict} | "
                f"{c.wins} / {c.losses} | {c.p_holm:.2g} |")
         assert row in text, row
+
+
+def _signed(x):
+    return f"{x:+.2f}".replace("-", "−")
+
+
+def test_the_readme_states_the_mix_equivalence_classes_both_ways(report):
+    # "CB-GSS (step)+LA is −0.16 [−1.11, +0.79] from it, undecided both ways; CB-GSS (step)
+    # is shown worse (−1.42 [−2.53, −0.31])", and the mix's best, recomputed from the runs
+    text = _flat(README)
+    for _, suffix in WAYS:
+        (mix,) = [s for s in report["equivalence" + suffix]["scopes"] if s["scope"] == "mix"]
+        assert mix["best"] == mix["pick"] == "CBRS+OC+LA"
+        assert mix["best"] + " stays the mix's best both ways" in text
+        assert not [c for c in mix["classes"] if c["class"] == "equivalent"]
+        by = {c["policy"]: c for c in mix["classes"]}
+        runner, worse = by["CB-GSS (step)+LA"], by["CB-GSS (step)"]
+        assert runner["class"] == "undecided" and worse["class"] == "worse"
+        assert (f"CB-GSS (step)+LA is {_signed(runner['mean_difference'])} "
+                f"[{_signed(runner['low'])}, {_signed(runner['high'])}] from it") in text
+        assert (f"CB-GSS (step) is shown worse ({_signed(worse['mean_difference'])} "
+                f"[{_signed(worse['low'])}, {_signed(worse['high'])}])") in text
+    families = {s["scope"]: s for s in report["equivalence"]["scopes"]}
+    assert (families["disjoint"]["best"], families["permuted"]["best"],
+            families["imbalanced"]["best"]) == ("ER+MKD", "CB-GSS (step)+LA", "CBRS+OC+LA")
+    assert not [c for s in families.values() for c in s["classes"] if c["class"] == "equivalent"]

@@ -254,7 +254,7 @@ def _method_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _which_buffer_options(parser: argparse.ArgumentParser) -> None:
-    """``--streams``, ``--compute-matched``."""
+    """``--streams``, ``--compute-matched``, ``--equivalence-margin``."""
     stream_names = [*STREAMS, *STREAM_GROUPS]
     parser.add_argument("--streams", nargs="+", choices=stream_names, default=None,
                         metavar="STREAM",
@@ -270,6 +270,12 @@ def _which_buffer_options(parser: argparse.ArgumentParser) -> None:
                              "Reservoir's; it trains only on batches floor(j*C), the rest "
                              "unseen (Ghunaim et al., CVPR 2023); adds C, that accuracy and "
                              "a ranking by it")
+    parser.add_argument("--equivalence-margin", type=_positive_float, default=None,
+                        metavar="DELTA",
+                        help="which-buffer: the practical margin, in points of accuracy, "
+                             "within which a policy shown as good as the best is equivalent "
+                             "to it (two one-sided tests over the seeds; default 1.0); fix "
+                             "it before the runs")
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -492,10 +498,10 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
         if problem is not None:
             parser.error(problem)
     else:
-        for key in ("policies", "streams"):
+        for key in ("policies", "streams", "equivalence_margin"):
             if getattr(args, key) is not None:
-                parser.error(f"argument --{key}: applies to which-buffer only, not to "
-                             f"{args.experiment}")
+                parser.error(f"argument --{key.replace('_', '-')}: applies to which-buffer "
+                             f"only, not to {args.experiment}")
         if args.compute_matched:
             parser.error("argument --compute-matched: applies to which-buffer only, not to "
                          f"{args.experiment}")

@@ -97,6 +97,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_report import (
 )
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_statistics
 from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.reports.equivalence import DELTA
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, replay_protocol
 from avalanche_gss.reproduce.reports.writing import group_rows, provenance
@@ -527,6 +528,8 @@ def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDat
             model=first.model,
             **cast(ProtocolRecord, replay_protocol([r.settings for r in runs])),
             quick=args.quick, workers=args.workers,
+            equivalence_margin=(DELTA if getattr(args, "equivalence_margin", None) is None
+                                else float(args.equivalence_margin)),
             train_seconds="wall time of training one run (evaluation excluded), in its "
                           "worker; runs found in the cache keep the time they took then"),
         "provenance": provenance(args.device, args.threads),

@@ -104,6 +104,7 @@ class ProtocolRecord(TypedDict, total=False):
     quick: bool
     workers: int
     train_seconds: str
+    equivalence_margin: float
 
 
 class AdviceRecord(RecommendationRecord):
@@ -144,6 +145,42 @@ class HeadRecord(TypedDict):
     command: str
 
 
+class ScopeRecord(TypedDict):
+    """The equivalence classes of one scope: a stream family, or the mix of them.
+
+    :param scope: ``"mix"`` or the family.
+    :param weights: each family's weight in it.
+    :param best: the policy of the highest weighted mean.
+    :param pick: the cheapest of the best and those equivalent to it.
+    :param classes: each policy's class, the best first.
+    """
+
+    scope: str
+    weights: dict[str, float]
+    best: str
+    pick: str
+    classes: list[dict[str, Json]]
+
+
+class EquivalenceRecord(TypedDict):
+    """Equivalence to the best, per stream family and for their mix.
+
+    :param delta: the practical margin, in points.
+    :param alpha: each one-sided test's level before the Bonferroni split.
+    :param cost: what the pick's cost is (``"C"`` or ``"seconds"``).
+    :param cost_tolerance: the share within which costs count as equal.
+    :param rule: the rule, in words.
+    :param scopes: the mix, then each family.
+    """
+
+    delta: float
+    alpha: float
+    cost: str
+    cost_tolerance: float
+    rule: str
+    scopes: list[ScopeRecord]
+
+
 class ReportRecord(HeadRecord, total=False):
     """``which_buffer.json``.
 
@@ -167,4 +204,6 @@ class ReportRecord(HeadRecord, total=False):
     comparisons_compute_matched: list[ComparisonRecord]
     ablations_compute_matched: list[AblationRecord]
     stability_compute_matched: StabilityRecord | None
+    equivalence: EquivalenceRecord | None
+    equivalence_compute_matched: EquivalenceRecord | None
     recommendation_note: str

@@ -22,19 +22,23 @@ Markdown; :func:`restate` recomputes them for a ``which_buffer.json`` already wr
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from avalanche_gss._files import read_regular
 from avalanche_gss.reproduce.experiments.protocols import label_of
 from avalanche_gss.reproduce.experiments.which_buffer_records import (
     AblationRecord,
     AdviceRecord,
+    EquivalenceRecord,
+    Json,
     ReportRecord,
     RowRecord,
+    ScopeRecord,
     StabilityRecord,
 )
 from avalanche_gss.reproduce.reports.comparisons import (
@@ -49,9 +53,19 @@ from avalanche_gss.reproduce.reports.comparisons import (
     pairs_needed,
     recommend,
 )
+from avalanche_gss.reproduce.reports.equivalence import ALPHA as EQUIVALENCE_ALPHA
+from avalanche_gss.reproduce.reports.equivalence import (
+    COST_TOLERANCE,
+    DELTA,
+    classify,
+    family_weights,
+    pick,
+    seed_means,
+)
 
 __all__ = ["ABLATIONS", "AS_MEASURED", "COMPUTE_MATCHED", "NO_RECOMMENDATION", "Ablation",
-           "Advice", "Stability", "Way", "add_statistics", "paired_values",
+           "Advice", "EQUIVALENCE_RULE", "Stability", "Way", "add_statistics", "equivalence",
+           "equivalence_lines", "paired_values",
            "recommendation_sentence", "restate", "stability", "statistics_lines"]
 
 ABLATIONS: tuple[tuple[str, str, str], ...] = (
@@ -80,6 +94,18 @@ Accuracy = Literal["avg", "matched_avg"]
 """A row's per-seed accuracies: as measured, or compute-matched."""
 
 
+EQUIVALENCE_RULE = (
+    "each seed's accuracy is averaged over the columns, each stream family weighing as "
+    "stated and its columns alike; against the best (the highest mean over the seeds), each "
+    "policy's paired difference over the seeds has a t interval at the Bonferroni level "
+    "over the policies compared with it (the interval printed is the one decided on); "
+    "equivalent: the interval lies inside (-delta, +delta) (two one-sided t-tests); worse: "
+    "it lies below 0; undecided: neither; pick: the cheapest of the best and the "
+    "equivalent policies, costs within the tolerance counting as equal (then the most "
+    "accurate)")
+"""The equivalence rule in words, as the report records it."""
+
+
 @dataclass(frozen=True)
 class Way:
     """One way of reading the runs, and the report's keys of its statistics.
@@ -90,6 +116,7 @@ class Way:
     :param comparisons: ... of every pair of policies.
     :param ablations: ... of the ablations.
     :param stability: ... of the recommendation on each half of the seeds.
+    :param equivalence: ... of the equivalence classes against the best.
     """
 
     words: str
@@ -98,15 +125,16 @@ class Way:
     comparisons: Literal["comparisons", "comparisons_compute_matched"]
     ablations: Literal["ablations", "ablations_compute_matched"]
     stability: Literal["stability", "stability_compute_matched"]
+    equivalence: Literal["equivalence", "equivalence_compute_matched"]
 
 
 AS_MEASURED = Way("as measured", "avg", "recommendation", "comparisons", "ablations",
-                  "stability")
+                  "stability", "equivalence")
 """The runs as measured."""
 
 COMPUTE_MATCHED = Way("compute-matched", "matched_avg", "recommendation_compute_matched",
                       "comparisons_compute_matched", "ablations_compute_matched",
-                      "stability_compute_matched")
+                      "stability_compute_matched", "equivalence_compute_matched")
 """The compute-matched runs (``--compute-matched``)."""
 
 
@@ -268,9 +296,50 @@ def _ways(report: ReportRecord) -> list[Way]:
     return [AS_MEASURED, COMPUTE_MATCHED] if matched else [AS_MEASURED]
 
 
+def equivalence(rows: Sequence[RowRecord], key: Accuracy = "avg",
+                delta: float = DELTA, families: Mapping[str, float] | None = None
+                ) -> EquivalenceRecord:
+    """Each policy classed against the best, for the mix of the families and for each.
+
+    (:mod:`~avalanche_gss.reproduce.reports.equivalence`: seeds as replicates, paired t
+    intervals at the Bonferroni level, two one-sided tests.) The pick is the cheapest of
+    the best and the policies equivalent to it, its cost the relative compute ``C`` where
+    the rows hold it, else the median training seconds.
+
+    :param rows: the report's rows.
+    :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
+    :param delta: the practical margin, in points.
+    :param families: the mix's weight of each stream family (``None``: equal).
+    :raises ValueError: fewer than 2 seeds or policies, or policies run on other columns.
+    """
+    values = paired_values(rows, key)
+    family_of = {r["stream"]: r.get("family", r["stream"]) for r in rows}  # else its own
+    cells = {p: {(f"{s}/{m}", seed): v for (s, m, seed), v in per.items()}
+             for p, per in values.items()}
+    columns = sorted({(f"{s}/{m}", family_of[s]) for per in values.values()
+                      for (s, m, _) in per}, key=lambda c: c[0])
+    present = list(dict.fromkeys(family_of[r["stream"]] for r in rows))
+    scopes: list[ScopeRecord] = []
+    for scope in ("mix", *present):
+        wanted = families if scope == "mix" else {scope: 1.0}
+        weights = family_weights(columns, wanted)
+        shares = {f: math.fsum(weights[c] for c, g in columns if g == f) for f in present}
+        classed = classify(seed_means(cells, weights), delta=delta)
+        scoped = [r for r in rows if scope == "mix" or family_of[r["stream"]] == scope]
+        costs, _ = _costs(scoped)
+        scopes.append(ScopeRecord(scope=scope, weights=shares, best=classed[0].policy,
+                                  pick=pick(classed, costs),
+                                  classes=[cast(dict[str, Json], c.to_dict())
+                                           for c in classed]))
+    return EquivalenceRecord(delta=delta, alpha=EQUIVALENCE_ALPHA, cost=_costs(rows)[1],
+                             cost_tolerance=COST_TOLERANCE, rule=EQUIVALENCE_RULE,
+                             scopes=scopes)
+
+
 def _add_way(report: ReportRecord, way: Way) -> None:
     """One way's statistics into the report, or ``None`` and a note saying why not."""
-    for key in (way.recommendation, way.comparisons, way.ablations, way.stability):
+    for key in (way.recommendation, way.comparisons, way.ablations, way.stability,
+                way.equivalence):
         report.pop(key, None)
     seeds = report["protocol"]["seeds"]
     if len(seeds) < MIN_SEEDS or len({r["policy"] for r in report["rows"]}) < 2:
@@ -294,6 +363,9 @@ def _add_way(report: ReportRecord, way: Way) -> None:
         report["recommendation_note"] = f"no paired comparison is possible: {err}"
         return
     report[way.recommendation] = None if advice is None else advice.record()
+    report[way.equivalence] = equivalence(
+        report["rows"], way.value,
+        float(report["protocol"].get("equivalence_margin", DELTA)))
     report[way.comparisons] = [c.to_dict() for c in comparisons]
     report[way.ablations] = [a.record() for a in ablations]
     half = None if advice is None else stability(report, way.value)
@@ -407,6 +479,10 @@ def statistics_lines(report: ReportRecord) -> list[str]:
     measured = report.get("recommendation")
     if measured is None:
         lines.append(f"No recommendation: {report.get('recommendation_note', '')}.")
+        for way in (AS_MEASURED, COMPUTE_MATCHED):
+            record = report.get(way.equivalence)
+            if record is not None:
+                lines += ["", *equivalence_lines(record, way.words)]
         if report.get("ablations"):
             lines += ["", *_ablation_lines(report, bool(report.get("ablations_compute_matched")))]
         return lines
@@ -428,10 +504,39 @@ def statistics_lines(report: ReportRecord) -> list[str]:
     lines += ["", f"Rule: {measured['rule']}.", ""]
     for way, rec in ways:
         lines += _against_best_lines(rec, way.words)
+    for way, _ in ways:
+        record = report.get(way.equivalence)
+        if record is not None:
+            lines += equivalence_lines(record, way.words)
     if report.get("ablations"):
         lines += _ablation_lines(report, len(ways) > 1)
     lines.append("Every pair of policies, with its interval and tests: `comparisons` in the JSON.")
     return lines
+
+
+def equivalence_lines(record: EquivalenceRecord, words: str, shown: int = 5) -> list[str]:
+    """Equivalence to the best, per scope, as Markdown: the best, the pick, the classes.
+
+    :param record: :func:`equivalence`'s record.
+    :param words: the way's name (``"as measured"``).
+    :param shown: the policies listed after the best in each scope (the closest to it).
+    """
+    lines = [f"### Equivalence to the best, {words} (margin ±{record['delta']:g} accuracy points)",
+             "",
+             f"Rule: {record['rule']}; one-sided level {record['alpha']:g} before the "
+             f"Bonferroni split; costs ({record['cost']}) within "
+             f"{100 * record['cost_tolerance']:.0f} % count as equal.", "",
+             "| scope | weights | best | pick | the closest others: difference [interval], "
+             "class |", "|---|---|---|---|---|"]
+    for scope in record["scopes"]:
+        weights = ", ".join(f"{f} {w:.2f}" for f, w in scope["weights"].items() if w > 0)
+        others = "; ".join(
+            f"{c['policy']} {float(cast(float, c['mean_difference'])):+.2f} "
+            f"[{float(cast(float, c['low'])):+.2f}, {float(cast(float, c['high'])):+.2f}] "
+            f"{c['class']}" for c in scope["classes"][1:shown + 1])
+        lines.append(f"| {scope['scope']} | {weights} | {scope['best']} | {scope['pick']} | "
+                     f"{others} |")
+    return [*lines, ""]
 
 
 REPORT_BYTES = 256 * 2**20
