@@ -130,3 +130,17 @@ def test_the_readme_states_the_mix_equivalence_classes_both_ways(report):
     assert (families["disjoint"]["best"], families["permuted"]["best"],
             families["imbalanced"]["best"]) == ("ER+MKD", "CB-GSS (step)+LA", "CBRS+OC+LA")
     assert not [c for s in families.values() for c in s["classes"] if c["class"] == "equivalent"]
+
+
+def test_results_states_the_sequential_replay_of_the_default(report):
+    from avalanche_gss.reproduce.experiments.which_buffer_statistics import sequential_replay
+
+    measured, matched = (sequential_replay(report, key=k) for k in ("avg", "matched_avg"))
+    assert (measured.runs, matched.runs, measured.fixed_runs) == (84, 80, 88)
+    for result in (measured, matched):
+        (best,) = [p for p, c in result.classes.items() if c.verdict == "best"]
+        assert best == "CBRS+OC+LA"
+    text = _flat(RESULTS)
+    assert (f"it makes {measured.runs} of the {measured.fixed_runs} policy × seed runs as "
+            f"measured and {matched.runs} compute-matched") in text
+    assert (f"saves {100 * measured.saved:.0f} % and {100 * matched.saved:.0f} %") in text

@@ -62,10 +62,11 @@ from avalanche_gss.reproduce.reports.equivalence import (
     pick,
     seed_means,
 )
+from avalanche_gss.reproduce.reports.sequential import SequentialResult, run_sequential
 
 __all__ = ["ABLATIONS", "AS_MEASURED", "COMPUTE_MATCHED", "NO_RECOMMENDATION", "Ablation",
            "Advice", "EQUIVALENCE_RULE", "Stability", "Way", "add_statistics", "equivalence",
-           "equivalence_lines", "paired_values",
+           "equivalence_lines", "paired_values", "sequential_replay",
            "recommendation_sentence", "restate", "stability", "statistics_lines"]
 
 ABLATIONS: tuple[tuple[str, str, str], ...] = (
@@ -563,3 +564,32 @@ def restate(report_path: str | os.PathLike[str]) -> ReportRecord:
                          ) from None
     return add_statistics(report)
 
+
+
+def sequential_replay(report: ReportRecord, start: int = 2, key: Accuracy = "avg",
+                      delta: float = DELTA) -> SequentialResult:
+    """The sequential design replayed on a report's runs: what it would have run and decided.
+
+    A run depends on its policy, stream, buffer size and seed alone, so the runs the
+    sequential design makes (:func:`~avalanche_gss.reproduce.reports.sequential.
+    run_sequential`) are among the fixed design's: this replays them from the report, the
+    seeds added in the report's order, each seed's accuracy the mix's (each stream family
+    an equal share).
+
+    :param report: a which-buffer report.
+    :param start: the seeds of the first round.
+    :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
+    :param delta: the practical margin.
+    """
+    rows = report["rows"]
+    values = paired_values(rows, key)
+    family_of = {r["stream"]: r.get("family", r["stream"]) for r in rows}
+    cells = {p: {(f"{s}/{m}", seed): v for (s, m, seed), v in per.items()}
+             for p, per in values.items()}
+    columns = sorted({(f"{s}/{m}", family_of[s]) for per in values.values()
+                      for (s, m, _) in per}, key=lambda c: c[0])
+    means = seed_means(cells, family_weights(columns))
+    return run_sequential(list(report["protocol"]["policies"]),
+                          list(report["protocol"]["seeds"]),
+                          lambda seed, policies: {p: means[p][seed] for p in policies},
+                          start=start, delta=delta)
