@@ -106,6 +106,8 @@ COMMANDS: dict[str, Run | Slurm | NotHere] = {
     "Stride:stride=3,offset=5 Reservoir --streams disjoint": Run(("--quick", *TOY)),
     "avalanche-gss which-buffer --import examples/gradual_stream.py --streams gradual": Run(
         ("--quick", "--policies", "Reservoir", *TOY)),
+    "avalanche-gss which-buffer --import examples/own_protocol_stream.py --streams three-tasks":
+        Run(("--quick", "--policies", "Reservoir", *TOY)),
     "avalanche-gss --import examples/my_experiment.py my-experiment --quick": Run(TOY),
     # on a cluster
     "avalanche-gss which-buffer --quick --launcher submitit --cluster slurm --runs-per-job 4":
