@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +75,10 @@ def toy_npz(path: Path, n_classes: int = 10, train: int = 40, test: int = 10, di
     x_test, y_test = draw(test)
     np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
     return path
+
+
+def first_lines_command(text: str, lines: int = 6) -> list[str]:
+    """The ``avalanche-gss ...`` command of a file's first lines, its ``\\`` lines joined."""
+    head = "\n".join(text.splitlines()[:lines])
+    (line,) = re.findall(r"^\s*(avalanche-gss .*?)(?<!\\)$", head.replace("\\\n", " "), re.M)
+    return shlex.split(line)

@@ -4,21 +4,15 @@ three tasks at its own learning rate, and the report says so."""
 
 import json
 import re
-import shlex
 from pathlib import Path
 
 import pytest
 from helpers.cli import cli
+from helpers.cli import first_lines_command as _command
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "own_protocol_stream.py"
 
-
-def _command(text: str) -> list[str]:
-    """The ``avalanche-gss ...`` command of the file's first lines, its ``\\`` lines joined."""
-    head = "\n".join(text.splitlines()[:6])
-    (line,) = re.findall(r"^\s*(avalanche-gss .*?)(?<!\\)$", head.replace("\\\n", " "), re.M)
-    return shlex.split(line)
 
 
 @pytest.mark.slow

@@ -9,8 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import statistics
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict, cast
+from collections.abc import Mapping, Sequence
+from typing import Protocol, TypedDict, cast
 
 from avalanche_gss.reproduce.experiments.composition import at_task_ends, task_shares
 from avalanche_gss.reproduce.experiments.policies import COMPOSITION_STREAMS, STREAMS
@@ -30,9 +30,7 @@ from avalanche_gss.reproduce.reports.writing import (
     write_report,
 )
 from avalanche_gss.reproduce.runs.traces import TraceRecord
-
-if TYPE_CHECKING:  # which_buffer imports this module
-    from avalanche_gss.reproduce.experiments.which_buffer import PolicyRun
+from avalanche_gss.reproduce.runs.training import RunSettings
 
 SHARES = ("task_end_shares[k][t]: share of the stored samples from task t+1 right after "
           "task k+1 ends; task_end_admitted[k]: share of task k+1's samples the buffer took "
@@ -113,7 +111,17 @@ def _composition_csv(rows: Sequence[TracedRun]) -> str:
     return buffer.getvalue()
 
 
-def traced_runs(runs: Sequence[PolicyRun], results: Sequence[JobResult],
+class _Run(Protocol):
+    """What the composition reads of a run of the comparison (its settings and row keys)."""
+
+    @property
+    def settings(self) -> RunSettings: ...
+
+    @property
+    def keys(self) -> Mapping[str, str]: ...
+
+
+def traced_runs(runs: Sequence[_Run], results: Sequence[JobResult],
                 shown: Sequence[str]) -> list[TracedRun]:
     """The runs on the streams ``shown`` that recorded a trace, with their task ends.
 
@@ -204,7 +212,7 @@ def _markdown(report: ReportRecord, rows: Sequence[TracedRun], traced: Sequence[
     return "\n".join(lines)
 
 
-def write_composition(report: ReportRecord, runs: Sequence[PolicyRun],
+def write_composition(report: ReportRecord, runs: Sequence[_Run],
                       results: Sequence[JobResult], out: str) -> dict[str, str]:
     """Write ``which_buffer_composition.json``, ``.csv`` and ``.md`` from the traced runs.
 

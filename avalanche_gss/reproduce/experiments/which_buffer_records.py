@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from avalanche_gss.reproduce.reports.comparisons import ComparisonRecord, RecommendationRecord
+from avalanche_gss.reproduce.reports.equivalence import ClassRecord
 
 Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
 """A JSON value, for the parts of a record that are written and read back as they are
@@ -159,7 +160,7 @@ class ScopeRecord(TypedDict):
     weights: dict[str, float]
     best: str
     pick: str
-    classes: list[dict[str, Json]]
+    classes: list[ClassRecord]
 
 
 class EquivalenceRecord(TypedDict):

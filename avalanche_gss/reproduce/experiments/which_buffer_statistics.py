@@ -27,7 +27,7 @@ import os
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 from avalanche_gss._files import read_regular
 from avalanche_gss.reproduce.experiments.protocols import label_of
@@ -35,7 +35,6 @@ from avalanche_gss.reproduce.experiments.which_buffer_records import (
     AblationRecord,
     AdviceRecord,
     EquivalenceRecord,
-    Json,
     ReportRecord,
     RowRecord,
     ScopeRecord,
@@ -330,8 +329,7 @@ def equivalence(rows: Sequence[RowRecord], key: Accuracy = "avg",
         costs, _ = _costs(scoped)
         scopes.append(ScopeRecord(scope=scope, weights=shares, best=classed[0].policy,
                                   pick=pick(classed, costs),
-                                  classes=[cast(dict[str, Json], c.to_dict())
-                                           for c in classed]))
+                                  classes=[c.to_dict() for c in classed]))
     return EquivalenceRecord(delta=delta, alpha=EQUIVALENCE_ALPHA, cost=_costs(rows)[1],
                              cost_tolerance=COST_TOLERANCE, rule=EQUIVALENCE_RULE,
                              scopes=scopes)
@@ -532,8 +530,7 @@ def equivalence_lines(record: EquivalenceRecord, words: str, shown: int = 5) -> 
     for scope in record["scopes"]:
         weights = ", ".join(f"{f} {w:.2f}" for f, w in scope["weights"].items() if w > 0)
         others = "; ".join(
-            f"{c['policy']} {float(cast(float, c['mean_difference'])):+.2f} "
-            f"[{float(cast(float, c['low'])):+.2f}, {float(cast(float, c['high'])):+.2f}] "
+            f"{c['policy']} {c['mean_difference']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] "
             f"{c['class']}" for c in scope["classes"][1:shown + 1])
         lines.append(f"| {scope['scope']} | {weights} | {scope['best']} | {scope['pick']} | "
                      f"{others} |")

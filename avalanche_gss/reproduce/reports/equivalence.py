@@ -36,9 +36,10 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
-__all__ = ["ALPHA", "COST_TOLERANCE", "DELTA", "Classed", "EquivalenceClass", "classify",
+__all__ = ["ALPHA", "COST_TOLERANCE", "DELTA", "ClassRecord", "Classed", "EquivalenceClass",
+           "classify",
            "family_weights", "pick", "seed_means"]
 
 ALPHA = 0.05
@@ -51,6 +52,11 @@ COST_TOLERANCE = 0.1
 """Costs within this share of the cheapest equivalent policy's count as equal."""
 
 EquivalenceClass = Literal["best", "equivalent", "worse", "undecided"]
+
+ClassRecord = TypedDict("ClassRecord", {"policy": str, "class": EquivalenceClass,
+                                        "mean_difference": float, "low": float,
+                                        "high": float, "seeds": int})
+"""A policy's class as a report records it (:meth:`Classed.to_dict`)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ class Classed:
     high: float
     seeds: int
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> ClassRecord:
         """The record the report holds."""
         return {"policy": self.policy, "class": self.verdict,
                 "mean_difference": self.mean_difference, "low": self.low, "high": self.high,
