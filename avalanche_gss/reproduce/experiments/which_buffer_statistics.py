@@ -78,6 +78,9 @@ ABLATIONS: tuple[tuple[str, str, str], ...] = (
     ("the class quotas", "CBRS", "Reservoir"),
     ("the other-class replay", "CBRS+OC", "CBRS"),
     ("ER-ACE's loss in a joint step, on Reservoir", "ER-ACE", "Reservoir"),
+    ("ER-ACE's loss, against its paper's baseline (the same joint step)", "ER-ACE",
+     "ER (joint)"),
+    ("the joint step, on Reservoir", "ER (joint)", "Reservoir"),
     ("momentum distillation (MKD), on Reservoir", "ER+MKD", "Reservoir"),
     ("the reducible-loss selection, against reservoir sampling", "CSReL", "Reservoir"),
 )

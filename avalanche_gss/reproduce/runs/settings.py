@@ -200,7 +200,8 @@ class LossSettings:
     :param mkd_weight: add momentum knowledge distillation with this weight
         (:class:`~avalanche_gss.training.MKDPlugin`; Michel et al., ICML 2024: an EMA
         teacher distilled into the learner on the incoming and the replay batches; MKD's
-        authors use 8). ``0`` (the default): none. Buffer methods with
+        code defaults to 8, its paper's ER+MKD configurations use 5.5). ``0`` (the
+        default): none. Buffer methods with
         ``update="rehearsal"`` only.
     :param mkd_momentum: the teacher's EMA momentum (MKD's 0.99), in ``[0, 1)``.
     :param mkd_temperature: the distillation's temperature (MKD's 4), in ``(0, 100]``.
