@@ -24,7 +24,7 @@ from typing import cast
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.reproduce.common import Choices, command, prog_of, resolve_choices, resolve_data
 from avalanche_gss.reproduce.experiments.protocols import TABLE1, data_label
-from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, jsonable, shared_setting
 from avalanche_gss.reproduce.reports.writing import (
     data_lines,
@@ -32,13 +32,24 @@ from avalanche_gss.reproduce.reports.writing import (
     provenance,
     provenance_line,
 )
-from avalanche_gss.reproduce.runner import Experiment, Rendered
+from avalanche_gss.reproduce.runner import Experiment, JobFunction, Rendered
+from avalanche_gss.reproduce.runs.identity import data_identity
+from avalanche_gss.reproduce.runs.jobs import StreamSpec, build_split
+from avalanche_gss.reproduce.runs.planning import (
+    CodeIdentity,
+    DataSource,
+    Job,
+    check_run_record,
+    register_result_check,
+)
 from avalanche_gss.reproduce.runs.settings import settings_from_dict
+from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.traces import TraceRecord, task_end_trace, trace_records
-from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, RunSettings, run
+from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, run, run_label
 from avalanche_gss.streams import ArrayDataset, TaskSplit
 
-__all__ = ["COLUMNS", "COMPOSITION", "Composition", "CompositionRow", "at_task_ends",
+__all__ = ["COLUMNS", "COMPOSITION", "Composition", "CompositionJob", "CompositionRow",
+           "at_task_ends", "composition_job",
            "task_end_trace", "task_shares", "trace_records"]
 
 
@@ -177,66 +188,142 @@ def _markdown(report: Report, rows: Sequence[CompositionRow], label: str) -> str
     return "\n".join(lines)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CompositionJob(Job):
+    """One traced run of ``composition`` (:func:`composition_job`).
+
+    :param stream: its stream (Table 1's, shorter under ``--quick``).
+    :param every: training samples between two records of the buffer.
+    :param variant: its method's variant (``None``: a method without variants), a row key.
+    """
+
+    stream: StreamSpec
+    every: int
+    variant: str | None = None
+
+    def config(self) -> JsonObject:
+        """The job as its cache key holds it."""
+        return {**self.base_config(), **self.stream.config(), "every": self.every,
+                "row_variant": self.variant}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Json]) -> CompositionJob:
+        """The job a config describes (as a sweep hands it to a worker process).
+
+        :param config: the job's config (:meth:`config`).
+        """
+        variant = config.get("row_variant")
+        return cls(experiment=str(config["experiment"]), data=DataSource.from_config(config),
+                   code=CodeIdentity.from_config(config),
+                   threads=int(cast(int, config.get("threads", 1))),
+                   settings=settings_from_dict(cast(JsonObject, config["settings"])),
+                   label=job_name(config), stream=StreamSpec.from_config(config),
+                   every=int(cast(int, config["every"])),
+                   variant=None if variant is None else str(variant))
+
+
+def composition_job(job: CompositionJob | Mapping[str, Json]) -> JsonObject:
+    """One traced run (module-level, so worker processes and submitit can pickle it).
+
+    :param job: the job, or its config as a sweep hands it to its worker.
+    :return: the run's record (:meth:`~.runs.training.RunResult.to_dict`) with ``trace``,
+        the buffer's records along the stream (:class:`~avalanche_gss.diagnostics.
+        BufferTrace`).
+    """
+    if isinstance(job, CompositionJob):
+        job.code.prepare()
+    else:  # a worker process: the user modules its method comes from, first
+        CodeIdentity.from_config(job).prepare()
+        job = CompositionJob.from_config(job)
+    split = build_split(job.data.load(), job.stream, job.settings.seed)
+    trace = BufferTrace(None, split.task_classes, every=job.every)
+    result = run(job.settings, split, plugins=[trace])
+    return {**result.to_dict(), "trace": jsonable(trace.records)}
+
+
+def _check_composition_result(config: Mapping[str, Json], result: Mapping[str, Json]) -> None:
+    """Refuse a stored result of :func:`composition_job` that is not what it returns.
+
+    :raises ValueError: the run's record is incomplete, or ``trace`` is no list of objects.
+    """
+    check_run_record(config, result)
+    trace = result.get("trace")
+    if not isinstance(trace, list) or not all(isinstance(r, dict) for r in trace):
+        raise ValueError("'trace' is not a list of objects")
+
+
+register_result_check(composition_job, _check_composition_result)
+
+
 @dataclass
 class CompositionPlan:
-    """The runs to trace: each seed's stream, each method (and variant)'s settings.
+    """The runs to trace: each seed's stream, each method (and variant)'s job.
 
     :param chosen: the choices.
     :param data: the loaded data.
     :param splits: each seed's stream.
-    :param runs: each run's variant (``None``: none) and settings, with its seed's stream.
+    :param jobs: each run's job.
     """
 
     chosen: Choices
     data: ArrayDataset
     splits: list[TaskSplit]
-    runs: list[tuple[str | None, RunSettings, TaskSplit]]
+    jobs: list[CompositionJob]
 
 
 class Composition(Experiment[CompositionPlan]):
-    """Trace each method's buffer along Table 1's stream (no cache: each run is traced)."""
+    """Trace each method's buffer along Table 1's stream (each run a cached job)."""
 
     def plan(self, args: argparse.Namespace) -> CompositionPlan:
-        """Each seed's stream, each method and variant's settings.
+        """Each seed's stream, each method and variant's job.
 
         :param args: the parsed command line.
         """
         protocol = TABLE1
-        _, data = resolve_data(args, protocol)
+        data_name, data = resolve_data(args, protocol)
         chosen = resolve_choices(args, CHOICES, QUICK, ("methods", "seeds", "buffer_sizes"))
         quick = ({"samples_per_task": chosen["samples_per_task"]}
                  if "samples_per_task" in chosen else {})
+        stream = StreamSpec(protocol.stream, quick)
         lr, n_iter = args.lr or protocol.lr, args.n_iter or protocol.n_iter
-        splits, runs = [], []
+        source = DataSource(data_name, args.root, args.download, data_identity(data))
+        splits, jobs = [], []
         for seed in chosen["seeds"]:
-            split = protocol.stream(data, seed, quick)
-            splits.append(split)
+            splits.append(build_split(data, stream, seed))
             for method in chosen["methods"]:
                 for variant in (args.variants if method in VARIANT_METHODS else ["paper"]):
                     settings = settings_from_dict({
                         "method": method, "buffer_size": chosen["buffer_sizes"][0],
                         "seed": seed, "n_iter": n_iter, "lr": lr, "device": args.device,
                         **({"variant": variant} if method in VARIANT_METHODS else {})})
-                    runs.append((variant if method in VARIANT_METHODS else None, settings,
-                                 split))
-        return CompositionPlan(chosen, data, splits, runs)
+                    jobs.append(CompositionJob(
+                        experiment=self.name, data=source, threads=args.threads,
+                        code=CodeIdentity.of_method(method), settings=settings,
+                        label=run_label(settings), stream=stream, every=chosen["every"],
+                        variant=variant if method in VARIANT_METHODS else None))
+        return CompositionPlan(chosen, data, splits, jobs)
+
+    def job_function(self, args: argparse.Namespace) -> JobFunction:
+        """:func:`composition_job` (``--tensorboard`` does not apply).
+
+        :param args: the parsed command line.
+        """
+        return composition_job
 
     def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
                plan: CompositionPlan, results: Sequence[JsonObject]) -> Report:
-        """Run and trace each run; the buffers' records and the final accuracies.
+        """The buffers' records and the final accuracies of the traced runs.
 
         :param args: the parsed command line.
         :param argv: the command line.
         :param plan: the plan.
-        :param results: none (the runs are traced here).
+        :param results: each job's result, in order.
         """
-        rows = []
-        for variant, settings, split in plan.runs:
-            trace = BufferTrace(None, split.task_classes, every=plan.chosen["every"])
-            result = run(settings, split, plugins=[trace])
-            rows.append(CompositionRow(settings.method, settings.seed, variant,
-                                       settings.buffer_size, result.avg,
-                                       result.task_accuracy, trace.records))
+        rows = [CompositionRow(job.settings.method, job.settings.seed, job.variant,
+                               job.settings.buffer_size, float(cast(float, result["avg"])),
+                               cast(list[float], result["task_accuracy"]),
+                               cast(list[JsonObject], result["trace"]))
+                for job, result in zip(plan.jobs, results, strict=True)]
         return Report("composition", None, DataFacts.of(plan.data),
                       command(argv, prog_of(args)), _protocol(args, plan), rows,
                       provenance(args.device, args.threads))
@@ -257,7 +344,7 @@ class Composition(Experiment[CompositionPlan]):
 def _protocol(args: argparse.Namespace, plan: CompositionPlan) -> JsonObject:
     """The protocol as run: the choices, the runs' settings, the first seed's stream."""
     chosen, split = plan.chosen, plan.splits[0]
-    settings = [s for _, s, _ in plan.runs]
+    settings = [j.settings for j in plan.jobs]
     every = chosen["every"]
     quick = ([f"--quick: {chosen['samples_per_task']} samples per task, a record every "
               f"{every}"] if "samples_per_task" in chosen else [])
