@@ -1,6 +1,7 @@
 """The paper's figures (``figure2``, ``figure4``, ``figure5``) for ``python -m reproduce``.
 
-Each entry of :data:`FIGURES` is an experiment that writes
+Each is an experiment of the registry
+(:data:`~avalanche_gss.reproduce.experiments.registry.EXPERIMENTS`) that writes
 ``<experiment>.json/.md/.csv/.png`` into ``--out`` and prints the markdown.
 Runs go through :func:`~avalanche_gss.reproduce.runs.sweep.run_sweep` with :func:`figure_job`, so a
 stopped sweep resumes from ``--cache``.
@@ -20,9 +21,6 @@ Their settings (:data:`FIGURE2`, :data:`FIGURE4`, :data:`FIGURE5`) and their job
 
 from __future__ import annotations
 
-from avalanche_gss.reproduce.experiments.figure2 import FIGURE2_EXPERIMENT
-from avalanche_gss.reproduce.experiments.figure4 import FIGURE4_EXPERIMENT
-from avalanche_gss.reproduce.experiments.figure5 import FIGURE5_EXPERIMENT
 from avalanche_gss.reproduce.experiments.figure_runs import (
     FIGURE2,
     FIGURE4,
@@ -31,14 +29,5 @@ from avalanche_gss.reproduce.experiments.figure_runs import (
     FigureJob,
     figure_job,
 )
-from avalanche_gss.reproduce.runner import Experiment
 
-__all__ = ["FIGURE2", "FIGURE4", "FIGURE5", "FIGURES", "PAPER_FIGURE5_N", "FigureJob",
-           "figure_job"]
-
-FIGURES: dict[str, Experiment[object]] = {
-    "figure2": FIGURE2_EXPERIMENT,  # type: ignore[dict-item]
-    "figure4": FIGURE4_EXPERIMENT,  # type: ignore[dict-item]
-    "figure5": FIGURE5_EXPERIMENT,  # type: ignore[dict-item]
-}
-"""Figure experiments by name."""
+__all__ = ["FIGURE2", "FIGURE4", "FIGURE5", "PAPER_FIGURE5_N", "FigureJob", "figure_job"]
