@@ -182,7 +182,7 @@ class LogitAdjustedLoss(nn.Module):
         n = len(labels)
         filled = state.get("_filled_host")
         if filled is None:  # one read of the count, after a load (then kept on the host)
-            filled = int(self._buffers["filled"])  # type: ignore[arg-type]
+            filled = int(self.get_buffer("filled"))
         ring = self._host_ring()
         tally = self._tally
         if labels and max(labels) >= len(tally):  # a label beyond the tally: grow it (rare)
@@ -208,7 +208,7 @@ class LogitAdjustedLoss(nn.Module):
         """``recent``'s labels on the host (read once after a load, then kept in step)."""
         ring = self.__dict__.get("_ring")
         if ring is None:
-            ring = self._ring = array("q", self._buffers["recent"].tolist())  # type: ignore[union-attr]
+            ring = self._ring = array("q", self.get_buffer("recent").tolist())
         return ring
 
     def _sync(self) -> None:

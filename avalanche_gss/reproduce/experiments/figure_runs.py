@@ -195,7 +195,7 @@ def figure_jobs(args: argparse.Namespace, data_name: str, data: ArrayDataset,
         final accuracy).
     """
     base = job_base(args, args.experiment, data_name, data_identity(data))
-    return [FigureJob(**base, code=CodeIdentity.of_method(s.method),  # type: ignore[arg-type]
+    return [FigureJob(**base, code=CodeIdentity.of_method(s.method),
                       settings=s, label=label(s), samples_per_task=samples_per_task,
                       kind="final" if every_samples is None else "curve",
                       every_samples=every_samples)

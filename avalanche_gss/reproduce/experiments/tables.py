@@ -169,7 +169,7 @@ def _jobs(args: argparse.Namespace, runs: Sequence[PlannedRun[StreamSpec]], chos
                      s.buffer, size=chosen["buffer_sizes"][0]))
                  if _bufferless(s.method) else s)
         label = job_label(first, {k: v for k, v in r.job.variant.items() if k in r.keys})
-        job = RunJob(**base, code=CodeIdentity.of_method(first.method),  # type: ignore[arg-type]
+        job = RunJob(**base, code=CodeIdentity.of_method(first.method),
                      settings=first, label=label, stream=r.job)
         planned.append(PlannedRun(s, r.keys, job))
     return planned

@@ -11,7 +11,7 @@ import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeAlias, TypeVar, cast
+from typing import Generic, TypeAlias, TypedDict, TypeVar, cast
 
 import torch
 
@@ -200,8 +200,16 @@ class PlannedRun(Generic[J]):
     job: J
 
 
+class JobBase(TypedDict):
+    """The fields every :class:`Job` of one sweep shares (:func:`job_base`)."""
+
+    experiment: str
+    threads: int
+    data: DataSource
+
+
 def job_base(args: argparse.Namespace, experiment: str, data_name: str,
-             identity: Mapping[str, str]) -> dict[str, object]:
+             identity: Mapping[str, str]) -> JobBase:
     """The fields every :class:`Job` of one sweep shares (pass them as keywords).
 
     :param args: the parsed command line (``root``, ``download``, ``threads``).
@@ -209,8 +217,8 @@ def job_base(args: argparse.Namespace, experiment: str, data_name: str,
     :param data_name: the data as the job loads them (a name or an ``.npz`` path).
     :param identity: the data's identity (:func:`.identity.data_identity`).
     """
-    return {"experiment": experiment, "threads": args.threads,
-            "data": DataSource(data_name, args.root, args.download, dict(identity))}
+    return JobBase(experiment=experiment, threads=int(args.threads),
+                   data=DataSource(data_name, args.root, args.download, dict(identity)))
 
 
 def _is_number(value: object) -> bool:
