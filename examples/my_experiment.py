@@ -19,23 +19,33 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from avalanche_gss.reproduce.common import command, prog_of, resolve_data, settings_for
-from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
-from avalanche_gss.reproduce.experiments.registry import register
-from avalanche_gss.reproduce.json_types import JsonObject
-from avalanche_gss.reproduce.reports.report import DataFacts, Report, shared_setting
-from avalanche_gss.reproduce.reports.rows import Row, group_rows
-from avalanche_gss.reproduce.reports.writing import format_cell, provenance, table_csv
-from avalanche_gss.reproduce.runner import Experiment, Rendered
-from avalanche_gss.reproduce.runs.identity import data_identity
-from avalanche_gss.reproduce.runs.jobs import RunJob, StreamSpec
-from avalanche_gss.reproduce.runs.planning import (
+from avalanche_gss.reproduce.extend import (
+    PROTOCOLS,
     CodeIdentity,
+    DataFacts,
+    Experiment,
+    JsonObject,
     PlannedRun,
+    Rendered,
+    Report,
+    Row,
+    RunJob,
+    StreamSpec,
+    command,
+    data_identity,
+    format_cell,
+    group_rows,
     job_base,
+    prog_of,
+    provenance,
+    register,
+    resolve_data,
+    run_label,
     run_result,
+    settings_for,
+    shared_setting,
+    table_csv,
 )
-from avalanche_gss.reproduce.runs.training import run_label
 from avalanche_gss.streams import ArrayDataset
 
 NAME = "my-experiment"

@@ -21,7 +21,7 @@ LAYERS = (
     {"runs"},
     {"reports"},
     {"runner"},
-    {"experiments", "common"},
+    {"experiments", "common", "extend"},
     {"cli"},
     {"dispatch", "__main__", "__init__"},
 )
