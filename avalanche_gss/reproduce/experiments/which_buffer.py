@@ -447,7 +447,7 @@ class PolicyRun:
 class WhichBufferPlan:
     """What the comparison runs, and what its stages found.
 
-    :param runs: every as-measured run (its settings, row keys and job config).
+    :param runs: every as-measured run (its settings, row keys and stream).
     :param chosen: the policies, streams, buffer sizes and seeds.
     :param left_out: the default policies left out, each with why.
     :param data: the loaded data.
