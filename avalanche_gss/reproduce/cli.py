@@ -254,7 +254,7 @@ def _method_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _which_buffer_options(parser: argparse.ArgumentParser) -> None:
-    """``--streams``, ``--compute-matched``, ``--equivalence-margin``."""
+    """``--streams``, ``--compute-matched``, ``--equivalence-margin``, ``--sequential``."""
     stream_names = [*STREAMS, *STREAM_GROUPS]
     parser.add_argument("--streams", nargs="+", choices=stream_names, default=None,
                         metavar="STREAM",
@@ -276,6 +276,11 @@ def _which_buffer_options(parser: argparse.ArgumentParser) -> None:
                              "within which a policy shown as good as the best is equivalent "
                              "to it (two one-sided tests over the seeds; default 1.0); fix "
                              "it before the runs")
+    parser.add_argument("--sequential", action="store_true",
+                        help="which-buffer: run the seeds in rounds, the first two, then one "
+                             "more per round, and stop running a policy once it is shown "
+                             "equivalent to the best or worse (each look at alpha over the "
+                             "looks allowed); --seeds is the cap; not with --compute-matched")
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -497,14 +502,21 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
         problem = stream_problem(streams, args.data)
         if problem is not None:
             parser.error(problem)
+        if args.sequential and args.compute_matched:
+            parser.error("argument --sequential: not with --compute-matched (the matched "
+                         "runs are planned from every as-measured run)")
+        if args.sequential and args.seeds is not None and len(args.seeds) < 3:
+            parser.error(f"argument --sequential: give at least 3 seeds to --seeds (the cap; "
+                         f"the first round runs 2), got {len(args.seeds)}")
     else:
         for key in ("policies", "streams", "equivalence_margin"):
             if getattr(args, key) is not None:
                 parser.error(f"argument --{key.replace('_', '-')}: applies to which-buffer "
                              f"only, not to {args.experiment}")
-        if args.compute_matched:
-            parser.error("argument --compute-matched: applies to which-buffer only, not to "
-                         f"{args.experiment}")
+        for flag in ("compute_matched", "sequential"):
+            if getattr(args, flag):
+                parser.error(f"argument --{flag.replace('_', '-')}: applies to which-buffer "
+                             f"only, not to {args.experiment}")
     with_options = [m for m in args.methods or () if ":" in m]
     tables = table_names()
     if args.experiment not in tables and with_options:

@@ -1,6 +1,7 @@
 """The sequential design: its false decisions measured on synthetic runs of known answer,
 and the runs it saves against the fixed design."""
 
+import json
 import math
 
 import numpy as np
@@ -58,3 +59,39 @@ def test_measured_false_decisions_stay_at_or_under_the_level_and_runs_are_saved(
     # the clear cases stop early: measured, 47 % of the fixed design's runs saved on
     # average (5.1 rounds of at most 8)
     assert 0.3 < float(np.mean(saved)) < 0.6
+
+
+@pytest.mark.slow
+def test_which_buffer_sequential_runs_only_what_it_decides_with(tmp_path):
+    from helpers.cli import cli, toy_npz
+
+    data = toy_npz(tmp_path / "toy.npz")
+    base = ["which-buffer", "--quick", "--data", data, "--streams", "disjoint", "permuted",
+            "--policies", "Reservoir", "Rand", "GSS-Greedy"]
+    refused = cli(*base, "--sequential", "--out", "o", cwd=tmp_path)
+    assert refused.returncode == 1 and "needs at least 3 seeds" in refused.stderr
+    both = cli(*base, "--sequential", "--compute-matched", "--seeds", "0", "1", "2",
+               cwd=tmp_path)
+    assert both.returncode == 2 and "not with --compute-matched" in both.stderr
+    done = cli(*base, "--sequential", "--seeds", "0", "1", "2", "3", "--out", "o",
+               cwd=tmp_path, warm=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "o" / "which_buffer.json").read_text())
+    seq = report["sequential"]
+    assert report["protocol"]["sequential"] is True
+    assert seq["fixed_runs"] == 3 * 2 * 4 and seq["looks"] == 3 and 1 <= seq["rounds"] <= 3
+    # every run made is a row's run, and a policy's seeds are a prefix of the cap's
+    made = sum(len(r["seeds"]) for r in report["rows"])
+    assert made == seq["runs"] <= seq["fixed_runs"]
+    assert seq["saved"] == pytest.approx(1 - made / seq["fixed_runs"])
+    for policy, seeds in seq["seeds"].items():
+        assert seeds == [0, 1, 2, 3][:len(seeds)] and len(seeds) >= 2, policy
+    classes = {c["policy"]: c["class"] for c in seq["classes"]}
+    assert sorted(classes) == ["GSS-Greedy", "Rand", "Reservoir"]
+    assert list(classes.values()).count("best") == 1
+    # a policy stopped early was classed; one run to the cap was not, or is the best
+    for policy, seeds in seq["seeds"].items():
+        if len(seeds) < 4:
+            assert classes[policy] in ("equivalent", "worse")
+    md = (tmp_path / "o" / "which_buffer.md").read_text()
+    assert f"### Sequential design: {made} of the fixed design's 24 runs" in md

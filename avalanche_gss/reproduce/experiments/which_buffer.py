@@ -84,6 +84,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_records import (
     Json,
     ProtocolRecord,
     ReportRecord,
+    SequentialRecord,
     StreamRecord,
 )
 from avalanche_gss.reproduce.experiments.which_buffer_report import (
@@ -97,9 +98,15 @@ from avalanche_gss.reproduce.experiments.which_buffer_report import (
 )
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_statistics
 from avalanche_gss.reproduce.json_types import JsonObject
-from avalanche_gss.reproduce.reports.equivalence import DELTA
+from avalanche_gss.reproduce.reports.equivalence import (
+    DELTA,
+    Classed,
+    family_weights,
+    seed_means,
+)
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, replay_protocol
+from avalanche_gss.reproduce.reports.sequential import looks, step
 from avalanche_gss.reproduce.reports.writing import group_rows, provenance
 from avalanche_gss.reproduce.runner import Experiment, Rendered, Stages
 from avalanche_gss.reproduce.runs.identity import code_identity, data_identity, run_code
@@ -472,6 +479,7 @@ class WhichBufferPlan:
     ran: list[JobResult] = field(default_factory=list)
     pairs: list[tuple[dict[str, str], RunResult]] = field(default_factory=list)
     matched: dict[RunKey, MatchedRun] | None = None
+    sequential: SequentialRecord | None = None
 
 
 def _measured_folders(args: argparse.Namespace, runs: Sequence[PolicyRun]) -> list[str | None]:
@@ -530,6 +538,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDat
             quick=args.quick, workers=args.workers,
             equivalence_margin=(DELTA if getattr(args, "equivalence_margin", None) is None
                                 else float(args.equivalence_margin)),
+            sequential=bool(getattr(args, "sequential", False)),
             train_seconds="wall time of training one run (evaluation excluded), in its "
                           "worker; runs found in the cache keep the time they took then"),
         "provenance": provenance(args.device, args.threads),
@@ -561,6 +570,69 @@ class _Record:
         return self.record
 
 
+def _seed_means(plan: WhichBufferPlan, done: Mapping[int, JsonObject],
+                policies: Sequence[str]) -> dict[str, dict[int, float]]:
+    """Each policy's accuracy per seed run, averaged over the columns (families equal)."""
+    cells: dict[str, dict[tuple[str, int], float]] = {p: {} for p in policies}
+    columns = set()
+    for k, result in done.items():
+        r = plan.runs[k]
+        if r.keys["policy"] in cells:
+            column = f"{r.keys['stream']}/{r.settings.buffer_size}"
+            cells[r.keys["policy"]][(column, r.settings.seed)] = float(cast(float, result["avg"]))
+            columns.add((column, STREAMS[r.keys["stream"]].family))
+    return seed_means(cells, family_weights(sorted(columns)))
+
+
+def _sequential(args: argparse.Namespace, plan: WhichBufferPlan) -> Stages:
+    """``--sequential``: the first two seeds, then one seed a round for the open policies.
+
+    After each round every policy still open is classed against the best on the seeds run
+    (:func:`~avalanche_gss.reproduce.reports.sequential.step`: each look at ``alpha`` over
+    the looks the cap allows); one shown equivalent or worse runs no more seeds. It stops
+    when only the best is open, or at the last seed. The plan keeps the runs made and
+    their results, and the record of the design (``plan.sequential``).
+    """
+    seeds = list(plan.chosen.seeds)
+    delta = DELTA if getattr(args, "equivalence_margin", None) is None \
+        else float(args.equivalence_margin)
+    start, n_looks = 2, looks(seeds, 2)
+    open_ = list(plan.chosen.policies)
+    done: dict[int, JsonObject] = {}
+    decided: dict[str, Classed] = {}
+    classes: dict[str, Classed] = {}
+    rounds, i = 0, start
+    batch = seeds[:start]
+    while True:
+        picked = [k for k, r in enumerate(plan.runs)
+                  if r.settings.seed in batch and r.keys["policy"] in open_]
+        results = yield [plan.jobs[k] for k in picked]
+        done.update(zip(picked, results, strict=True))
+        rounds += 1
+        classes = step(_seed_means(plan, done, open_), {}, n_looks, delta)
+        best = next(c.policy for c in classes.values() if c.verdict == "best")
+        decided.update({p: c for p, c in classes.items()
+                        if c.verdict in ("equivalent", "worse")})
+        open_ = [p for p in open_ if p not in decided]
+        log.info("%s: round %d (seeds %s): %d of %d policies classed", NAME, rounds,
+                 " ".join(map(str, seeds[:i])), len(decided), len(plan.chosen.policies) - 1)
+        if open_ == [best] or i == len(seeds):
+            break
+        batch, i = [seeds[i]], i + 1
+    made = sorted(done)
+    final = {**classes, **decided}
+    ordered = sorted(final.values(), key=lambda c: (c.verdict != "best", -c.mean_difference))
+    plan.sequential = SequentialRecord(
+        start=start, looks=n_looks, rounds=rounds, delta=delta, runs=len(made),
+        fixed_runs=len(plan.runs), saved=1 - len(made) / len(plan.runs),
+        seeds={p: sorted({plan.runs[k].settings.seed for k in made
+                          if plan.runs[k].keys["policy"] == p}) for p in plan.chosen.policies},
+        classes=[c.to_dict() for c in ordered])
+    plan.runs = [plan.runs[k] for k in made]
+    plan.jobs = [plan.jobs[k] for k in made]
+    plan.measured = [done[k] for k in made]
+
+
 class WhichBuffer(Experiment[WhichBufferPlan]):
     """``which-buffer``: two stages, as measured and then (``--compute-matched``) matched.
 
@@ -576,6 +648,12 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
         :param args: the parsed command line.
         """
         runs, chosen = plan(args)
+        if getattr(args, "sequential", False) and (len(chosen.seeds) < 3
+                                                    or len(chosen.policies) < 2):
+            raise SystemExit(f"{prog_of(args)}: error: argument --sequential: needs at least "
+                             f"3 seeds and 2 policies, got {len(chosen.seeds)} seed(s) and "
+                             f"{len(chosen.policies)} policies (--quick runs one seed: give "
+                             "--seeds)")
         runs, left_out, data_name, data = _check_data(args, runs, chosen)
         check_streams(args, chosen, data)
         jobs = _jobs(args, runs, data_name, data_identity(data))
@@ -589,10 +667,16 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
     def stages(self, args: argparse.Namespace, plan: WhichBufferPlan) -> Stages:
         """The as-measured runs; then, with ``--compute-matched``, the matched ones.
 
+        With ``--sequential``, the as-measured runs in rounds of seeds
+        (:func:`_sequential`), the plan keeping only the runs made.
+
         :param args: the parsed command line.
         :param plan: the plan (it keeps each stage's results).
         """
-        plan.measured = list((yield plan.jobs))
+        if getattr(args, "sequential", False):
+            yield from _sequential(args, plan)
+        else:
+            plan.measured = list((yield plan.jobs))
         plan.folders = _measured_folders(args, plan.runs)
         if args.tensorboard:
             write_event_logs(plan.folders, plan.measured, args.tensorboard)
@@ -619,8 +703,10 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
         rows = group_rows(plan.pairs, PolicyRow)
         plan.matched = _compute_matched(plan, rows) if getattr(args, "compute_matched", False) \
             else None
-        record = add_statistics(_report(args, argv, plan.data, plan.runs, plan.chosen,
-                                        plan.left_out, rows))
+        report = _report(args, argv, plan.data, plan.runs, plan.chosen, plan.left_out, rows)
+        if plan.sequential is not None:
+            report["sequential"] = plan.sequential
+        record = add_statistics(report)
         if record["recommendation"] is None:
             log.info("%s: no recommendation: %s", NAME, record["recommendation_note"])
         bad = [f"{r.policy} on {r.stream} M={r.buffer_size} seed {seed}" for r in rows

@@ -106,6 +106,7 @@ class ProtocolRecord(TypedDict, total=False):
     workers: int
     train_seconds: str
     equivalence_margin: float
+    sequential: bool
 
 
 class AdviceRecord(RecommendationRecord):
@@ -182,6 +183,31 @@ class EquivalenceRecord(TypedDict):
     scopes: list[ScopeRecord]
 
 
+class SequentialRecord(TypedDict):
+    """What ``--sequential`` ran and decided.
+
+    :param start: the seeds of the first round.
+    :param looks: the rounds the cap allows (each look tests at ``alpha / looks``).
+    :param rounds: the rounds run.
+    :param delta: the practical margin.
+    :param runs: the training runs made.
+    :param fixed_runs: the fixed design's (every policy at every seed up to the cap).
+    :param saved: the share of the fixed design's runs not made.
+    :param seeds: the seeds each policy ran.
+    :param classes: each policy's class when it was decided, or at the last look.
+    """
+
+    start: int
+    looks: int
+    rounds: int
+    delta: float
+    runs: int
+    fixed_runs: int
+    saved: float
+    seeds: dict[str, list[int]]
+    classes: list[ClassRecord]
+
+
 class ReportRecord(HeadRecord, total=False):
     """``which_buffer.json``.
 
@@ -207,4 +233,5 @@ class ReportRecord(HeadRecord, total=False):
     stability_compute_matched: StabilityRecord | None
     equivalence: EquivalenceRecord | None
     equivalence_compute_matched: EquivalenceRecord | None
+    sequential: SequentialRecord
     recommendation_note: str

@@ -38,6 +38,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_records import (
     ReportRecord,
     RowRecord,
     ScopeRecord,
+    SequentialRecord,
     StabilityRecord,
 )
 from avalanche_gss.reproduce.reports.comparisons import (
@@ -65,7 +66,7 @@ from avalanche_gss.reproduce.reports.sequential import SequentialResult, run_seq
 
 __all__ = ["ABLATIONS", "AS_MEASURED", "COMPUTE_MATCHED", "NO_RECOMMENDATION", "Ablation",
            "Advice", "EQUIVALENCE_RULE", "Stability", "Way", "add_statistics", "equivalence",
-           "equivalence_lines", "paired_values", "sequential_replay",
+           "equivalence_lines", "paired_values", "sequential_lines", "sequential_replay",
            "recommendation_sentence", "restate", "stability", "statistics_lines"]
 
 ABLATIONS: tuple[tuple[str, str, str], ...] = (
@@ -365,9 +366,12 @@ def _add_way(report: ReportRecord, way: Way) -> None:
         report["recommendation_note"] = f"no paired comparison is possible: {err}"
         return
     report[way.recommendation] = None if advice is None else advice.record()
-    report[way.equivalence] = equivalence(
-        report["rows"], way.value,
-        float(report["protocol"].get("equivalence_margin", DELTA)))
+    try:
+        report[way.equivalence] = equivalence(
+            report["rows"], way.value,
+            float(report["protocol"].get("equivalence_margin", DELTA)))
+    except ValueError:  # policies on other seeds (--sequential): its own record says it
+        report[way.equivalence] = None
     report[way.comparisons] = [c.to_dict() for c in comparisons]
     report[way.ablations] = [a.record() for a in ablations]
     half = None if advice is None else stability(report, way.value)
@@ -478,6 +482,8 @@ def statistics_lines(report: ReportRecord) -> list[str]:
     :param report: a report that :func:`add_statistics` completed.
     """
     lines = ["", "## Recommendation", ""]
+    if report.get("sequential"):
+        lines += sequential_lines(report["sequential"])
     measured = report.get("recommendation")
     if measured is None:
         lines.append(f"No recommendation: {report.get('recommendation_note', '')}.")
@@ -514,6 +520,28 @@ def statistics_lines(report: ReportRecord) -> list[str]:
         lines += _ablation_lines(report, len(ways) > 1)
     lines.append("Every pair of policies, with its interval and tests: `comparisons` in the JSON.")
     return lines
+
+
+def sequential_lines(record: SequentialRecord) -> list[str]:
+    """What ``--sequential`` ran and decided, as Markdown.
+
+    :param record: the report's ``sequential``.
+    """
+    lines = [f"### Sequential design: {record['runs']:,} of the fixed design's "
+             f"{record['fixed_runs']:,} runs ({100 * record['saved']:.0f} % saved), "
+             f"{record['rounds']} round(s) of at most {record['looks']}", "",
+             f"The first round ran {record['start']} seeds, each later round one more, for "
+             "the policies not yet classed; each look tests at alpha over the looks "
+             f"allowed (margin ±{record['delta']:g} accuracy points, seeds averaged over the "
+             "columns, each stream family an equal share). The statistics below compare the "
+             "policies on the seeds they share.", "",
+             "| policy | class | difference from the best [interval] | seeds run |",
+             "|---|---|---|---|"]
+    for c in record["classes"]:
+        seeds = " ".join(map(str, record["seeds"].get(c["policy"], [])))
+        lines.append(f"| {c['policy']} | {c['class']} | {c['mean_difference']:+.2f} "
+                     f"[{c['low']:+.2f}, {c['high']:+.2f}] | {seeds} |")
+    return [*lines, ""]
 
 
 def equivalence_lines(record: EquivalenceRecord, words: str, shown: int = 5) -> list[str]:
