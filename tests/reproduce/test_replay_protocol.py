@@ -55,7 +55,7 @@ def test_which_buffer_runs_the_new_rows_at_a_replay_batch_of_64_and_says_so(tmp_
     assert protocol["mir_candidates"] == 320  # the MIR authors' ratio, 5 x the replay batch
     assert protocol["policy_settings"]["ER-ACE"] == {"method": "Reservoir", "criterion": "ace",
                                                      "joint": True}
-    assert protocol["policy_settings"]["ER+MKD"] == {"method": "Reservoir", "mkd_weight": 8.0}
+    assert protocol["policy_settings"]["ER+MKD"] == {"method": "Reservoir", "mkd_weight": 5.5}
     assert [r["policy"] for r in report["rows"]] == ["ER-ACE", "ER+MKD", "CSReL", "ER-MIR"]
     md = (tmp_path / "o" / "which_buffer.md").read_text()
     assert ("batches of 10, replay batches of 64 (the GSS paper replays as many as it takes "
@@ -71,7 +71,7 @@ def test_which_buffer_runs_the_new_rows_at_a_replay_batch_of_64_and_says_so(tmp_
              r["result"]["settings"]["joint"], r["result"]["settings"]["mkd_weight"],
              r["result"]["settings"]["mir_candidates"]) for r in records if "result" in r}
     assert runs >= {("Reservoir", "ace", True, 0.0, 320), ("Reservoir", "cross-entropy", False,
-                                                           8.0, 320)}
+                                                           5.5, 320)}
 
 
 @pytest.mark.slow
