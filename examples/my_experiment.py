@@ -15,7 +15,6 @@ disjoint MNIST (Table 1's stream) of each method at each learning rate is one ro
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from avalanche_gss.reproduce.extend import (
     DataFacts,
     Experiment,
     JsonObject,
+    Options,
     PlannedRun,
     Rendered,
     Report,
@@ -70,7 +70,7 @@ class Plan:
 class LearningRates(Experiment[Plan]):
     """Final average accuracy of each method at each learning rate."""
 
-    def plan(self, args: argparse.Namespace) -> Plan:
+    def plan(self, args: Options) -> Plan:
         """Every learning rate x method x buffer size x seed, on Table 1's stream."""
         protocol = PROTOCOLS[STREAM]
         data_name, data = resolve_data(args, protocol)
@@ -89,7 +89,7 @@ class LearningRates(Experiment[Plan]):
                         runs.append(PlannedRun(s, {"lr": lr}, job))
         return Plan(data, runs)
 
-    def report(self, args: argparse.Namespace, argv: Sequence[str] | None, plan: Plan,
+    def report(self, args: Options, argv: Sequence[str] | None, plan: Plan,
                results: Sequence[JsonObject]) -> Report:
         """One row per method, learning rate and buffer size, over the seeds."""
         rows = group_rows([(r.keys, run_result(r.settings, result))

@@ -9,6 +9,7 @@ and a bad value answer at once; the experiments live in ``tables``, ``figures``,
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -36,8 +37,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         argv = sys.argv[1:] if argv is None else list(argv)
         if argv[:1] == [DATA_COMMAND]:  # python -m reproduce data fetch ...
             return data_main(argv[1:], prog)
-        args = parse_args(argv, prog=prog)
-        args.prog = prog
+        args = dataclasses.replace(parse_args(argv, prog=prog), prog=prog)
         # torch, Avalanche: only after parsing
         from avalanche_gss.reproduce.dispatch import run_experiment
 

@@ -7,6 +7,7 @@ once. The names below mirror the library's registries (a test checks that they a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import math
 import os
@@ -30,6 +31,7 @@ from avalanche_gss.reproduce.experiments.policies import (
 )
 from avalanche_gss.reproduce.experiments.registry import EXPERIMENTS as EXPERIMENT_REGISTRY
 from avalanche_gss.reproduce.experiments.registry import table_names
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.program import PROG
 from avalanche_gss.reproduce.runs.cache import module_sha256
@@ -475,7 +477,7 @@ def _check_hashable(parser: argparse.ArgumentParser, where: str) -> None:
             parser.error(where + " ".join(str(err).split()))
 
 
-def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> Options:
     """Parse and check the command line (``sys.argv[1:]`` by default).
 
     :param argv: the arguments after ``python -m reproduce``.
@@ -540,8 +542,10 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
         parser.error("argument --root/--download: they apply to mnist and cifar10, not to "
                      f"an .npz file ({args.data})")
     _check_cluster_options(parser, args)
-    check_paths(parser, args)
-    return args
+    options = Options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Options)
+                         if hasattr(args, f.name)})
+    check_paths(parser, options)
+    return options
 
 
 def make_data_parser(prog: str = PROG) -> argparse.ArgumentParser:

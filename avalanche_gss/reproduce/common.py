@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shlex
 import sys
@@ -10,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
 
 from avalanche_gss.reproduce.experiments.protocols import METHOD_OVERRIDES, Protocol, Variant
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.program import PROG, prog_of  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.runs.identity import STANDIN, load
 from avalanche_gss.reproduce.runs.settings import (
@@ -27,7 +27,7 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
-def resolve_data(args: argparse.Namespace, protocol: Protocol) -> tuple[str, ArrayDataset]:
+def resolve_data(args: Options, protocol: Protocol) -> tuple[str, ArrayDataset]:
     """The dataset to use: ``--data``, the protocol's, or (``--quick`` only) the stand-in.
 
     :raises SystemExit: with a one-line message naming the data, when they cannot be
@@ -96,7 +96,7 @@ class Choices(TypedDict, total=False):
     jitter: float
 
 
-def resolve_choices(args: argparse.Namespace, defaults: Mapping[str, Any],
+def resolve_choices(args: Options, defaults: Mapping[str, Any],
                     quick: Mapping[str, Any], options: Sequence[str]) -> Choices:
     """What an experiment runs: its defaults, ``--quick``'s, then the command line's.
 
@@ -118,7 +118,7 @@ def resolve_choices(args: argparse.Namespace, defaults: Mapping[str, Any],
     return cast(Choices, chosen)
 
 
-def settings_for(args: argparse.Namespace, protocol: Protocol, method: str,
+def settings_for(args: Options, protocol: Protocol, method: str,
                  **fields: Any) -> RunSettings:
     """Return a run's settings.
 

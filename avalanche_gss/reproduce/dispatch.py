@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 from collections.abc import Sequence
 
 import torch
 
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.program import prog_of
 from avalanche_gss.reproduce.runs.seeding import resolve_device
 
 
-def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+def run_experiment(args: Options, argv: Sequence[str] | None = None) -> int:
     """Run the experiment the parsed command line names; return the exit status.
 
     :param args: the parsed command line; ``args.prog`` names the program as the user ran
@@ -21,7 +22,7 @@ def run_experiment(args: argparse.Namespace, argv: Sequence[str] | None = None) 
     """
     prog = prog_of(args)
     try:  # before Avalanche loads (seconds): a device this machine lacks is refused at once
-        args.device = resolve_device(args.device)
+        args = dataclasses.replace(args, device=resolve_device(args.device))
     except ValueError as err:
         raise SystemExit(f"{prog}: error: argument --device: {err}") from None
     from avalanche_gss.reproduce.experiments.registry import EXPERIMENTS

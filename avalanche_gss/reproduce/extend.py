@@ -24,6 +24,7 @@ from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, TABLE1, Pro
 from avalanche_gss.reproduce.experiments.registry import register
 from avalanche_gss.reproduce.experiments.tables import Table
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, shared_setting
 from avalanche_gss.reproduce.reports.rows import Row, group_rows
 from avalanche_gss.reproduce.reports.writing import format_cell, provenance, table_csv
@@ -35,7 +36,7 @@ from avalanche_gss.reproduce.runs.protocol_streams import ProtocolStream
 from avalanche_gss.reproduce.runs.training import RunSettings, run_label
 
 __all__ = ["PROTOCOLS", "TABLE1", "Choices", "CodeIdentity", "DataFacts", "Experiment",
-           "Json", "JsonObject", "PlannedRun", "Protocol", "ProtocolStream", "Rendered",
+           "Json", "JsonObject", "Options", "PlannedRun", "Protocol", "ProtocolStream", "Rendered",
            "Report", "Row", "RunJob", "RunSettings", "Stages", "StreamSpec", "Table",
            "command", "data_identity", "format_cell", "group_rows", "job_base", "prog_of",
            "provenance", "register", "register_policy", "register_stream_protocol",

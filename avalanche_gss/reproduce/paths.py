@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from avalanche_gss.reproduce.options import Options
+
 __all__ = ["check_paths", "unwritable"]
 
 
@@ -46,7 +48,7 @@ def unwritable(folder: str) -> str | None:
     return None
 
 
-def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def check_paths(parser: argparse.ArgumentParser, args: Options) -> None:
     """Refuse, before any run, an output, cache or TensorBoard folder that cannot be written.
 
     :param parser: reports the refusal (one line, naming the option and the folder).

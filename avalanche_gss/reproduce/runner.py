@@ -13,7 +13,6 @@ command prints. Experiments are found by name in
 
 from __future__ import annotations
 
-import argparse
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.program import prog_of
 from avalanche_gss.reproduce.reports.outputs import show_outputs
 from avalanche_gss.reproduce.reports.report import Report
@@ -77,7 +77,7 @@ class Experiment(ABC, Generic[P]):
         return self
 
     @abstractmethod
-    def plan(self, args: argparse.Namespace) -> P:
+    def plan(self, args: Options) -> P:
         """What to run, checked before any run starts.
 
         :param args: the parsed command line.
@@ -91,14 +91,14 @@ class Experiment(ABC, Generic[P]):
         """
         return list(getattr(plan, "jobs", ()))
 
-    def job_function(self, args: argparse.Namespace) -> JobFunction:
+    def job_function(self, args: Options) -> JobFunction:
         """The module-level function that runs one of the jobs in a worker.
 
         :param args: the parsed command line (``--tensorboard``: the logged job).
         """
         return run_logged_job if args.tensorboard else run_job
 
-    def stages(self, args: argparse.Namespace, plan: P) -> Stages:
+    def stages(self, args: Options, plan: P) -> Stages:
         """The plan's jobs, stage by stage: yield a stage's jobs, receive their results.
 
         A later stage is planned from the results of those before it (which-buffer's
@@ -113,7 +113,7 @@ class Experiment(ABC, Generic[P]):
         results = yield self.jobs(plan)
         self.after_sweep(args, plan, results)
 
-    def after_sweep(self, args: argparse.Namespace, plan: P,
+    def after_sweep(self, args: Options, plan: P,
                     results: Sequence[JsonObject]) -> None:
         """What to do with the results before the report (default: nothing).
 
@@ -123,7 +123,7 @@ class Experiment(ABC, Generic[P]):
         """
 
     @abstractmethod
-    def report(self, args: argparse.Namespace, argv: Sequence[str] | None, plan: P,
+    def report(self, args: Options, argv: Sequence[str] | None, plan: P,
                results: Sequence[JsonObject]) -> Report:
         """The report of the runs.
 
@@ -142,7 +142,7 @@ class Experiment(ABC, Generic[P]):
         :param paths: where the JSON, CSV and Markdown go (``json``, ``csv``, ``md``).
         """
 
-    def run(self, args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+    def run(self, args: Options, argv: Sequence[str] | None = None) -> int:
         """Run the experiment (:func:`run`); the exit status.
 
         :param args: the parsed command line.
@@ -151,7 +151,7 @@ class Experiment(ABC, Generic[P]):
         return run(self, args, argv)
 
 
-def run(experiment: Experiment[P], args: argparse.Namespace,
+def run(experiment: Experiment[P], args: Options,
         argv: Sequence[str] | None = None) -> int:
     """Plan, sweep (stage by stage), report and write one experiment; print it; the exit status.
 

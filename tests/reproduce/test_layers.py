@@ -17,7 +17,7 @@ ROOT = Path(reproduce.__file__).parent
 PACKAGE = "avalanche_gss.reproduce"
 
 LAYERS = (
-    {"json_types", "paths", "program"},
+    {"json_types", "paths", "program", "options"},
     {"runs"},
     {"reports"},
     {"runner"},
@@ -73,7 +73,7 @@ def test_the_engine_imports_no_experiment_command_line_or_paper():
     assert len(engine) > 10
     imported = {module for path in engine for _, module in _imports(path)}
     assert imported  # the engine's modules import one another
-    assert {_part(m) for m in imported} <= {"runs", "json_types", "paths", "program"}
+    assert {_part(m) for m in imported} <= {"runs", "json_types", "paths", "program", "options"}
 
 
 def test_the_check_finds_an_upward_import(tmp_path, monkeypatch):

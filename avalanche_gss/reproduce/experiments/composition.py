@@ -14,7 +14,6 @@ diagnosis for other experiments' runs (``which-buffer`` traces its runs with the
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.reproduce.common import Choices, command, prog_of, resolve_choices, resolve_data
 from avalanche_gss.reproduce.experiments.protocols import TABLE1, data_label
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, jsonable, shared_setting
 from avalanche_gss.reproduce.reports.writing import (
     data_lines,
@@ -274,7 +274,7 @@ class CompositionPlan:
 class Composition(Experiment[CompositionPlan]):
     """Trace each method's buffer along Table 1's stream (each run a cached job)."""
 
-    def plan(self, args: argparse.Namespace) -> CompositionPlan:
+    def plan(self, args: Options) -> CompositionPlan:
         """Each seed's stream, each method and variant's job.
 
         :param args: the parsed command line.
@@ -303,14 +303,14 @@ class Composition(Experiment[CompositionPlan]):
                         variant=variant if method in VARIANT_METHODS else None))
         return CompositionPlan(chosen, data, splits, jobs)
 
-    def job_function(self, args: argparse.Namespace) -> JobFunction:
+    def job_function(self, args: Options) -> JobFunction:
         """:func:`composition_job` (``--tensorboard`` does not apply).
 
         :param args: the parsed command line.
         """
         return composition_job
 
-    def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
+    def report(self, args: Options, argv: Sequence[str] | None,
                plan: CompositionPlan, results: Sequence[JsonObject]) -> Report:
         """The buffers' records and the final accuracies of the traced runs.
 
@@ -341,7 +341,7 @@ class Composition(Experiment[CompositionPlan]):
                         _csv(rows, len(plan.splits[0].train_sizes)))
 
 
-def _protocol(args: argparse.Namespace, plan: CompositionPlan) -> JsonObject:
+def _protocol(args: Options, plan: CompositionPlan) -> JsonObject:
     """The protocol as run: the choices, the runs' settings, the first seed's stream."""
     chosen, split = plan.chosen, plan.splits[0]
     settings = [j.settings for j in plan.jobs]

@@ -6,7 +6,6 @@ dimensions, with their Pearson and Spearman correlations.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import logging
@@ -19,6 +18,7 @@ import torch
 from avalanche_gss.reproduce.common import Choices, command, prog_of
 from avalanche_gss.reproduce.experiments.figure_runs import FIGURE2, chosen_for
 from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.plotting import plot_surrogate_vs_solid_angle as plot_surrogate
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, jsonable
 from avalanche_gss.reproduce.runner import Experiment, Rendered
@@ -83,7 +83,7 @@ class Figure2(Experiment[Figure2Plan]):
     ``--buffer-sizes`` sets the vectors per set ``k``; ``--seeds`` the generator seeds.
     """
 
-    def plan(self, args: argparse.Namespace) -> Figure2Plan:
+    def plan(self, args: Options) -> Figure2Plan:
         """The studies to run (no sweep: each is a few seconds of arithmetic).
 
         :param args: the parsed command line.
@@ -92,7 +92,7 @@ class Figure2(Experiment[Figure2Plan]):
         return Figure2Plan(chosen, tuple(args.buffer_sizes) if args.buffer_sizes
                            else chosen["ks"])
 
-    def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
+    def report(self, args: Options, argv: Sequence[str] | None,
                plan: Figure2Plan, results: Sequence[JsonObject]) -> Report:
         """Run the studies; their correlations.
 

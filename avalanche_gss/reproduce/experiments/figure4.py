@@ -6,7 +6,6 @@ GSS-IQP, GEM, iCaRL (task ends), Single and the i.i.d. baselines (end).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import logging
@@ -29,6 +28,7 @@ from avalanche_gss.reproduce.experiments.figure_runs import (
     stream_protocol,
 )
 from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.plotting import Series, plot_curves
 from avalanche_gss.reproduce.reports.report import (
     DataFacts,
@@ -114,7 +114,7 @@ def curve_rows(pairs: Sequence[tuple[RowKeys, CurveResult]]) -> list[CurveRow]:
     return rows
 
 
-def plan(args: argparse.Namespace, chosen: Choices) -> list[tuple[RowKeys, RunSettings]]:
+def plan(args: Options, chosen: Choices) -> list[tuple[RowKeys, RunSettings]]:
     """Every method (and variant) x buffer size x seed, on Table 1's protocol.
 
     :return: each run's row keys and settings.
@@ -219,14 +219,14 @@ class Figure4Plan:
 class Figure4(Experiment[Figure4Plan]):
     """Test accuracy along disjoint MNIST every 100 samples (paper Figure 4a)."""
 
-    def job_function(self, args: argparse.Namespace) -> JobFunction:
+    def job_function(self, args: Options) -> JobFunction:
         """:func:`~.figure_runs.figure_job`, the figures' job.
 
         :param args: the parsed command line.
         """
         return figure_job
 
-    def plan(self, args: argparse.Namespace) -> Figure4Plan:
+    def plan(self, args: Options) -> Figure4Plan:
         """Every method x buffer size x seed, each a curve.
 
         :param args: the parsed command line.
@@ -243,7 +243,7 @@ class Figure4(Experiment[Figure4Plan]):
         runs = [PlannedRun(s, keys, job) for (keys, s), job in zip(pairs, jobs, strict=True)]
         return Figure4Plan(chosen, data, stream, runs)
 
-    def after_sweep(self, args: argparse.Namespace, plan: Figure4Plan,
+    def after_sweep(self, args: Options, plan: Figure4Plan,
                     results: Sequence[JsonObject]) -> None:
         """Read each run's curve into the plan.
 
@@ -254,7 +254,7 @@ class Figure4(Experiment[Figure4Plan]):
         plan.curves = [(r.keys, CurveResult.from_dict(res))
                        for r, res in zip(plan.runs, results, strict=True)]
 
-    def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
+    def report(self, args: Options, argv: Sequence[str] | None,
                plan: Figure4Plan, results: Sequence[JsonObject]) -> Report:
         """The final accuracies' rows, each with its seeds' curves.
 

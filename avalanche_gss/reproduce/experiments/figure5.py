@@ -6,7 +6,6 @@ size (M = 300).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from avalanche_gss.reproduce.experiments.figure_runs import (
     stream_protocol,
 )
 from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.plotting import Panel, Series, plot_panels
 from avalanche_gss.reproduce.reports.report import (
     DataFacts,
@@ -112,7 +112,7 @@ def _points(method: str, chosen: Choices) -> list[tuple[RowKeys, dict[str, int]]
     return [(point, {**fixed, **point}) for point in points]  # type: ignore[dict-item]
 
 
-def _settings(args: argparse.Namespace, chosen: Choices, methods: Sequence[str]
+def _settings(args: Options, chosen: Choices, methods: Sequence[str]
               ) -> list[tuple[RowKeys, RunSettings]]:
     """Every run's row keys and settings: seed x method x variant x buffer size x point."""
     runs: list[tuple[RowKeys, RunSettings]] = []
@@ -130,14 +130,14 @@ def _settings(args: argparse.Namespace, chosen: Choices, methods: Sequence[str]
 class Figure5(Experiment[Figure5Plan]):
     """GSS-Greedy's final average accuracy against ``n`` and the batch size (Figure 5)."""
 
-    def job_function(self, args: argparse.Namespace) -> JobFunction:
+    def job_function(self, args: Options) -> JobFunction:
         """:func:`~.figure_runs.figure_job`, the figures' job.
 
         :param args: the parsed command line.
         """
         return figure_job
 
-    def plan(self, args: argparse.Namespace) -> Figure5Plan:
+    def plan(self, args: Options) -> Figure5Plan:
         """The runs: each buffer method at each ``n`` and batch size.
 
         :param args: the parsed command line.
@@ -155,7 +155,7 @@ class Figure5(Experiment[Figure5Plan]):
         runs = [PlannedRun(s, keys, job) for (keys, s), job in zip(pairs, jobs, strict=True)]
         return Figure5Plan(chosen, methods, data_name, data, stream, runs)
 
-    def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
+    def report(self, args: Options, argv: Sequence[str] | None,
                plan: Figure5Plan, results: Sequence[JsonObject]) -> Report:
         """Final accuracies, one row per method, point and buffer size.
 

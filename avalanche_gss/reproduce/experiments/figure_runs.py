@@ -6,7 +6,6 @@ Each figure's runs go through :func:`~avalanche_gss.reproduce.runs.sweep.run_swe
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
@@ -19,6 +18,7 @@ from avalanche_gss.reproduce.experiments.protocols import (
     disjoint_stream,
 )
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.rows import RowKeys
 from avalanche_gss.reproduce.runs.evaluation import CurveResult, run_curve
 from avalanche_gss.reproduce.runs.identity import data_identity
@@ -172,14 +172,14 @@ def _is_number(value: object) -> bool:
 register_result_check(figure_job, _check_figure_result)
 
 
-def chosen_for(args: argparse.Namespace, spec: Mapping[str, object]) -> Choices:
+def chosen_for(args: Options, spec: Mapping[str, object]) -> Choices:
     """The spec's settings, its ``quick`` ones under ``--quick``, then the command line's."""
     return resolve_choices(args, {k: v for k, v in spec.items() if k != "quick"},
                            cast(Mapping[str, object], spec["quick"]),
                            ("methods", "seeds", "buffer_sizes"))
 
 
-def figure_jobs(args: argparse.Namespace, data_name: str, data: ArrayDataset,
+def figure_jobs(args: Options, data_name: str, data: ArrayDataset,
                 samples_per_task: int, settings: Sequence[RunSettings],
                 label: Callable[[RunSettings], str], every_samples: int | None = None
                 ) -> list[FigureJob]:
@@ -207,7 +207,7 @@ def figure_data_label(data: ArrayDataset) -> tuple[str, bool]:
     return data_label(data), data.verified_as in PAPER_DATA["mnist"]
 
 
-def stream_protocol(args: argparse.Namespace, data_name: str, samples_per_task: int,
+def stream_protocol(args: Options, data_name: str, samples_per_task: int,
                     seed: int) -> tuple[ArrayDataset, TaskSplit, JsonObject]:
     """The data (checked for the disjoint protocol), the first seed's stream, its protocol.
 
@@ -228,7 +228,7 @@ def row_label(method: str, keys: RowKeys) -> str:
     return method + (f" ({keys['variant']})" if "variant" in keys else "")
 
 
-def flavours(args: argparse.Namespace, method: str) -> list[RowKeys]:
+def flavours(args: Options, method: str) -> list[RowKeys]:
     """A method with variants once per ``--variants`` entry; other methods once."""
     if method in VARIANT_METHODS:
         return [{"variant": v} for v in (getattr(args, "variants", None) or VARIANTS)]

@@ -12,7 +12,6 @@ registers an :class:`~avalanche_gss.reproduce.runner.Experiment` with :func:`reg
 
 from __future__ import annotations
 
-import argparse
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Protocol, TypeVar
 
 from avalanche_gss.registry import Registry
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS
+from avalanche_gss.reproduce.options import Options
 
 __all__ = ["EXPERIMENTS", "ExperimentEntry", "LazyExperiment", "Runnable", "register",
            "table_names"]
@@ -30,7 +30,7 @@ class Runnable(Protocol):
 
     name: str
 
-    def run(self, args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+    def run(self, args: Options, argv: Sequence[str] | None = None) -> int:
         """Run it on the parsed command line; the exit status.
 
         :param args: the parsed command line.

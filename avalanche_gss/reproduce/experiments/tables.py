@@ -8,7 +8,6 @@ and cached by everything that determines a run's result, then grouped into rows
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
@@ -26,6 +25,7 @@ from avalanche_gss.reproduce.common import (
 from avalanche_gss.reproduce.experiments.policies import parse_method_text
 from avalanche_gss.reproduce.experiments.protocols import PROTOCOLS, Protocol
 from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.event_logs import write_event_logs
 from avalanche_gss.reproduce.reports.report import (
     DataFacts,
@@ -69,7 +69,7 @@ from avalanche_gss.streams import ArrayDataset
 log = logging.getLogger("reproduce")
 
 
-def plan(args: argparse.Namespace, protocol: Protocol
+def plan(args: Options, protocol: Protocol
          ) -> tuple[list[PlannedRun[StreamSpec]], Choices]:
     """List the runs to do (their stream, row keys, settings) and the choices.
 
@@ -101,7 +101,7 @@ def plan(args: argparse.Namespace, protocol: Protocol
     return runs, chosen
 
 
-def _flavours(args: argparse.Namespace, protocol: Protocol, method: str) -> list[RowKeys]:
+def _flavours(args: Options, protocol: Protocol, method: str) -> list[RowKeys]:
     """A method's rows: the protocol's flavours, its ``--variants``, its retrievals."""
     flavours: list[RowKeys] = list(protocol.flavours.get(method, ({},)))
     if method in VARIANT_METHODS:
@@ -111,7 +111,7 @@ def _flavours(args: argparse.Namespace, protocol: Protocol, method: str) -> list
     return flavours
 
 
-def _settings(args: argparse.Namespace, protocol: Protocol, text: str,
+def _settings(args: Options, protocol: Protocol, text: str,
               **keywords: object) -> RunSettings:
     """A run's settings (:func:`settings_for`) of a ``--methods`` value.
 
@@ -125,7 +125,7 @@ def _settings(args: argparse.Namespace, protocol: Protocol, text: str,
                          f"{' '.join(str(err).split())}") from None
 
 
-def _retrievals(args: argparse.Namespace, method: str, flavour: RowKeys) -> list[RowKeys]:
+def _retrievals(args: Options, method: str, flavour: RowKeys) -> list[RowKeys]:
     """A buffer method's rehearsal rows, one per ``--retrieval`` (none given: one row).
 
     The method's own retrieval (:func:`default_retrieval`) has no row key; any other is
@@ -135,8 +135,8 @@ def _retrievals(args: argparse.Namespace, method: str, flavour: RowKeys) -> list
     if flavour.get("update", "rehearsal") != "rehearsal":
         return [flavour]
     own = default_retrieval(method)
-    return [flavour if r in (None, own) else {**flavour, "retrieval": r}
-            for r in args.retrieval or [None]]
+    chosen: list[str | None] = list(args.retrieval) if args.retrieval else [None]
+    return [flavour if r in (None, own) else {**flavour, "retrieval": r} for r in chosen]
 
 
 def _bufferless(method: str) -> bool:
@@ -157,7 +157,7 @@ def job_label(settings: RunSettings, stream: RowKeys) -> str:
     return "-".join([run_label(settings), *(f"{k}{v}" for k, v in stream.items())])
 
 
-def _jobs(args: argparse.Namespace, runs: Sequence[PlannedRun[StreamSpec]], chosen: Choices,
+def _jobs(args: Options, runs: Sequence[PlannedRun[StreamSpec]], chosen: Choices,
           data_name: str, identity: Mapping[str, str]) -> list[PlannedRun[RunJob]]:
     """Each run with its job (a method without a buffer: one job for every buffer size)."""
     base = job_base(args, args.experiment, data_name, identity)
@@ -175,27 +175,28 @@ def _jobs(args: argparse.Namespace, runs: Sequence[PlannedRun[StreamSpec]], chos
     return planned
 
 
-def _job_configs(args: argparse.Namespace, runs: Sequence[PlannedRun[StreamSpec]],
+def _job_configs(args: Options, runs: Sequence[PlannedRun[StreamSpec]],
                  chosen: Choices, data_name: str, identity: Mapping[str, str]
                  ) -> list[JsonObject]:
     """The runs' job configs, as their cache keys hold them (:meth:`RunJob.config`)."""
     return [r.job.config() for r in _jobs(args, runs, chosen, data_name, identity)]
 
 
-def _log_folders(args: argparse.Namespace, runs: Sequence[PlannedRun[RunJob]]
+def _log_folders(args: Options, runs: Sequence[PlannedRun[RunJob]]
                  ) -> list[str | None]:
     """Each run's ``--tensorboard`` folder (``DIR/EXPERIMENT/LABEL``); ``None`` for a baseline.
 
     Not part of a run's cache key: where its logs go changes no result.
     """
     folders: list[str | None] = []
+    root = args.tensorboard or ""
     for r in runs:
         s = r.settings
         if s.method not in BUFFER_METHODS:
             folders.append(None)
             continue
         tag = "-".join([run_label(s), *(f"{k}{v}" for k, v in r.job.stream.variant.items())])
-        folders.append(os.path.join(args.tensorboard, args.experiment, tag))
+        folders.append(os.path.join(root, args.experiment, tag))
     return folders
 
 
@@ -236,7 +237,7 @@ class Table(Experiment[TablePlan]):
         super().__init__(protocol.name, protocol.summary)
         self.protocol = protocol
 
-    def plan(self, args: argparse.Namespace) -> TablePlan:
+    def plan(self, args: Options) -> TablePlan:
         """The table's runs on the chosen data, checked before any run starts.
 
         :param args: the parsed command line.
@@ -260,7 +261,7 @@ class Table(Experiment[TablePlan]):
                  args.threads)
         return TablePlan(protocol, chosen, data_name, data, planned)
 
-    def after_sweep(self, args: argparse.Namespace, plan: TablePlan,
+    def after_sweep(self, args: Options, plan: TablePlan,
                     results: Sequence[JsonObject]) -> None:
         """Write the runs' ``--tensorboard`` logs.
 
@@ -271,7 +272,7 @@ class Table(Experiment[TablePlan]):
         if args.tensorboard:
             write_event_logs(_log_folders(args, plan.runs), results, args.tensorboard)
 
-    def report(self, args: argparse.Namespace, argv: Sequence[str] | None, plan: TablePlan,
+    def report(self, args: Options, argv: Sequence[str] | None, plan: TablePlan,
                results: Sequence[JsonObject]) -> Report:
         """The table's rows, grouped over seeds, and its protocol as run.
 
@@ -333,7 +334,7 @@ def _columns(plan: TablePlan) -> list[tuple[str, object]]:
             for v in chosen["variants"]]
 
 
-def _protocol(args: argparse.Namespace, plan: TablePlan) -> JsonObject:
+def _protocol(args: Options, plan: TablePlan) -> JsonObject:
     """The table's protocol as run: the choices, the stream, the runs' settings."""
     protocol, chosen, runs = plan.protocol, plan.chosen, plan.runs
     sample_split = protocol.stream(plan.data, chosen["seeds"][0], dict(runs[0].job.stream.variant))

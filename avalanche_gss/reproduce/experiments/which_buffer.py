@@ -39,7 +39,6 @@ compute-matched section and a second ranking, by compute-matched accuracy.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -98,6 +97,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_report import (
 )
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_statistics
 from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.equivalence import (
     DELTA,
     Classed,
@@ -176,7 +176,7 @@ def check_policies(labels: Sequence[str], prog: str) -> None:
                          f"run: {', '.join(ready)}")
 
 
-def fit_model(args: argparse.Namespace, runs: list[PolicyRun], chosen: PolicyChoices,
+def fit_model(args: Options, runs: list[PolicyRun], chosen: PolicyChoices,
               data: ArrayDataset) -> tuple[list[PolicyRun], dict[str, str]]:
     """Keep the policies that can train their streams' model on ``data``; refuse or leave out.
 
@@ -261,7 +261,7 @@ class StreamJob(TypedDict, total=False):
     trace: bool
 
 
-def choices(args: argparse.Namespace) -> PolicyChoices:
+def choices(args: Options) -> PolicyChoices:
     """The policies, streams, buffer sizes and seeds to run (defaults, ``--quick``, options).
 
     The streams' kind (:data:`~avalanche_gss.reproduce.experiments.policies.KINDS`: the digits', by
@@ -304,7 +304,7 @@ def stream_config(name: str, chosen: PolicyChoices) -> StreamJob:
     return config
 
 
-def plan(args: argparse.Namespace) -> tuple[list[PolicyRun], PolicyChoices]:
+def plan(args: Options) -> tuple[list[PolicyRun], PolicyChoices]:
     """List the runs: every policy x stream x buffer size x seed.
 
     :param args: the parsed command line.
@@ -342,7 +342,7 @@ def job_label(run: PolicyRun) -> str:
     return f"{run.keys['policy']}-{run.keys['stream']}-M{s.buffer_size}-seed{s.seed}"
 
 
-def _jobs(args: argparse.Namespace, runs: Sequence[PolicyRun], data_name: str,
+def _jobs(args: Options, runs: Sequence[PolicyRun], data_name: str,
           identity: Mapping[str, str]) -> list[RunJob]:
     """Each run's job: its stream, settings and label, the data, the code that runs it.
 
@@ -389,7 +389,7 @@ def _stream_record(data: ArrayDataset, runs: Sequence[PolicyRun], chosen: Policy
 # --------------------------------------------------------------------------- run
 
 
-def _check_data(args: argparse.Namespace, runs: list[PolicyRun], chosen: PolicyChoices
+def _check_data(args: Options, runs: list[PolicyRun], chosen: PolicyChoices
                 ) -> tuple[list[PolicyRun], dict[str, str], str, ArrayDataset]:
     """Load the data; keep the runs whose model they fit (:func:`fit_model`).
 
@@ -407,7 +407,7 @@ def _check_data(args: argparse.Namespace, runs: list[PolicyRun], chosen: PolicyC
     return runs, left_out, data_name, data
 
 
-def check_streams(args: argparse.Namespace, chosen: PolicyChoices, data: ArrayDataset) -> None:
+def check_streams(args: Options, chosen: PolicyChoices, data: ArrayDataset) -> None:
     """Build each chosen stream of one's own once, before any run; refuse one that fails.
 
     A stream registered from code of one's own (:func:`avalanche_gss.streams.register_stream`)
@@ -482,7 +482,7 @@ class WhichBufferPlan:
     sequential: SequentialRecord | None = None
 
 
-def _measured_folders(args: argparse.Namespace, runs: Sequence[PolicyRun]) -> list[str | None]:
+def _measured_folders(args: Options, runs: Sequence[PolicyRun]) -> list[str | None]:
     """Each run's ``--tensorboard`` folder (``None``: no logs, or a run without a buffer)."""
     return [os.path.join(args.tensorboard, NAME, job_label(r))
             if args.tensorboard and r.settings.method in BUFFER_METHODS else None
@@ -511,7 +511,7 @@ def _compute_matched(plan: WhichBufferPlan, rows: Sequence[PolicyRow]
                        matched_results(plan.again, plan.measured, plan.ran))
 
 
-def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDataset,
+def _report(args: Options, argv: Sequence[str] | None, data: ArrayDataset,
             runs: Sequence[PolicyRun], chosen: PolicyChoices, left_out: dict[str, str],
             rows: Sequence[PolicyRow]) -> ReportRecord:
     """The JSON report of the comparison (its statistics still to add)."""
@@ -536,7 +536,7 @@ def _report(args: argparse.Namespace, argv: Sequence[str] | None, data: ArrayDat
             model=first.model,
             **cast(ProtocolRecord, replay_protocol([r.settings for r in runs])),
             quick=args.quick, workers=args.workers,
-            equivalence_margin=(DELTA if getattr(args, "equivalence_margin", None) is None
+            equivalence_margin=(DELTA if args.equivalence_margin is None
                                 else float(args.equivalence_margin)),
             sequential=bool(getattr(args, "sequential", False)),
             train_seconds="wall time of training one run (evaluation excluded), in its "
@@ -584,7 +584,7 @@ def _seed_means(plan: WhichBufferPlan, done: Mapping[int, JsonObject],
     return seed_means(cells, family_weights(sorted(columns)))
 
 
-def _sequential(args: argparse.Namespace, plan: WhichBufferPlan) -> Stages:
+def _sequential(args: Options, plan: WhichBufferPlan) -> Stages:
     """``--sequential``: the first two seeds, then one seed a round for the open policies.
 
     After each round every policy still open is classed against the best on the seeds run
@@ -594,8 +594,8 @@ def _sequential(args: argparse.Namespace, plan: WhichBufferPlan) -> Stages:
     their results, and the record of the design (``plan.sequential``).
     """
     seeds = list(plan.chosen.seeds)
-    delta = DELTA if getattr(args, "equivalence_margin", None) is None \
-        else float(args.equivalence_margin)
+    margin = args.equivalence_margin
+    delta = DELTA if margin is None else float(margin)
     start, n_looks = 2, looks(seeds, 2)
     open_ = list(plan.chosen.policies)
     done: dict[int, JsonObject] = {}
@@ -642,7 +642,7 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
     both (:func:`~.which_buffer_statistics.add_statistics`).
     """
 
-    def plan(self, args: argparse.Namespace) -> WhichBufferPlan:
+    def plan(self, args: Options) -> WhichBufferPlan:
         """Every policy x stream x buffer size x seed, checked before any run starts.
 
         :param args: the parsed command line.
@@ -664,7 +664,7 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
                  data.source, args.threads)
         return WhichBufferPlan(runs, chosen, left_out, data, jobs)
 
-    def stages(self, args: argparse.Namespace, plan: WhichBufferPlan) -> Stages:
+    def stages(self, args: Options, plan: WhichBufferPlan) -> Stages:
         """The as-measured runs; then, with ``--compute-matched``, the matched ones.
 
         With ``--sequential``, the as-measured runs in rounds of seeds
@@ -688,7 +688,7 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
                               in zip(plan.folders, plan.again, strict=True)
                               if not keeps_every_batch(c)], plan.ran, args.tensorboard)
 
-    def report(self, args: argparse.Namespace, argv: Sequence[str] | None,
+    def report(self, args: Options, argv: Sequence[str] | None,
                plan: WhichBufferPlan, results: Sequence[JsonObject]) -> Report:
         """The comparison: rows, rankings, the recommendation and its statistics.
 

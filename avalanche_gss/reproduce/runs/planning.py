@@ -7,7 +7,6 @@ change of the code is a new run and the same code finds its results again.
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ import torch
 
 from avalanche_gss.models import make_model
 from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
+from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.program import prog_of
 from avalanche_gss.reproduce.runs.cache import ResultCheck
 from avalanche_gss.reproduce.runs.identity import (
@@ -208,7 +208,7 @@ class JobBase(TypedDict):
     data: DataSource
 
 
-def job_base(args: argparse.Namespace, experiment: str, data_name: str,
+def job_base(args: Options, experiment: str, data_name: str,
              identity: Mapping[str, str]) -> JobBase:
     """The fields every :class:`Job` of one sweep shares (pass them as keywords).
 
@@ -275,7 +275,7 @@ def register_result_check(job: Callable[..., object], check: ResultCheck) -> Non
     _RESULT_CHECKS[job] = check
 
 
-def sweep(args: argparse.Namespace, experiment: str, jobs: Sequence[Job],
+def sweep(args: Options, experiment: str, jobs: Sequence[Job],
           job: Callable[[JsonObject], JsonObject]) -> list[JsonObject]:
     """Run (or find in the cache) every job; their results, in order.
 
