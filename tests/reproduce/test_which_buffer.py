@@ -231,7 +231,7 @@ def test_task_end_records_and_shares():
 def test_quick_streams_are_quick_sized():
     chosen = choices(parse_args(["which-buffer", "--quick"]))
     for name in chosen.streams:
-        assert stream_config(name, chosen)["variant"]["samples_per_task"] == \
+        assert stream_config(name, chosen).variant["samples_per_task"] == \
             policies.QUICK["samples_per_task"]
 
 

@@ -62,8 +62,8 @@ def test_the_cifar_streams_follow_table3_and_the_default_stays_on_the_digits():
             "resnet18", 0.01, PROTOCOLS["table3"].n_iter, 1000)
     # The CIFAR-10 disjoint stream's runs trace the buffer's composition.
     assert traced_streams(CIFAR) == ("cifar10-disjoint",)
-    assert stream_config("cifar10-disjoint", chosen).get("trace")
-    assert not stream_config("cifar10-blurry", chosen).get("trace")
+    assert stream_config("cifar10-disjoint", chosen).trace
+    assert not stream_config("cifar10-blurry", chosen).trace
 
 
 def test_split_cifar_has_two_classes_per_task_and_the_blurry_one_swaps_a_tenth():

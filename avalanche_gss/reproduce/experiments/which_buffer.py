@@ -43,7 +43,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict, cast
+from typing import cast
 
 from avalanche_gss.reproduce.common import (
     command,
@@ -80,7 +80,6 @@ from avalanche_gss.reproduce.experiments.which_buffer_matched import (
     matched_rows,
 )
 from avalanche_gss.reproduce.experiments.which_buffer_records import (
-    Json,
     ProtocolRecord,
     ReportRecord,
     SequentialRecord,
@@ -96,7 +95,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_report import (
     runs_csv,
 )
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_statistics
-from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.json_types import JsonObject, Scalar
 from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.equivalence import (
     DELTA,
@@ -123,7 +122,7 @@ from avalanche_gss.reproduce.runs.sweep import config_key
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult, RunSettings
 from avalanche_gss.streams import REGISTRY, ArrayDataset
 
-__all__ = ["NAME", "STEM", "WHICH_BUFFER", "PolicyChoices", "StreamJob", "WhichBuffer",
+__all__ = ["NAME", "STEM", "WHICH_BUFFER", "PolicyChoices", "WhichBuffer",
            "WhichBufferPlan", "check_policies", "check_streams", "choices", "fit_model", "plan",
            "policy_problem", "ranking", "stream_config", "traced_streams"]
 
@@ -243,24 +242,6 @@ class PolicyChoices:
     samples_per_task: int | None = None
 
 
-class StreamJob(TypedDict, total=False):
-    """The part of a job's config that builds its stream (:func:`stream_config`).
-
-    :param counts: the stream and counts of the protocol whose stream it runs
-        (:meth:`~avalanche_gss.reproduce.runs.protocol_streams.ProtocolStream.config`).
-    :param variant: the protocol's row keys (and ``--quick``'s ``samples_per_task``).
-    :param stream: the registered stream it builds (:data:`avalanche_gss.streams.REGISTRY`).
-    :param stream_options: that stream's options beyond the protocol's counts and ``variant``.
-    :param trace: record the buffer's composition (the streams the report may show).
-    """
-
-    counts: JsonObject
-    stream: str
-    stream_options: dict[str, Json]
-    variant: dict[str, Json]
-    trace: bool
-
-
 def choices(args: Options) -> PolicyChoices:
     """The policies, streams, buffer sizes and seeds to run (defaults, ``--quick``, options).
 
@@ -280,8 +261,12 @@ def choices(args: Options) -> PolicyChoices:
                    samples_per_task=chosen.get("samples_per_task"))
 
 
-def stream_config(name: str, chosen: PolicyChoices) -> StreamJob:
-    """The part of a job's config that builds stream ``name`` (see :func:`run_job`).
+def stream_config(name: str, chosen: PolicyChoices) -> StreamSpec:
+    """The stream a job of stream ``name`` builds (see :func:`run_job`).
+
+    Its protocol's counts, its row keys (and ``--quick``'s ``samples_per_task``), the
+    registered stream it builds with its options beyond those, and whether it records the
+    buffer's composition.
 
     Runs on every stream of
     :data:`~avalanche_gss.reproduce.experiments.policies.COMPOSITION_STREAMS` record the
@@ -292,16 +277,15 @@ def stream_config(name: str, chosen: PolicyChoices) -> StreamJob:
     :param chosen: :func:`choices`' result (its ``samples_per_task`` under ``--quick``).
     """
     spec = STREAMS[name]
-    variant: dict[str, Json] = dict(spec.variant)
+    variant: dict[str, Scalar] = dict(spec.variant)
     if chosen.samples_per_task is not None:
         variant["samples_per_task"] = chosen.samples_per_task
     counts = spec.protocol.stream
-    options = counts.options_of(spec.registered, variant)
-    config = StreamJob(counts=counts.config(), stream=spec.registered,
-                       stream_options=dict(options), variant=variant)
-    if name in COMPOSITION_STREAMS or spec.family in COMPOSITION_STREAMS:
-        config["trace"] = True  # whichever streams are chosen: the same cache key
-    return config
+    # traced whichever streams are chosen: the same cache key
+    return StreamSpec(counts, variant, stream=spec.registered,
+                      stream_options=cast(dict[str, Scalar],
+                                          counts.options_of(spec.registered, variant)),
+                      trace=name in COMPOSITION_STREAMS or spec.family in COMPOSITION_STREAMS)
 
 
 def plan(args: Options) -> tuple[list[PolicyRun], PolicyChoices]:
@@ -318,7 +302,7 @@ def plan(args: Options) -> tuple[list[PolicyRun], PolicyChoices]:
     runs = []
     for stream in chosen.streams:
         protocol = STREAMS[stream].protocol
-        spec = StreamSpec.from_config(cast(JsonObject, dict(stream_config(stream, chosen))))
+        spec = stream_config(stream, chosen)
         for seed in chosen.seeds:
             for label in chosen.policies:
                 policy = POLICIES[label]
@@ -366,18 +350,18 @@ def _stream_record(data: ArrayDataset, runs: Sequence[PolicyRun], chosen: Policy
     says so among its deviations.
     """
     spec = STREAMS[name]
-    config = stream_config(name, chosen)
-    split = build_split(data, cast(JsonObject, config), chosen.seeds[0])
+    stream = stream_config(name, chosen)
+    split = build_split(data, stream, chosen.seeds[0])
     settings = next(r.settings for r in runs if r.keys["stream"] == name)
     deviations = list(split.protocol.get("deviations", []))
     full = KINDS[spec.data].paper_samples_per_task
-    quick = config["variant"].get("samples_per_task")
+    quick = stream.variant.get("samples_per_task")
     if full is not None and isinstance(quick, int) and quick < full:
         deviations.append(f"--quick: {quick:,} samples per task instead of "
                           f"{spec.protocol.paper_ref or 'its protocol'}'s {full:,}")
     record = StreamRecord(name=name, family=spec.family, protocol=spec.protocol.name,
-                        variant=config["variant"], blur=spec.blur,
-                        traced=bool(config.get("trace")), lr=settings.lr,
+                        variant=dict(stream.variant), blur=spec.blur,
+                        traced=stream.trace, lr=settings.lr,
                         n_iter=settings.n_iter,
                         stream={k: v for k, v in split.protocol.items() if k != "deviations"},
                         deviations=deviations)
@@ -427,8 +411,7 @@ def check_streams(args: Options, chosen: PolicyChoices, data: ArrayDataset) -> N
         if name in BUILTIN_STREAMS:
             continue
         try:
-            build_split(data, cast(JsonObject, dict(stream_config(name, chosen))),
-                        chosen.seeds[0]).check_learnable()
+            build_split(data, stream_config(name, chosen), chosen.seeds[0]).check_learnable()
         except Exception as err:  # code of one's own can fail in any way: one line naming it
             kind = "" if isinstance(err, (TypeError, ValueError)) else f"{type(err).__name__}: "
             raise SystemExit(f"{prog_of(args)}: error: argument --streams: stream {name!r} "
