@@ -4,6 +4,7 @@ import csv
 import json
 import math
 from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,10 +14,10 @@ from avalanche_gss.reproduce.experiments import policies
 from avalanche_gss.reproduce.experiments.which_buffer import _jobs, plan
 from avalanche_gss.reproduce.experiments.which_buffer_matched import (
     keeps_every_batch,
-    matched_configs,
+    matched_jobs,
     matched_results,
 )
-from avalanche_gss.reproduce.runs.jobs import run_job
+from avalanche_gss.reproduce.runs.jobs import Matched, RunJob, run_job
 
 TINY = ["which-buffer", "--quick", "--seeds", "0", "--policies", "Reservoir", "GSS-Greedy",
         "--streams", "disjoint", "--buffer-sizes", "30", "--n-iter", "1"]
@@ -65,16 +66,17 @@ def test_reservoir_keeps_pace_and_gss_greedy_trains_on_fewer_batches(tmp_path, m
     # What the reuse rests on: that run, trained, gives its as-measured result exactly
     measured = next(r for r in cached if r["config"].get("count_passes")
                     and r["config"]["settings"]["method"] == "Reservoir")
-    (again,) = matched_configs([measured["config"]], [measured["result"]])
+    (again,) = matched_jobs([RunJob.from_config(measured["config"])], [measured["result"]])
     assert keeps_every_batch(again)
+    assert "count_passes" not in again.config() and "trace" not in again.config()
     trained = run_job(again)
     assert trained["avg"] == measured["result"]["avg"]
     assert trained["task_accuracy"] == measured["result"]["task_accuracy"]
 
 
 def test_only_the_runs_that_skip_batches_are_trained_again():
-    keep = {"matched": {"C": "1", "kept_batches": 50, "batches": 50}}
-    skip = {"matched": {"C": "3/2", "kept_batches": 34, "batches": 50}}
+    keep = SimpleNamespace(matched=Matched(Fraction(1), 50, 50), label="keep")
+    skip = SimpleNamespace(matched=Matched(Fraction(3, 2), 34, 50), label="skip")
     measured = [{"avg": 1.0}, {"avg": 2.0}, {"avg": 3.0}]
     assert [keeps_every_batch(c) for c in (keep, skip)] == [True, False]
     assert matched_results([keep, skip, keep], measured, [{"avg": 9.0}]) == [

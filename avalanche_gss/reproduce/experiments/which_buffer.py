@@ -69,13 +69,12 @@ from avalanche_gss.reproduce.experiments.which_buffer_composition import (
 )
 from avalanche_gss.reproduce.experiments.which_buffer_matched import (
     MATCHED_LEGEND,
-    JobConfig,
     JobResult,
     MatchedRun,
     RunKey,
     add_matched,
     keeps_every_batch,
-    matched_configs,
+    matched_jobs,
     matched_results,
     matched_rows,
 )
@@ -444,7 +443,7 @@ class WhichBufferPlan:
     :param jobs: the as-measured runs' jobs, in the order of ``runs``.
     :param measured: their results (the first stage's).
     :param folders: their ``--tensorboard`` log folders (``None``: none).
-    :param again: with ``--compute-matched``, each run's compute-matched job, as configs.
+    :param again: with ``--compute-matched``, each run's compute-matched job.
     :param ran: the results of the compute-matched jobs that skip batches (the second
         stage's).
     :param pairs: each as-measured run's row keys and result (the report's, for the CSV).
@@ -458,7 +457,7 @@ class WhichBufferPlan:
     jobs: list[RunJob]
     measured: list[JobResult] = field(default_factory=list)
     folders: list[str | None] = field(default_factory=list)
-    again: list[JobConfig] = field(default_factory=list)
+    again: list[RunJob] = field(default_factory=list)
     ran: list[JobResult] = field(default_factory=list)
     pairs: list[tuple[dict[str, str], RunResult]] = field(default_factory=list)
     matched: dict[RunKey, MatchedRun] | None = None
@@ -477,12 +476,12 @@ def _matched_stage(plan: WhichBufferPlan) -> list[RunJob]:
 
     A run that keeps every batch is its as-measured run again: it takes that result.
     """
-    plan.again = matched_configs([j.config() for j in plan.jobs], plan.measured)
-    skipping = [c for c in plan.again if not keeps_every_batch(c)]
-    to_train = len({config_key(c) for c in skipping})
+    plan.again = matched_jobs(plan.jobs, plan.measured)
+    skipping = [j for j in plan.again if not keeps_every_batch(j)]
+    to_train = len({config_key(j.config()) for j in skipping})
     log.info("%s: %d compute-matched runs (%d more keep every batch: their as-measured "
-             "runs)", NAME, to_train, len({config_key(c) for c in plan.again}) - to_train)
-    return [RunJob.from_config(c) for c in skipping]
+             "runs)", NAME, to_train, len({config_key(j.config()) for j in plan.again}) - to_train)
+    return skipping
 
 
 def _compute_matched(plan: WhichBufferPlan, rows: Sequence[PolicyRow]

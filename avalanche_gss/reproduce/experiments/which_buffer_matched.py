@@ -18,6 +18,7 @@ the as-measured run's are its own).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ from typing import Protocol, TypeAlias, TypedDict, cast
 from avalanche_gss.reproduce.experiments.which_buffer_records import RowRecord
 from avalanche_gss.reproduce.json_types import JsonObject
 from avalanche_gss.reproduce.runs.budget import PassCount, relative_cost, trained_batches
+from avalanche_gss.reproduce.runs.jobs import Matched, RunJob
 
-__all__ = ["MATCHED_LEGEND", "JobConfig", "JobResult", "MatchedCell", "MatchedJob", "MatchedRun",
-           "RunKey", "add_matched", "keeps_every_batch", "matched_configs", "matched_results",
+__all__ = ["MATCHED_LEGEND", "JobConfig", "JobResult", "MatchedCell", "MatchedRun", "RunKey",
+           "add_matched", "keeps_every_batch", "matched_jobs", "matched_results",
            "matched_rows", "relative_cost_of"]
 
 MATCHED_LEGEND = (
@@ -52,19 +54,6 @@ RunKey = tuple[str, str, int, int]
 """A run of the comparison: its policy, stream, buffer size and seed."""
 
 
-class MatchedJob(TypedDict):
-    """A compute-matched job's ``matched`` entry (part of its config and cache key).
-
-    :param C: the policy's relative cost, an exact fraction string (``"3/2"``).
-    :param kept_batches: the batches it trains on.
-    :param batches: the stream's batches.
-    """
-
-    C: str
-    kept_batches: int
-    batches: int
-
-
 class _Passes(TypedDict):
     """A counted run's ``extras["passes"]`` (see ``run_job``'s ``count_passes``)."""
 
@@ -79,12 +68,12 @@ class _Passes(TypedDict):
 class MatchedRun:
     """One compute-matched run, for the CSV and its row.
 
-    :param job: its ``matched`` entry: ``C``, kept batches, batches.
+    :param job: its job's ``matched``: ``C``, kept batches, batches.
     :param avg: its final average accuracy.
     :param train_seconds: its training time.
     """
 
-    job: MatchedJob
+    job: Matched
     avg: float
     train_seconds: float
 
@@ -101,7 +90,7 @@ class MatchedCell:
     @property
     def relative_cost_mean(self) -> float:
         """The mean of ``C`` over seeds."""
-        return statistics.fmean(float(Fraction(r.job["C"])) for r in self.runs)
+        return statistics.fmean(float(r.job.c) for r in self.runs)
 
     @property
     def avg(self) -> list[float]:
@@ -147,62 +136,61 @@ def relative_cost_of(result: JobResult) -> tuple[Fraction, int, int]:
     return c, len(trained_batches(passes["batches"], c)), int(passes["batches"])
 
 
-def matched_configs(configs: Sequence[JobConfig],
-                    results: Sequence[JobResult]) -> list[JobConfig]:
+def matched_jobs(jobs: Sequence[RunJob], results: Sequence[JobResult]) -> list[RunJob]:
     """The compute-matched job of each as-measured job, from its counted result.
 
-    :param configs: the as-measured jobs (with ``count_passes``).
+    :param jobs: the as-measured jobs (with ``count_passes``).
     :param results: their results, in order.
-    :return: each config without ``count_passes`` and ``trace``, with ``matched``
-        (:class:`MatchedJob`), and its ``label`` ending in ``-matched``.
+    :return: each job without ``count_passes`` and the trace, with ``matched``
+        (:class:`~avalanche_gss.reproduce.runs.jobs.Matched`), its label ending in
+        ``-matched``.
     """
     out = []
-    for config, result in zip(configs, results, strict=True):
+    for job, result in zip(jobs, results, strict=True):
         c, kept, batches = relative_cost_of(result)
-        job = {k: v for k, v in config.items() if k not in ("count_passes", "trace")}
-        job["matched"] = cast(JsonObject, MatchedJob(C=str(c), kept_batches=kept,
-                                                    batches=batches))
-        if job.get("label"):
-            job["label"] = f"{job['label']}-matched"
-        out.append(job)
+        out.append(dataclasses.replace(
+            job, count_passes=False, stream=dataclasses.replace(job.stream, trace=False),
+            matched=Matched(c, kept, batches),
+            label=f"{job.label}-matched" if job.label else job.label))
     return out
 
 
-def keeps_every_batch(config: JobConfig) -> bool:
+def keeps_every_batch(job: RunJob) -> bool:
     """Whether a compute-matched job trains on every batch.
 
     True for ``C <= 1``, or too few batches for ``C`` to skip one: the job is then its
     as-measured run again, with the same result.
 
-    :param config: a compute-matched job (:func:`matched_configs`).
+    :param job: a compute-matched job (:func:`matched_jobs`).
+    :raises ValueError: the job is not compute-matched.
     """
-    matched = cast(MatchedJob, config["matched"])
-    return matched["kept_batches"] == matched["batches"]
+    if job.matched is None:
+        raise ValueError(f"job {job.label!r} is not compute-matched")
+    return job.matched.kept_batches == job.matched.batches
 
 
-def matched_results(configs: Sequence[JobConfig], measured: Sequence[JobResult],
+def matched_results(jobs: Sequence[RunJob], measured: Sequence[JobResult],
                     ran: Sequence[JobResult]) -> list[JobResult]:
     """Each compute-matched job's result, training only the jobs that skip batches.
 
     A job that keeps every batch (:func:`keeps_every_batch`) takes its as-measured run's
     result (the same run, not trained twice); every other job the next of ``ran``.
 
-    :param configs: the compute-matched jobs (:func:`matched_configs`).
+    :param jobs: the compute-matched jobs (:func:`matched_jobs`).
     :param measured: the as-measured results, in the same order.
     :param ran: the results of the jobs that skip batches, in order.
     :raises ValueError: ``ran`` holds another number of results than the jobs that skip.
     """
-    skipping = sum(not keeps_every_batch(c) for c in configs)
+    skipping = sum(not keeps_every_batch(j) for j in jobs)
     if len(ran) != skipping:
         raise ValueError(f"{len(ran)} compute-matched results for {skipping} runs that skip "
                          "batches")
     rest = iter(ran)
-    return [m if keeps_every_batch(c) else next(rest)
-            for c, m in zip(configs, measured, strict=True)]
+    return [m if keeps_every_batch(j) else next(rest)
+            for j, m in zip(jobs, measured, strict=True)]
 
 
-def add_matched(rows: Sequence[_Cell], keys: Sequence[RunKey],
-                configs: Sequence[JobConfig],
+def add_matched(rows: Sequence[_Cell], keys: Sequence[RunKey], jobs: Sequence[RunJob],
                 results: Sequence[JobResult]) -> dict[RunKey, MatchedRun]:
     """Give each row its compute-matched runs (``PolicyRow.matched``), by run key.
 
@@ -213,17 +201,23 @@ def add_matched(rows: Sequence[_Cell], keys: Sequence[RunKey],
 
     :param rows: the rows.
     :param keys: each matched run's policy, stream, buffer size and seed.
-    :param configs: the matched jobs (:func:`matched_configs`).
+    :param jobs: the matched jobs (:func:`matched_jobs`).
     :param results: their results.
     :return: each matched run by its key (for the CSV).
     """
-    runs = {k: MatchedRun(cast(MatchedJob, config["matched"]), cast(float, result["avg"]),
-                          cast(float, result["train_seconds"]))
-            for k, config, result in zip(keys, configs, results, strict=True)}
+    runs = {k: MatchedRun(_matched(job), float(cast(float, result["avg"])),
+                          float(cast(float, result["train_seconds"])))
+            for k, job, result in zip(keys, jobs, results, strict=True)}
     for r in rows:
         r.matched = MatchedCell(tuple(runs[(r.policy, r.stream, r.buffer_size, s)]
                                       for s in r.seeds))
     return runs
+
+
+def _matched(job: RunJob) -> Matched:
+    if job.matched is None:
+        raise ValueError(f"job {job.label!r} is not compute-matched")
+    return job.matched
 
 
 def matched_rows(records: Sequence[RowRecord]) -> list[RowRecord]:

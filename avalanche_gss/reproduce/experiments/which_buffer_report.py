@@ -89,10 +89,10 @@ class PolicyRow(Row):
         record["train_seconds_std"] = _std(self.train_seconds)
         m = self.matched
         if m is not None:
-            record["relative_cost"] = [r.job["C"] for r in m.runs]
+            record["relative_cost"] = [str(r.job.c) for r in m.runs]
             record["relative_cost_mean"] = m.relative_cost_mean
-            record["kept_batches"] = [r.job["kept_batches"] for r in m.runs]
-            record["batches"] = [r.job["batches"] for r in m.runs]
+            record["kept_batches"] = [r.job.kept_batches for r in m.runs]
+            record["batches"] = [r.job.batches for r in m.runs]
             record["matched_avg"] = m.avg
             record["matched_avg_mean"] = statistics.fmean(m.avg)
             record["matched_avg_std"] = _std(m.avg)
@@ -402,7 +402,7 @@ def _matched_cells(matched: dict[RunKey, MatchedRun] | None, keys: dict[str, str
     if matched is None:
         return []
     m = matched[(keys["policy"], keys["stream"], res.settings.buffer_size, res.settings.seed)]
-    return [m.job["C"], m.job["kept_batches"], m.job["batches"], f"{m.avg:.2f}"]
+    return [str(m.job.c), m.job.kept_batches, m.job.batches, f"{m.avg:.2f}"]
 
 
 def matched_lines(report: ReportRecord, columns: Sequence[tuple[str, int]]) -> list[str]:
