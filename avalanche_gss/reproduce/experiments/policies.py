@@ -208,7 +208,7 @@ def parse_method_text(text: str, methods: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
-class StreamSpec:
+class ComparedStream:
     """One stream of the comparison: a registered stream, run with a protocol's settings.
 
     :param family: the figure panel it belongs to (``"imbalanced"`` for sequences 1-5;
@@ -247,14 +247,14 @@ class StreamSpec:
         return self.blur is not None
 
 
-BUILTIN_STREAMS: dict[str, StreamSpec] = {
-    "disjoint": StreamSpec("disjoint", TABLE1),
-    "permuted": StreamSpec("permuted", TABLE2),
-    **{f"imbalanced-{k}": StreamSpec("imbalanced", TABLE4, {"sequence": k})
+BUILTIN_STREAMS: dict[str, ComparedStream] = {
+    "disjoint": ComparedStream("disjoint", TABLE1),
+    "permuted": ComparedStream("permuted", TABLE2),
+    **{f"imbalanced-{k}": ComparedStream("imbalanced", TABLE4, {"sequence": k})
        for k in range(1, 6)},
-    "blurry": StreamSpec("blurry", TABLE1),
-    "cifar10-disjoint": StreamSpec("disjoint", TABLE3, data="cifar10"),
-    "cifar10-blurry": StreamSpec("blurry", TABLE3, data="cifar10"),
+    "blurry": ComparedStream("blurry", TABLE1),
+    "cifar10-disjoint": ComparedStream("disjoint", TABLE3, data="cifar10"),
+    "cifar10-blurry": ComparedStream("blurry", TABLE3, data="cifar10"),
 }
 """This package's streams. On the digits, with the MLP: disjoint balanced (Table 1's),
 permuted (Table 2's), imbalanced sequences 1-5 (Table 4's) and blurry disjoint (Table 1's
@@ -300,7 +300,7 @@ def register_stream_protocol(stream: str, protocol: Protocol) -> Protocol:
     return protocol
 
 
-class StreamTable(Mapping[str, StreamSpec]):
+class StreamTable(Mapping[str, ComparedStream]):
     """The streams ``--streams`` offers: this package's, then those registered by name.
 
     A stream registered from code of one's own
@@ -309,19 +309,19 @@ class StreamTable(Mapping[str, StreamSpec]):
     (:func:`register_stream_protocol`), else :data:`USER_PROTOCOL`.
     """
 
-    def __init__(self, builtin: Mapping[str, StreamSpec]) -> None:
+    def __init__(self, builtin: Mapping[str, ComparedStream]) -> None:
         self._builtin = dict(builtin)
 
     def _user(self) -> tuple[str, ...]:
         own = set(REGISTRY.builtin_names())
         return tuple(n for n in REGISTRY.names() if n not in own and n not in self._builtin)
 
-    def __getitem__(self, name: str) -> StreamSpec:
+    def __getitem__(self, name: str) -> ComparedStream:
         if name in self._builtin:
             return self._builtin[name]
         if name in self._user():
             protocol = _STREAM_PROTOCOLS.get(name, USER_PROTOCOL)
-            return StreamSpec(name, protocol, stream=name, data=protocol.dataset)
+            return ComparedStream(name, protocol, stream=name, data=protocol.dataset)
         raise KeyError(name)
 
     def __iter__(self) -> Iterator[str]:
@@ -331,7 +331,7 @@ class StreamTable(Mapping[str, StreamSpec]):
         return len(self._builtin) + len(self._user())
 
 
-STREAMS: Mapping[str, StreamSpec] = StreamTable(BUILTIN_STREAMS)
+STREAMS: Mapping[str, ComparedStream] = StreamTable(BUILTIN_STREAMS)
 """The streams, by ``--streams`` name: :data:`BUILTIN_STREAMS`, then each stream of
 :data:`avalanche_gss.streams.REGISTRY` registered from code of one's own."""
 
@@ -426,7 +426,7 @@ KINDS: dict[str, StreamKind] = {
     "cifar10": StreamKind("the CIFAR-10 streams", ("cifar10",), CIFAR_BUFFER_SIZES,
                           CIFAR_QUICK, 2000),
 }
-"""The kinds of streams, by :attr:`StreamSpec.data`. One invocation runs streams of one
+"""The kinds of streams, by :attr:`ComparedStream.data`. One invocation runs streams of one
 kind: the streams share the data (``--data``), the buffer sizes and the table's columns."""
 
 
