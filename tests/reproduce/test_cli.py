@@ -362,3 +362,17 @@ def test_an_output_that_cannot_be_written_is_one_line_naming_it(outside):
     assert "Is a directory" in last
     assert "Traceback" not in res.stderr
     assert len(list((outside / "o" / "cache" / "table1").glob("*.json"))) == 1  # run kept
+
+
+def test_every_option_of_the_parser_is_a_field_of_the_typed_options():
+    # parse_args hands the experiments an Options: an option the parser gains without a
+    # field would be dropped there, and a field without an option never set
+    import dataclasses
+
+    from avalanche_gss.reproduce.cli import make_parser, parse_args
+    from avalanche_gss.reproduce.options import Options
+
+    dests = {a.dest for a in make_parser()._actions if a.dest != "help"}
+    assert dests == {f.name for f in dataclasses.fields(Options)} - {"prog"}
+    parsed = parse_args(["table1", "--seeds", "3", "--workers", "2"])
+    assert isinstance(parsed, Options) and parsed.seeds == [3] and parsed.workers == 2
