@@ -107,7 +107,8 @@ COMMANDS: dict[str, Run | Slurm | NotHere] = {
     "avalanche-gss which-buffer --import examples/gradual_stream.py --streams gradual": Run(
         ("--quick", "--policies", "Reservoir", *TOY)),
     "avalanche-gss which-buffer --import examples/own_protocol_stream.py --streams three-tasks":
-        Run(("--quick", "--policies", "Reservoir", *TOY)),
+        NotHere("the same command, with the file's --quick --policies Reservoir CBRS, runs "
+                "from another folder in tests/reproduce/test_examples_protocol_stream.py"),
     "avalanche-gss --import examples/my_experiment.py my-experiment --quick": Run(TOY),
     # on a cluster
     "avalanche-gss which-buffer --quick --launcher submitit --cluster slurm --runs-per-job 4":
