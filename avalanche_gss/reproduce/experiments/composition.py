@@ -43,7 +43,6 @@ from avalanche_gss.reproduce.runs.planning import (
     register_result_check,
 )
 from avalanche_gss.reproduce.runs.settings import settings_from_dict
-from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.traces import TraceRecord, task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, run, run_label
 from avalanche_gss.streams import ArrayDataset, TaskSplit
@@ -213,11 +212,8 @@ class CompositionJob(Job):
         :param config: the job's config (:meth:`config`).
         """
         variant = config.get("row_variant")
-        return cls(experiment=str(config["experiment"]), data=DataSource.from_config(config),
-                   code=CodeIdentity.from_config(config),
-                   threads=int(cast(int, config.get("threads", 1))),
-                   settings=settings_from_dict(cast(JsonObject, config["settings"])),
-                   label=job_name(config), stream=StreamSpec.from_config(config),
+        return cls(**Job.base_fields(config),
+                   stream=StreamSpec.from_config(config),
                    every=int(cast(int, config["every"])),
                    variant=None if variant is None else str(variant))
 

@@ -24,14 +24,11 @@ from avalanche_gss.reproduce.runs.evaluation import CurveResult, run_curve
 from avalanche_gss.reproduce.runs.identity import data_identity
 from avalanche_gss.reproduce.runs.planning import (
     CodeIdentity,
-    DataSource,
     Job,
     check_run_record,
     job_base,
     register_result_check,
 )
-from avalanche_gss.reproduce.runs.settings import settings_from_dict
-from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.training import VARIANT_METHODS, VARIANTS, RunSettings
 from avalanche_gss.reproduce.runs.training import run as run_one
 from avalanche_gss.streams import ArrayDataset, TaskSplit
@@ -102,11 +99,7 @@ class FigureJob(Job):
         if kind not in ("curve", "final"):
             raise ValueError(f"unknown figure job kind {kind!r}; choose curve or final")
         every = config.get("every_samples")
-        return cls(experiment=str(config["experiment"]), data=DataSource.from_config(config),
-                   code=CodeIdentity.from_config(config),
-                   threads=int(cast(int, config.get("threads", 1))),
-                   settings=settings_from_dict(cast(JsonObject, config["settings"])),
-                   label=job_name(config),
+        return cls(**Job.base_fields(config),
                    samples_per_task=int(cast(int, config["samples_per_task"])),
                    kind="curve" if kind == "curve" else "final",
                    every_samples=None if every is None else int(cast(int, every)))

@@ -300,6 +300,23 @@ def _ways(report: ReportRecord) -> list[Way]:
     return [AS_MEASURED, COMPUTE_MATCHED] if matched else [AS_MEASURED]
 
 
+def _column_cells(rows: Sequence[RowRecord], key: Accuracy
+                  ) -> tuple[dict[str, str], dict[str, dict[tuple[str, int], float]],
+                             list[tuple[str, str]]]:
+    """A report's accuracies per policy and ``("STREAM/M", seed)``, and its columns.
+
+    :return: each stream's family (a row without one: its stream's own), the cells, and
+        every ``("STREAM/M", family)`` column, sorted.
+    """
+    values = paired_values(rows, key)
+    family_of = {r["stream"]: r.get("family", r["stream"]) for r in rows}
+    cells = {p: {(f"{s}/{m}", seed): v for (s, m, seed), v in per.items()}
+             for p, per in values.items()}
+    columns = sorted({(f"{s}/{m}", family_of[s]) for per in values.values()
+                      for (s, m, _) in per}, key=lambda c: c[0])
+    return family_of, cells, columns
+
+
 def equivalence(rows: Sequence[RowRecord], key: Accuracy = "avg",
                 delta: float = DELTA, families: Mapping[str, float] | None = None
                 ) -> EquivalenceRecord:
@@ -316,12 +333,7 @@ def equivalence(rows: Sequence[RowRecord], key: Accuracy = "avg",
     :param families: the mix's weight of each stream family (``None``: equal).
     :raises ValueError: fewer than 2 seeds or policies, or policies run on other columns.
     """
-    values = paired_values(rows, key)
-    family_of = {r["stream"]: r.get("family", r["stream"]) for r in rows}  # else its own
-    cells = {p: {(f"{s}/{m}", seed): v for (s, m, seed), v in per.items()}
-             for p, per in values.items()}
-    columns = sorted({(f"{s}/{m}", family_of[s]) for per in values.values()
-                      for (s, m, _) in per}, key=lambda c: c[0])
+    family_of, cells, columns = _column_cells(rows, key)
     present = list(dict.fromkeys(family_of[r["stream"]] for r in rows))
     scopes: list[ScopeRecord] = []
     for scope in ("mix", *present):
@@ -609,13 +621,7 @@ def sequential_replay(report: ReportRecord, start: int = 2, key: Accuracy = "avg
     :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
     :param delta: the practical margin.
     """
-    rows = report["rows"]
-    values = paired_values(rows, key)
-    family_of = {r["stream"]: r.get("family", r["stream"]) for r in rows}
-    cells = {p: {(f"{s}/{m}", seed): v for (s, m, seed), v in per.items()}
-             for p, per in values.items()}
-    columns = sorted({(f"{s}/{m}", family_of[s]) for per in values.values()
-                      for (s, m, _) in per}, key=lambda c: c[0])
+    _, cells, columns = _column_cells(report["rows"], key)
     means = seed_means(cells, family_weights(columns))
     return run_sequential(list(report["protocol"]["policies"]),
                           list(report["protocol"]["seeds"]),

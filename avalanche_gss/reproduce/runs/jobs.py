@@ -28,15 +28,12 @@ from avalanche_gss.reproduce.runs.evaluation import (
 )
 from avalanche_gss.reproduce.runs.planning import (
     CodeIdentity,
-    DataSource,
     Job,
     check_run_record,
     register_result_check,
 )
 from avalanche_gss.reproduce.runs.protocol_streams import ProtocolStream
 from avalanche_gss.reproduce.runs.recording import RESULT_KEY, ScalarRecorder
-from avalanche_gss.reproduce.runs.settings import settings_from_dict
-from avalanche_gss.reproduce.runs.sweep import job_name
 from avalanche_gss.reproduce.runs.traces import task_end_trace, trace_records
 from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult
 from avalanche_gss.reproduce.runs.training import run as run_one
@@ -147,11 +144,8 @@ class RunJob(Job):
         :param config: the job's config (:meth:`config`, or a config built as one).
         """
         matched = config.get("matched")
-        return cls(experiment=str(config["experiment"]), data=DataSource.from_config(config),
-                   code=CodeIdentity.from_config(config),
-                   threads=int(cast(int, config.get("threads", 1))),
-                   settings=settings_from_dict(cast(JsonObject, config["settings"])),
-                   label=job_name(config), stream=StreamSpec.from_config(config),
+        return cls(**Job.base_fields(config),
+                   stream=StreamSpec.from_config(config),
                    count_passes=bool(config.get("count_passes")),
                    matched=None if not isinstance(matched, dict) else Matched(
                        Fraction(str(matched["C"])), int(cast(int, matched["kept_batches"])),

@@ -25,8 +25,9 @@ from avalanche_gss.reproduce.runs.identity import (
     method_code,
     prepare_job,
 )
+from avalanche_gss.reproduce.runs.settings import settings_from_dict
 from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS, SchedulerUnavailable
-from avalanche_gss.reproduce.runs.sweep import run_sweep
+from avalanche_gss.reproduce.runs.sweep import job_name, run_sweep
 from avalanche_gss.reproduce.runs.training import (
     RunResult,
     RunSettings,
@@ -180,6 +181,32 @@ class Job:
     def config(self) -> JsonObject:
         """The job as its cache key holds it (JSON; :func:`~.runs.sweep.config_key`)."""
         return self.base_config()
+
+    @staticmethod
+    def base_fields(config: Mapping[str, Json]) -> JobFields:
+        """The shared fields of a job its config describes (:meth:`base_config`'s inverse).
+
+        A subclass's ``from_config`` passes them on: ``cls(**Job.base_fields(config), ...)``.
+
+        :param config: the job's config.
+        """
+        return JobFields(experiment=str(config["experiment"]),
+                         data=DataSource.from_config(config),
+                         code=CodeIdentity.from_config(config),
+                         threads=int(cast(int, config.get("threads", 1))),
+                         settings=settings_from_dict(cast(JsonObject, config["settings"])),
+                         label=job_name(config))
+
+
+class JobFields(TypedDict):
+    """:class:`Job`'s fields, as :meth:`Job.base_fields` reads them from a config."""
+
+    experiment: str
+    data: DataSource
+    code: CodeIdentity
+    threads: int
+    settings: RunSettings
+    label: str | None
 
 
 J = TypeVar("J")
