@@ -7,9 +7,10 @@ optimizer update that change nothing) is skipped where it is a no-op.
 
 The fast path: for the library's tensor experiences
 (:class:`~avalanche_gss.streams.online.TensorExperience`, no transform), the dataloader
-is the experience's tensors cut into mini-batches of ``train_mb_size``, in order, instead
-of a new ``DataLoader``; model adaptation and the optimizer update are skipped when the
-model has no Avalanche ``DynamicModule`` (they would change nothing).
+is the experience's tensors cut into mini-batches of ``train_mb_size`` (``eval_mb_size``
+in evaluation), in order, instead of a new ``DataLoader``; model adaptation and the
+optimizer update are skipped when the model has no Avalanche ``DynamicModule`` (they would
+change nothing).
 ``strategy.dataloader`` and ``strategy.adapted_dataset`` are set as usual, so plugins that
 replace the dataloader (``ReplayPlugin``) take effect. When a plugin replaces the adapted
 dataset (GDumb, ...), a subclass overrides ``make_train_dataloader``, or the experiences
@@ -282,6 +283,45 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
         step = self.train_mb_size
         self.dataloader = _TensorBatches(
             [x[i : i + step], y[i : i + step], t[i : i + step]] for i in range(0, len(y), step)
+        )
+
+    def eval_dataset_adaptation(self, **kwargs: Any) -> None:
+        """``adapted_dataset``: the experience's dataset (in its eval transform group).
+
+        For a tensor experience (no transform, so ``eval()`` would be a no-op) it is the
+        experience's own dataset, built only if read, as in training.
+        """
+        if isinstance(self.experience, TensorExperience):
+            self.adapted_dataset = None
+            self.__dict__["_adapted_is_experience"] = True
+        else:
+            super().eval_dataset_adaptation(**kwargs)
+
+    def make_eval_dataloader(self, **kwargs: Any) -> None:
+        """The experience's tensors in mini-batches of ``eval_mb_size``, or Avalanche's.
+
+        The batches are those Avalanche's ``DataLoader`` makes (the samples in order, with
+        their task label), without its per-sample reads. Avalanche's own loader is built
+        when the experience is not a tensor experience, a plugin replaced the adapted
+        dataset, or a subclass overrides this method.
+        """
+        experience = self.experience
+        fast = (isinstance(experience, TensorExperience)
+                and (self.__dict__.get("_adapted_is_experience")
+                     or self.adapted_dataset is experience.dataset)
+                and type(self).make_eval_dataloader is OnlineTemplate.make_eval_dataloader)
+        if not fast:
+            super().make_eval_dataloader(**kwargs)
+            return
+        assert isinstance(experience, TensorExperience)
+        x, y = experience.tensors
+        t = torch.full_like(y, experience.task_label)
+        step = self.eval_mb_size
+        # copies, as a DataLoader's collation makes: a view into the middle of the tensors
+        # may sit at another alignment, and kernels may then sum in another order
+        self.dataloader = _TensorBatches(
+            [x[i : i + step].clone(), y[i : i + step].clone(), t[i : i + step]]
+            for i in range(0, len(y), step)
         )
 
     # Class-index labels checked against the model's outputs, with no device sync.

@@ -379,6 +379,61 @@ def test_a_plugin_that_replaces_the_dataset_takes_effect_and_is_said_once():
     assert len(slow) == 1 and "replaced the adapted dataset" in str(slow[0].message)
 
 
+@pytest.mark.parametrize("eval_mb_size", [7, 1000])
+def test_evaluation_on_the_tensor_path_is_avalanches_dataloader_path(eval_mb_size):
+    # The same strategy state evaluated on the tensor path and, in a subclass that makes
+    # Avalanche's own loader, through its DataLoader: the same batches, so the same metrics
+    # to the bit, and the model sees eval_mb_size samples at a time with their task label.
+    from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
+
+    class Loader(OnlineTemplate):
+        def make_eval_dataloader(self, **kwargs):
+            SupervisedTemplate.make_eval_dataloader(self, **kwargs)
+
+    bench = online_benchmark(_split(per_task=30))
+    results, sizes = [], []
+
+    class Sizes(SupervisedPlugin):
+        def before_eval_forward(self, strategy, **kwargs):
+            sizes.append((len(strategy.mb_x), strategy.mb_task_id.tolist()))
+
+    for template in (OnlineTemplate, Loader):
+        model = _mlp()
+        torch.manual_seed(0)
+        model.load_state_dict(SimpleMLP(num_classes=6, input_size=N_FEATURES, hidden_size=16,
+                                        drop_rate=0).state_dict())
+        strategy = template(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                            eval_mb_size=eval_mb_size, plugins=[Sizes()], evaluator=quiet_evaluator(
+                                accuracy_metrics(experience=True), loss_metrics(experience=True)))
+        strategy.train(bench.train_stream)
+        results.append(strategy.eval(bench.test_stream))
+    assert results[0] == results[1] and len(results[0]) >= 6
+    half = len(sizes) // 2
+    assert sizes[:half] == sizes[half:]
+    assert [n for n, _ in sizes[:half]] == ([7, 3] * 3 if eval_mb_size == 7 else [10] * 3)
+    assert all(set(t) == {0} for _, t in sizes)
+
+
+def test_a_plugin_that_replaces_the_eval_dataset_takes_effect():
+    bench = online_benchmark(_split())
+    extra = _make_taskaware_tensor_classification_dataset(
+        torch.zeros(5, N_FEATURES), torch.zeros(5, dtype=torch.long), task_labels=0)
+    seen: list[int] = []
+
+    class Adds(SupervisedPlugin):
+        def after_eval_dataset_adaptation(self, strategy, **kwargs):
+            strategy.adapted_dataset = strategy.adapted_dataset.concat(extra)
+
+        def before_eval_forward(self, strategy, **kwargs):
+            seen.append(len(strategy.mb_y))
+
+    model = _mlp()
+    strategy = OnlineTemplate(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                              plugins=[Adds()])
+    strategy.eval(bench.test_stream)
+    assert seen == [15, 15, 15]
+
+
 def test_an_experience_dataset_is_built_only_when_read():
     # The tensor path and the buffer read the tensors; a plugin reading adapted_dataset, or
     # the buffer read as a dataset, gets the experience's own dataset, built then.
