@@ -10,7 +10,6 @@ import json
 import logging
 import py_compile
 import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 from helpers.cli import cli as reproduce
 from helpers.cli import subprocess_env, toy_npz
 from helpers.policy import POLICY, write_policy
+from helpers.warm import run as warm_python
 
 from avalanche_gss import methods
 from avalanche_gss.methods.spec import Method
@@ -327,12 +327,14 @@ def test_the_console_script_imports_from_the_current_folder_and_beside_a_file(tm
     path = write_policy(tmp_path / "sub", "newest_file", name="Beside")
     path.write_text(path.read_text().replace("NEWEST = True", "from newest_beside import NEWEST"))
     data = toy_npz(tmp_path / "toy.npz")
-    # When the installed command runs both by name, in two worker processes
-    res = subprocess.run(
-        [str(script), "table1", "--quick", "--data", str(data), "--import", "newest_here",
+    # When the installed command runs both by name, in two worker processes (the script
+    # forked from a warm interpreter, as its shebang's Python runs it: its own folder first
+    # on sys.path, not the current one; its workers are spawned afresh as ever)
+    res = warm_python(
+        [script, "table1", "--quick", "--data", data, "--import", "newest_here",
          "--import", "sub/newest_file.py", "--methods", "Here", "Beside", "--seeds", "0",
          "--buffer-sizes", "100", "--workers", "2", "--out", "out"],
-        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+        tmp_path, subprocess_env(), timeout=600)
     # Then both are found, in the command and in its workers, as under python -m
     assert res.returncode == 0, res.stderr
     rows = {r["method"]: r for r in json.loads((tmp_path / "out" / "table1.json").read_text()
