@@ -104,12 +104,12 @@ class Figure5Plan:
 
 def _points(method: str, chosen: Choices) -> list[tuple[RowKeys, dict[str, int]]]:
     """A method's points: its row keys (``n`` or ``batch_size``) and its settings there."""
-    points: list[RowKeys] = [{"batch_size": b} for b in chosen["batch_sizes"]]
+    points: list[dict[str, int]] = [{"batch_size": b} for b in chosen["batch_sizes"]]
     fixed = {"batch_size": chosen["batch_size"]}
     if method in N_METHODS:
         points = [{"n": n} for n in chosen["n_values"]] + points
         fixed = {"n": chosen["n"], **fixed}
-    return [(point, {**fixed, **point}) for point in points]  # type: ignore[dict-item]
+    return [(point, {**fixed, **point}) for point in points]
 
 
 def _settings(args: Options, chosen: Choices, methods: Sequence[str]

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from avalanche_gss._files import read_regular
@@ -84,6 +84,25 @@ def unwritten(err: OSError, out: str, prog: str) -> int:
     return 1
 
 
+class _OneLineWarnings:
+    """``warnings.formatwarning`` that writes the harness's warnings as ``PROG: warning: ...``.
+
+    :param prog: the command's name.
+    :param shown_before: the function it replaced, which formats every other warning.
+    """
+
+    def __init__(self, prog: str, shown_before: Callable[..., str]) -> None:
+        self.prog = prog
+        self.shown_before = shown_before
+
+    def __call__(self, message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, line: str | None = None) -> str:
+        if issubclass(category, (UncachedResultWarning, IgnoredResultWarning,
+                                 OfflineDigitsWarning)):
+            return f"{self.prog}: warning: {message}\n"
+        return self.shown_before(message, category, filename, lineno, line)
+
+
 def one_line_warnings(prog: str) -> None:
     """Show the harness's warnings as one line each (command line only).
 
@@ -91,17 +110,9 @@ def one_line_warnings(prog: str) -> None:
     job runs again), and of the shipped digits standing in for a missing MNIST.
     """
     shown = warnings.formatwarning
-    shown = getattr(shown, "shown_before", shown)  # installed by an earlier command
-
-    def formatwarning(message: Warning | str, category: type[Warning], filename: str,
-                      lineno: int, line: str | None = None) -> str:
-        if issubclass(category, (UncachedResultWarning, IgnoredResultWarning,
-                                 OfflineDigitsWarning)):
-            return f"{prog}: warning: {message}\n"
-        return shown(message, category, filename, lineno, line)
-
-    formatwarning.shown_before = shown  # type: ignore[attr-defined]  # mypy: a function has no attributes
-    warnings.formatwarning = formatwarning
+    if isinstance(shown, _OneLineWarnings):  # installed by an earlier command
+        shown = shown.shown_before
+    warnings.formatwarning = _OneLineWarnings(prog, shown)
 
 
 INTERRUPTED = 130

@@ -38,12 +38,15 @@ def jsonable(value: object) -> Json:
     """``value`` as JSON data: tuples as lists, mappings and sequences element-wise.
 
     :param value: JSON-like data (tuples, lists, dicts, scalars).
+    :raises TypeError: a value that is none of these (one line naming it).
     """
     if isinstance(value, (tuple, list)):
         return [jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
-    return value  # type: ignore[return-value]  # a scalar
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"not JSON data: {value!r} ({type(value).__name__})")
 
 
 @dataclass(frozen=True)

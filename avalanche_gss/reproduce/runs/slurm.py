@@ -33,11 +33,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from avalanche_gss._atomic import atomic_write
 from avalanche_gss._files import read_regular
 from avalanche_gss.reproduce.runs.cache import ResultCache
+
+if TYPE_CHECKING:
+    import submitit
 
 __all__ = ["JOB_OPTIONS", "ClusterOptions", "JobLost", "JobsDoNotFit", "RunOutcome",
            "SchedulerUnavailable", "check_capacity", "check_scheduler", "node_capacity",
@@ -505,16 +508,16 @@ def _adopt(todo: Mapping[str, Config], folder: Path) -> tuple[list[_Task], list[
     return adopted, done_with
 
 
-def _submit(executor: object, todo: Mapping[str, Config], run: RunOne, cache_dir: str,
-            options: ClusterOptions) -> list[_Task]:
+def _submit(executor: submitit.AutoExecutor, todo: Mapping[str, Config], run: RunOne,
+            cache_dir: str, options: ClusterOptions) -> list[_Task]:
     """Submit the groups of ``todo`` as one job array; one :class:`_Task` per group."""
     from submitit.core.utils import FailedJobError
 
     groups = share_out(list(todo), options.runs_per_job)
     group = partial(run_group, at_once=runs_at_once(options), threads=options.threads)
     try:
-        with executor.batch():  # type: ignore[attr-defined]
-            jobs = [executor.submit(  # type: ignore[attr-defined]
+        with executor.batch():
+            jobs = [executor.submit(
                 group, run, [todo[key] for key in keys], cache_dir) for keys in groups]
     except (FailedJobError, subprocess.SubprocessError, OSError) as err:  # sbatch's stderr
         text = " ".join(str(err).split())
