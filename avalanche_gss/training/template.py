@@ -95,6 +95,27 @@ class _TensorBatches(list[list[Tensor]]):
     """An experience's tensors cut into ``[x, y, t]`` mini-batches: the fast path's loader."""
 
 
+class _EvalBatches:
+    """A test experience's tensors in ``[x, y, t]`` mini-batches: the evaluation's loader.
+
+    The batches hold ``size`` samples and are copied one at a time, as they are read, as
+    a ``DataLoader``'s collation copies them: a view into the middle of the tensors may sit
+    at another alignment, and kernels may then sum in another order.
+    Only the batch being evaluated is held, as with a ``DataLoader``.
+    """
+
+    def __init__(self, x: Tensor, y: Tensor, task_label: int, size: int) -> None:
+        self.x, self.y, self.task_label, self.size = x, y, task_label, size
+
+    def __len__(self) -> int:
+        return -(-len(self.y) // self.size)
+
+    def __iter__(self) -> Iterator[list[Tensor]]:
+        for i in range(0, len(self.y), self.size):
+            y = self.y[i : i + self.size].clone()
+            yield [self.x[i : i + self.size].clone(), y, torch.full_like(y, self.task_label)]
+
+
 def check_labels(span: tuple[int, int] | None, out: Any, loss: Any) -> None:
     """Refuse class-index labels (``span``: their min and max) outside ``out``'s outputs.
 
@@ -315,14 +336,7 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
             return
         assert isinstance(experience, TensorExperience)
         x, y = experience.tensors
-        t = torch.full_like(y, experience.task_label)
-        step = self.eval_mb_size
-        # copies, as a DataLoader's collation makes: a view into the middle of the tensors
-        # may sit at another alignment, and kernels may then sum in another order
-        self.dataloader = _TensorBatches(
-            [x[i : i + step].clone(), y[i : i + step].clone(), t[i : i + step]]
-            for i in range(0, len(y), step)
-        )
+        self.dataloader = _EvalBatches(x, y, experience.task_label, self.eval_mb_size)
 
     # Class-index labels checked against the model's outputs, with no device sync.
 
