@@ -94,14 +94,20 @@ def provenance(device: str, threads: int) -> dict[str, Any]:
 
 
 def provenance_line(info: dict[str, Any]) -> str:
-    """One Markdown line of :func:`provenance`'s output."""
+    """One Markdown line of :func:`provenance`'s output.
+
+    Without a commit it names the code by the first 12 digits of ``code_sha256``, where
+    the record holds one (the reports of ``python -m avalanche_gss.reproduce`` do).
+    """
     commit = info.get("git_commit")
+    code = info.get("code_sha256")
     if commit:
         origin = f" (commit {commit})"
     elif info.get("source") == "installed package":
-        origin = " (installed package, no git checkout)"
+        origin = " (installed package, no git checkout"
+        origin += f"; code sha256 {code[:12]})" if code else ")"
     else:
-        origin = " (commit unknown)"
+        origin = f" (commit unknown; code sha256 {code[:12]})" if code else " (commit unknown)"
     return (f"Produced by avalanche-gss {info.get('avalanche_gss')}" + origin
             + f", torch {info.get('torch')}, Avalanche {info.get('avalanche')}, "
             f"Python {info.get('python')}; device {info.get('device')} "

@@ -54,6 +54,12 @@ def test_the_provenance_line_of_an_installed_package_names_its_version():
     assert "(commit 0123abc)" in provenance_line({**info, "source": "git checkout",
                                                   "git_commit": "0123abc"})
     assert "(commit unknown)" in provenance_line({**info, "source": "git checkout"})
+    # a report's record names the code by its hash where no commit does
+    code = "ab12" * 16
+    assert ("(installed package, no git checkout; code sha256 ab12ab12ab12), torch 2.5"
+            in provenance_line({**info, "code_sha256": code}))
+    assert "(commit unknown; code sha256 ab12ab12ab12)" in provenance_line(
+        {**info, "source": "git checkout", "code_sha256": code})
 
 
 def test_outside_a_checkout_the_provenance_says_installed_package(tmp_path, monkeypatch):

@@ -28,6 +28,13 @@ def cli_background(*args, cwd, log):
     return WarmProcess(cmd[1:], cwd, env, out=Path(os.devnull), err=log)
 
 
+def avalanche_gss_folder():
+    """The folder of the ``avalanche_gss`` package this process imported."""
+    import avalanche_gss
+
+    return Path(avalanche_gss.__file__).resolve().parent
+
+
 def table_lines(md_path):
     """The Markdown table of a report (its rows, without the command line)."""
     return [line for line in Path(md_path).read_text().splitlines() if line.startswith("|")]
@@ -162,6 +169,11 @@ def test_outputs_state_the_run_as_it_was(outside):
     for key in ("avalanche_gss", "torch", "avalanche", "python", "numpy", "device",
                 "threads", "git_commit"):
         assert key in prov
+    # and the code by its hash, the one every run's cache key holds
+    from avalanche_gss.reproduce.runs.cache import package_sha256, source_sha256
+
+    assert prov["code_sha256"] == package_sha256() == source_sha256(
+        Path(avalanche_gss_folder()))
     # --device auto is the default: CUDA when present.
     import torch
 

@@ -21,8 +21,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
+import avalanche_gss.provenance as _library
 from avalanche_gss._atomic import replace_file
-from avalanche_gss.provenance import provenance, provenance_line
+from avalanche_gss.provenance import provenance_line
 from avalanche_gss.reproduce.reports.paper import (
     PAPER_SEEDS,
     REPRODUCE_ALPHA,
@@ -37,12 +38,27 @@ from avalanche_gss.reproduce.reports.rows import (
     rows_from_runs,
     warning_lines,
 )
+from avalanche_gss.reproduce.runs.cache import package_sha256
 
 __all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs",
            "output_paths", "table_csv", "table_markdown", "write_outputs", "write_report",
            "write_text",
            "format_cell", "provenance", "provenance_line", "protocol_line", "data_lines",
            "replay_words", "shared_places", "reproduce_tests", "reproduce_lines"]
+
+
+def provenance(device: str, threads: int) -> dict[str, Any]:
+    """What produced a report: :func:`avalanche_gss.provenance.provenance`, and the code.
+
+    ``code_sha256`` is the SHA-256 of the package's source, as every run's cache key holds
+    it (:func:`~avalanche_gss.reproduce.runs.cache.package_sha256`): it names the code
+    where no commit does (an installed wheel, a copy of the source), and a checkout's
+    source can be hashed to match it (``source_sha256`` of its ``avalanche_gss`` folder).
+
+    :param device: the device the runs trained on.
+    :param threads: the torch threads each run used.
+    """
+    return {**_library.provenance(device, threads), "code_sha256": package_sha256()}
 
 
 def _std(values: Sequence[float]) -> float | None:
