@@ -96,8 +96,8 @@ class Choices(TypedDict, total=False):
     jitter: float
 
 
-def resolve_choices(args: Options, defaults: Mapping[str, Any],
-                    quick: Mapping[str, Any], options: Sequence[str]) -> Choices:
+def resolve_choices(args: Options, defaults: Mapping[str, object],
+                    quick: Mapping[str, object], options: Sequence[str]) -> Choices:
     """What an experiment runs: its defaults, ``--quick``'s, then the command line's.
 
     The command line's ``options`` replace the choice of the same name where it is given

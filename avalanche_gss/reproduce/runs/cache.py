@@ -26,7 +26,7 @@ from typing import Any
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
 from avalanche_gss._files import FileRefused, read_regular
-from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.json_types import Json, JsonObject
 
 __all__ = ["MAX_ENTRY_BYTES", "NAMING_KEYS", "IgnoredResultWarning", "ResultCheck",
            "ResultCache", "canonical_json", "config_key", "module_sha256", "package_sha256",
@@ -45,12 +45,12 @@ class IgnoredResultWarning(UserWarning):
     """
 
 
-ResultCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], object]
+ResultCheck = Callable[[Mapping[str, Json], Mapping[str, Json]], object]
 """``check(config, result)``: raises ``ValueError``, ``TypeError`` or ``KeyError`` when a
 stored ``result`` of the job ``config`` lacks what the caller reads from it."""
 
 
-def canonical_json(config: Mapping[str, Any]) -> str:
+def canonical_json(config: Mapping[str, Json]) -> str:
     """Return the config as canonical JSON (sorted keys, no spaces); raise if not JSON data."""
     if not isinstance(config, Mapping):
         raise TypeError(f"a job config must be a mapping, got {type(config).__name__}")
@@ -69,7 +69,7 @@ the folder never trains it again), whose content the key holds as ``user_code``,
 module name."""
 
 
-def result_config(config: Mapping[str, Any]) -> JsonObject:
+def result_config(config: Mapping[str, Json]) -> JsonObject:
     """The part of a job's config that decides its result: all but :data:`NAMING_KEYS`.
 
     :param config: the job's config.
@@ -80,7 +80,7 @@ def result_config(config: Mapping[str, Any]) -> JsonObject:
     return {k: v for k, v in config.items() if k not in NAMING_KEYS}
 
 
-def config_key(config: Mapping[str, Any]) -> str:
+def config_key(config: Mapping[str, Json]) -> str:
     """Return the cache key of a job: SHA-256 (32 hex digits) of its canonical JSON.
 
     Key order does not matter; every value does (``1`` and ``1.0`` differ), except the
@@ -172,14 +172,14 @@ class ResultCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.dir, ".tmp-", ".json")
 
-    def path(self, config: Mapping[str, Any]) -> Path:
+    def path(self, config: Mapping[str, Json]) -> Path:
         """Return where the job's result lives.
 
         :param config: the job's config.
         """
         return self.dir / f"{config_key(config)}.json"
 
-    def get(self, config: Mapping[str, Any], check: ResultCheck | None = None
+    def get(self, config: Mapping[str, Json], check: ResultCheck | None = None
             ) -> JsonObject | None:
         """Return the job's stored result, or ``None`` if it has none (or an unreadable one).
 
@@ -216,7 +216,7 @@ class ResultCache:
         return result
 
     @staticmethod
-    def _entry(data: bytes, config: Mapping[str, Any], check: ResultCheck | None
+    def _entry(data: bytes, config: Mapping[str, Json], check: ResultCheck | None
                ) -> tuple[JsonObject | None, str | None]:
         """The result an entry's bytes hold, or ``None`` and why they are not believed."""
         try:
@@ -242,7 +242,7 @@ class ResultCache:
                 return None, f"its result is not one this job returns ({why})"
         return result, None
 
-    def put(self, config: Mapping[str, Any], result: Mapping[str, Any], seconds: float) -> Path:
+    def put(self, config: Mapping[str, Json], result: Mapping[str, Json], seconds: float) -> Path:
         """Store a finished job's result atomically; return its path.
 
         :param config: the job's config.

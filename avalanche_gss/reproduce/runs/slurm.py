@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from avalanche_gss._atomic import atomic_write
 from avalanche_gss._files import read_regular
+from avalanche_gss.reproduce.json_types import Json
 from avalanche_gss.reproduce.runs.cache import ResultCache
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ __all__ = ["JOB_OPTIONS", "ClusterOptions", "JobLost", "JobsDoNotFit", "RunOutco
 
 logger = logging.getLogger(__name__)
 
-Config = Mapping[str, object]
+Config = Mapping[str, Json]
 """A run's config: JSON data, the run's cache key (what the sweep's jobs are)."""
 
 Result = Mapping[str, object]
