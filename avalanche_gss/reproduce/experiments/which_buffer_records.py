@@ -141,9 +141,9 @@ class HeadRecord(TypedDict):
     title: str
     dataset: str
     data_source: str
-    data_sha256: str
+    data_sha256: str | None
     data_verified_as: str | None
-    data_verification: str
+    data_verification: str | None
     command: str
 
 

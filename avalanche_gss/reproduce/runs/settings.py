@@ -475,8 +475,9 @@ def split_keywords(method: str, keywords: Mapping[str, object]
     """
     options: dict[str, OptionValue] = {}
     given = keywords.get("options") or {}
-    _check(isinstance(given, Mapping), f"options must be a mapping, got {given!r}")
-    options.update(given)  # type: ignore[call-overload]  # a Mapping, checked above
+    if not isinstance(given, Mapping):
+        raise ValueError(f"options must be a mapping, got {given!r}")
+    options.update(given)
     own = _method_options(method)
     settings: dict[str, object] = {}
     for key, value in keywords.items():
