@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 Config = Mapping[str, Json]
 """A run's config: JSON data, the run's cache key (what the sweep's jobs are)."""
 
-Result = Mapping[str, object]
+Result = Mapping[str, Json]
 """What a run returns: JSON data."""
 
 Executed = tuple[Result, "str | None"]

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
-from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.json_types import Json, JsonObject
 from avalanche_gss.reproduce.runs.cache import (
     ResultCache,
     ResultCheck,
@@ -93,7 +93,7 @@ class SweepInterrupted(KeyboardInterrupt):
                          f"in {cache_dir}; run it again to continue")
 
 
-def job_name(config: Mapping[str, Any]) -> str | None:
+def job_name(config: Mapping[str, Json]) -> str | None:
     """A job's ``label`` entry, where it has a non-empty string one; else ``None``.
 
     :param config: the job's config.
@@ -102,7 +102,7 @@ def job_name(config: Mapping[str, Any]) -> str | None:
     return label if isinstance(label, str) and label else None
 
 
-def _named(config: Mapping[str, Any]) -> str:
+def _named(config: Mapping[str, Json]) -> str:
     """`` (label)`` after a job's key in messages, where it has a label."""
     label = job_name(config)
     return "" if label is None else f" ({label})"
@@ -222,7 +222,7 @@ def _execute(
     return dict(result), None
 
 
-def run_sweep(jobs: Sequence[Mapping[str, Any]], fn: JobFn, *, cache_dir: str | os.PathLike[str],
+def run_sweep(jobs: Sequence[Mapping[str, Json]], fn: JobFn, *, cache_dir: str | os.PathLike[str],
               workers: int = 1, launcher: Launcher = "local", progress: bool = True,
               cluster: str | None = None, submitit_params: Mapping[str, Any] | None = None,
               threads: int | None = None, runs_per_job: int = 1,
@@ -283,7 +283,7 @@ def run_sweep(jobs: Sequence[Mapping[str, Any]], fn: JobFn, *, cache_dir: str | 
     return [results[key] for key in keys]
 
 
-def _plan(jobs: Sequence[Mapping[str, Any]], cache: ResultCache, launcher: Launcher,
+def _plan(jobs: Sequence[Mapping[str, Json]], cache: ResultCache, launcher: Launcher,
           check: ResultCheck | None = None
           ) -> tuple[list[str], dict[str, JsonObject], dict[str, JsonObject]]:
     """Each job's cache key, the distinct jobs by key, and the stored results by key.
@@ -374,7 +374,7 @@ def _launch(unique: dict[str, JsonObject], results: dict[str, JsonObject],
         bar.close()
 
 
-def _check_labels(unique: Mapping[str, Mapping[str, Any]]) -> None:
+def _check_labels(unique: Mapping[str, Mapping[str, Json]]) -> None:
     """Refuse two different jobs (by cache key) that carry the same ``label``."""
     seen: dict[str, str] = {}
     for key, cfg in unique.items():
@@ -558,7 +558,7 @@ def _run_submitit(jobs: _Jobs, fn: JobFn, cache: ResultCache, cluster: str | Non
                              **dict(params or {}))
     labels = {key: name for key, cfg in jobs.todo.items() if (name := job_name(cfg))}
 
-    def collect(key: str, result: Callable[[], tuple[Mapping[str, Any], str | None]]) -> None:
+    def collect(key: str, result: Callable[[], tuple[Mapping[str, Json], str | None]]) -> None:
         def as_dict() -> tuple[JsonObject, str | None]:
             value, uncached = result()
             return dict(value), uncached
