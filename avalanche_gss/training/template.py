@@ -270,26 +270,42 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
         self.__dict__["_adapted_is_experience"] = False
         self.__dict__["_adapted_dataset"] = value
 
+    def _tensor_adaptation(self) -> bool:
+        """For a tensor experience, make its own dataset ``adapted_dataset`` (built if read).
+
+        It has no transform, so switching its transform group (Avalanche's ``train()`` or
+        ``eval()``) would be a no-op. Returns whether the experience is one.
+        """
+        if not isinstance(self.experience, TensorExperience):
+            return False
+        self.adapted_dataset = None
+        self.__dict__["_adapted_is_experience"] = True
+        return True
+
+    def _slow_path(self, loader: str) -> str | None:
+        """Why this experience's loader must be Avalanche's ``DataLoader``; ``None``: it need not.
+
+        :param loader: the method that builds it, ``"make_train_dataloader"`` or
+            ``"make_eval_dataloader"`` (a subclass overriding it keeps Avalanche's).
+        """
+        experience = self.experience
+        if not isinstance(experience, TensorExperience):
+            return f"the experiences are {type(experience).__name__}, not tensor experiences"
+        if not (self.__dict__.get("_adapted_is_experience")
+                or self.adapted_dataset is experience.dataset):
+            return "a plugin replaced the adapted dataset"
+        if getattr(type(self), loader) is not getattr(OnlineTemplate, loader):
+            return f"{type(self).__name__} overrides {loader}"
+        return None
+
     def train_dataset_adaptation(self, **kwargs: Any) -> None:
         """``adapted_dataset``: the experience's dataset (in its train transform group)."""
-        if isinstance(self.experience, TensorExperience):
-            # no transform, so train() would be a no-op; the dataset is built if read
-            self.adapted_dataset = None
-            self.__dict__["_adapted_is_experience"] = True
-        else:
+        if not self._tensor_adaptation():
             super().train_dataset_adaptation(**kwargs)
 
     def make_train_dataloader(self, **kwargs: Any) -> None:
         """The experience's tensors in mini-batches, or Avalanche's ``DataLoader``."""
-        experience = self.experience
-        reason = None
-        if not isinstance(experience, TensorExperience):
-            reason = f"the experiences are {type(experience).__name__}, not tensor experiences"
-        elif not (self.__dict__.get("_adapted_is_experience")
-                  or self.adapted_dataset is experience.dataset):
-            reason = "a plugin replaced the adapted dataset"
-        elif type(self).make_train_dataloader is not OnlineTemplate.make_train_dataloader:
-            reason = f"{type(self).__name__} overrides make_train_dataloader"
+        reason = self._slow_path("make_train_dataloader")
         if reason is not None:
             self._slow_reason = reason
             if not getattr(self, "_warned_slow", False):
@@ -299,6 +315,8 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
                               SlowPathWarning, stacklevel=3)
             super().make_train_dataloader(**kwargs)
             return
+        experience = self.experience
+        assert isinstance(experience, TensorExperience)
         x, y = experience.tensors
         t = torch.full_like(y, experience.task_label)
         step = self.train_mb_size
@@ -307,15 +325,8 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
         )
 
     def eval_dataset_adaptation(self, **kwargs: Any) -> None:
-        """``adapted_dataset``: the experience's dataset (in its eval transform group).
-
-        For a tensor experience (no transform, so ``eval()`` would be a no-op) it is the
-        experience's own dataset, built only if read, as in training.
-        """
-        if isinstance(self.experience, TensorExperience):
-            self.adapted_dataset = None
-            self.__dict__["_adapted_is_experience"] = True
-        else:
+        """``adapted_dataset``: the experience's dataset (in its eval transform group)."""
+        if not self._tensor_adaptation():
             super().eval_dataset_adaptation(**kwargs)
 
     def make_eval_dataloader(self, **kwargs: Any) -> None:
@@ -323,17 +334,13 @@ class OnlineTemplate(FastHooks, PicklableStrategy, RepeatedBatchMixin, Supervise
 
         The batches are those Avalanche's ``DataLoader`` makes (the samples in order, with
         their task label), without its per-sample reads. Avalanche's own loader is built
-        when the experience is not a tensor experience, a plugin replaced the adapted
-        dataset, or a subclass overrides this method.
+        where training's would be (:meth:`_slow_path`), without a warning: evaluation is
+        not what the tensor path is for.
         """
-        experience = self.experience
-        fast = (isinstance(experience, TensorExperience)
-                and (self.__dict__.get("_adapted_is_experience")
-                     or self.adapted_dataset is experience.dataset)
-                and type(self).make_eval_dataloader is OnlineTemplate.make_eval_dataloader)
-        if not fast:
+        if self._slow_path("make_eval_dataloader") is not None:
             super().make_eval_dataloader(**kwargs)
             return
+        experience = self.experience
         assert isinstance(experience, TensorExperience)
         x, y = experience.tensors
         self.dataloader = _EvalBatches(x, y, experience.task_label, self.eval_mb_size)
