@@ -161,26 +161,22 @@ def reproduce_test(ours: Sequence[float], paper_mean: float, paper_sd: float | N
     mean = statistics.fmean(ours)
     sd = statistics.stdev(ours) if n > 1 else None
     difference = mean - paper_mean
-    if paper_sd is None:  # one run of the paper's
-        if sd is None or sd == 0:
-            return ReproduceTest(mean, sd, n, paper_mean, None, 1, difference,
-                                 None, None, None, None, None, "n/a", "one run")
-        se, df = sd * math.sqrt(1 / n + 1), float(n - 1)
-        t = difference / se
-        p = float(2 * stats.t.sf(abs(t), df))
-        half = float(stats.t.ppf(1 - alpha / 2, df)) * se
-        return ReproduceTest(mean, sd, n, paper_mean, None, 1, difference,
-                             difference - half, difference + half, t, df, p,
-                             "reproduces" if p >= alpha else "does not reproduce", "one run")
-    if sd is None or (sd == 0 and paper_sd == 0):
+    test = "welch"
+    if paper_sd is None:  # one run of the paper's: our sd stands for both sides
+        paper_n, test = 1, "one run"
+    if sd is None or (sd == 0 and not paper_sd):
         return ReproduceTest(mean, sd, n, paper_mean, paper_sd, paper_n, difference,
-                             None, None, None, None, None, "n/a")
-    ours_var, paper_var = sd**2 / n, paper_sd**2 / paper_n
-    se = math.sqrt(ours_var + paper_var)
-    df = (ours_var + paper_var) ** 2 / (ours_var**2 / (n - 1) + paper_var**2 / (paper_n - 1))
+                             None, None, None, None, None, "n/a", test)
+    if paper_sd is None:
+        se, df = sd * math.sqrt(1 / n + 1), float(n - 1)
+    else:
+        ours_var, paper_var = sd**2 / n, paper_sd**2 / paper_n
+        se = math.sqrt(ours_var + paper_var)
+        df = (ours_var + paper_var) ** 2 / (ours_var**2 / (n - 1)
+                                            + paper_var**2 / (paper_n - 1))
     t = difference / se
     p = float(2 * stats.t.sf(abs(t), df))
     half = float(stats.t.ppf(1 - alpha / 2, df)) * se
     return ReproduceTest(mean, sd, n, paper_mean, paper_sd, paper_n, difference,
                          difference - half, difference + half, t, df, p,
-                         "reproduces" if p >= alpha else "does not reproduce")
+                         "reproduces" if p >= alpha else "does not reproduce", test)
