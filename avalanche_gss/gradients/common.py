@@ -104,6 +104,32 @@ def combined_rows() -> int | None:
     return None if weights is None else weights.shape[0]
 
 
+_TRIANGLE_ROWS = 512
+_TRIANGLE_WIDTH = 4096
+_TRIANGLE_BLOCKS = 8
+
+
+def _add_symmetric_product(out: Tensor, grads: Tensor) -> None:
+    """Add ``grads @ grads.T`` to ``out``, multiplying only the blocks on and above the diagonal.
+
+    From ``_TRIANGLE_ROWS`` rows of at least ``_TRIANGLE_WIDTH`` features (a convolution's
+    per-sample gradients over many samples: GSS-Clust's union of buffer and recent samples)
+    the rows are cut into ``_TRIANGLE_BLOCKS`` blocks and each block is multiplied with
+    itself and the later rows only, the rest copied by symmetry: 9/16 of the products.
+    Smaller products take one ``addmm`` as before (and give the same bits as before).
+    """
+    n, width = grads.shape
+    if n < _TRIANGLE_ROWS or width < _TRIANGLE_WIDTH:
+        out.addmm_(grads, grads.T)
+        return
+    rows = -(-n // _TRIANGLE_BLOCKS)
+    for s in range(0, n, rows):
+        e = min(n, s + rows)
+        block = grads[s:e] @ grads[s:].T  # (b, N-s)
+        out[s:e, s:] += block
+        out[e:, s:e] += block[:, e - s :].T  # the later rows' columns s:e, by symmetry
+
+
 def add_outer(out: Tensor, grads: Tensor) -> None:
     """Add the Gram of per-sample gradients ``grads (N, P)`` to ``out``.
 
@@ -112,7 +138,7 @@ def add_outer(out: Tensor, grads: Tensor) -> None:
     """
     weights = _COMBINE.get()
     if weights is None:
-        out.addmm_(grads, grads.T)
+        _add_symmetric_product(out, grads)
     else:
         rows = weights @ grads  # (M, P)
         out.addmm_(rows, rows.T)

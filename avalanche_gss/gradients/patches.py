@@ -29,6 +29,10 @@ _CHUNK_ELEMENTS = 1 << 24
 def _add_pair_sum_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
     """Add ``sum_pq (U_i^T U_j)_pq (D_i^T D_j)_pq`` to ``out``, never forming ``D_i U_i^T``.
 
+    The Gram is symmetric: a block of rows is multiplied with its own and the later samples
+    only, and the earlier columns are copied from the blocks before it, which halves the
+    products when the pairs do not fit in one block (one block: one full product, as ever).
+
     :param out: Gram accumulator, shape ``(N, N)`` (``(M, M)`` while combining).
     :param cols: input patches ``U``, shape ``(N, K, T)``.
     :param dout: output gradients ``D``, shape ``(N, C, T)``.
@@ -40,9 +44,11 @@ def _add_pair_sum_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
     pairs = out if combined_rows() is None else out.new_zeros(n, n)  # (N, N)
     for s in range(0, n, rows):
         e = min(n, s + rows)
-        prod = u[s * t : e * t] @ u.T  # (b*T, N*T)
-        prod.mul_(d[s * t : e * t] @ d.T)  # (b*T, N*T)
-        pairs[s:e] += prod.view(e - s, t, n, t).sum(dim=(1, 3))  # (b, N)
+        prod = u[s * t : e * t] @ u[s * t :].T  # (b*T, (N-s)*T)
+        prod.mul_(d[s * t : e * t] @ d[s * t :].T)  # (b*T, (N-s)*T)
+        block = prod.view(e - s, t, n - s, t).sum(dim=(1, 3))  # (b, N-s)
+        pairs[s:e, s:] += block
+        pairs[e:, s:e] += block[:, e - s :].T  # the later rows' columns s:e, by symmetry
     if pairs is not out:
         add_pairs(out, pairs)
 
