@@ -156,6 +156,19 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _family_weight(text: str) -> tuple[str, float]:
+    """A ``--family-weights`` entry: ``FAMILY=WEIGHT``, the weight a finite number >= 0."""
+    name, sep, number = text.partition("=")
+    try:
+        value = float(number) if sep and name else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not FAMILY=WEIGHT with a finite "
+                                         "weight >= 0 (e.g. imbalanced=2)")
+    return name, value
+
+
 def _memory_gb(text: str) -> float:
     """A ``--mem`` value: GB, at least 1 MB (SLURM reads ``--mem=0`` as the whole node)."""
     value = _positive_float(text)
@@ -256,7 +269,7 @@ def _method_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _which_buffer_options(parser: argparse.ArgumentParser) -> None:
-    """``--streams``, ``--compute-matched``, ``--equivalence-margin``, ``--sequential``."""
+    """which-buffer's own options: its streams, compute matching and statistics."""
     stream_names = [*STREAMS, *STREAM_GROUPS]
     parser.add_argument("--streams", nargs="+", choices=stream_names, default=None,
                         metavar="STREAM",
@@ -278,6 +291,14 @@ def _which_buffer_options(parser: argparse.ArgumentParser) -> None:
                              "within which a policy shown as good as the best is equivalent "
                              "to it (two one-sided tests over the seeds; default 1.0); fix "
                              "it before the runs")
+    parser.add_argument("--family-weights", nargs="+", type=_family_weight, default=None,
+                        metavar="FAMILY=WEIGHT",
+                        help="which-buffer: each stream family's weight in the mix the "
+                             "recommendation is for ("
+                             f"{', '.join(dict.fromkeys(s.family for s in STREAMS.values()))}; "
+                             "a family left "
+                             "out weighs 0; default: equal); the report also answers for "
+                             "each family alone")
     parser.add_argument("--sequential", action="store_true",
                         help="which-buffer: run the seeds in rounds, the first two, then one "
                              "more per round, and stop running a policy once it is shown "
@@ -511,7 +532,7 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> Options:
             parser.error(f"argument --sequential: give at least 3 seeds to --seeds (the cap; "
                          f"the first round runs 2), got {len(args.seeds)}")
     else:
-        for key in ("policies", "streams", "equivalence_margin"):
+        for key in ("policies", "streams", "equivalence_margin", "family_weights"):
             if getattr(args, key) is not None:
                 parser.error(f"argument --{key.replace('_', '-')}: applies to which-buffer "
                              f"only, not to {args.experiment}")

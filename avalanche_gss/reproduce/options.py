@@ -31,6 +31,7 @@ class Options:
     :param streams: ``--streams`` (which-buffer).
     :param compute_matched: ``--compute-matched`` (which-buffer).
     :param equivalence_margin: ``--equivalence-margin`` (which-buffer).
+    :param family_weights: ``--family-weights``, as ``(family, weight)`` pairs (which-buffer).
     :param sequential: ``--sequential`` (which-buffer).
     :param seeds: ``--seeds``.
     :param buffer_sizes: ``--buffer-sizes``.
@@ -68,6 +69,7 @@ class Options:
     streams: list[str] | None = None
     compute_matched: bool = False
     equivalence_margin: float | None = None
+    family_weights: list[tuple[str, float]] | None = None
     sequential: bool = False
     seeds: list[int] | None = None
     buffer_sizes: list[int] | None = None

@@ -343,3 +343,28 @@ def test_gcr_is_compared_with_and_without_its_weighted_replay():
         model.parameters(), lr=0.1))
     assert strategy.rehearsal.replay_loss == "uniform"
     assert type(make_buffer(settings)).__name__ == "GCRBuffer"
+
+
+def test_family_weights_are_parsed_checked_before_any_run_and_name_the_bad_value(
+        mnist, capsys):
+    args = parse_args(["which-buffer", "--policies", "Reservoir", "--streams", "disjoint",
+                       "imbalanced", "--family-weights", "imbalanced=2", "disjoint=0.5"])
+    assert args.family_weights == [("imbalanced", 2.0), ("disjoint", 0.5)]
+    plan(args)  # both are families of the chosen streams
+    for bad in ("imbalanced", "imbalanced=-1", "=2", "imbalanced=nan"):
+        with pytest.raises(SystemExit):
+            parse_args(["which-buffer", "--family-weights", bad])
+        said = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"{bad!r} is not FAMILY=WEIGHT" in said, said
+    with pytest.raises(SystemExit):
+        parse_args(["table1", "--family-weights", "disjoint=1"])
+    assert "applies to which-buffer only" in capsys.readouterr().err
+    for given, why in ((["permuted=1"], "permuted is not a family of the chosen streams"),
+                       (["disjoint=1", "disjoint=2"], "disjoint given more than once"),
+                       (["disjoint=0"], "every chosen family weighs 0")):
+        args = parse_args(["which-buffer", "--policies", "Reservoir", "--streams",
+                           "disjoint", "imbalanced", "--family-weights", *given])
+        with pytest.raises(SystemExit) as refused:
+            plan(args)
+        assert str(refused.value).endswith(
+            f"argument --family-weights: {why}; the families are disjoint, imbalanced")

@@ -1,6 +1,7 @@
 """which-buffer's recommendation, ablations and pairwise table, computed from a report."""
 
 import numpy as np
+import pytest
 
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import (
     NO_RECOMMENDATION,
@@ -65,7 +66,10 @@ def test_several_seeds_give_both_recommendations_ablations_and_every_pair():
     text = "\n".join(statistics_lines(report))
     assert recommendation_sentence(report["recommendation"], "as measured") in text
     assert "| the class quotas | CBRS − Reservoir |" in text
-    assert "Friedman test over the 6 columns" in text
+    assert "### Each policy against the best (as measured)" in text
+    for c in report["recommendation"]["classes"][1:]:  # each class beside its own interval
+        assert (f"| {c['policy']} | {c['mean_difference']:+.2f} [{c['low']:+.2f}, "
+                f"{c['high']:+.2f}] | {c['class']} |") in text
 
 
 def test_statistics_are_recomputed_not_kept():
@@ -77,7 +81,7 @@ def test_statistics_are_recomputed_not_kept():
 def test_without_pass_counts_the_pick_is_by_train_seconds_and_the_rule_says_so():
     report = add_statistics(_report([0, 1], matched=False))
     assert "recommendation_compute_matched" not in report
-    assert "median train seconds per run" in report["recommendation"]["rule"]
+    assert report["recommendation"]["cost"] == "median train seconds per run"
 
 
 def test_four_seeds_check_the_recommendation_on_two_halves():
@@ -98,6 +102,8 @@ def test_halves_that_disagree_are_reported_unstable():
     for r in report["rows"]:  # Rand best on seeds 0-1 by 10 points, worst on 2-3
         if r["policy"] == "Rand":
             r["avg"] = [a + 16.0 for a in r["avg"][:2]] + r["avg"][2:]
+        if r["policy"] == "Reservoir":  # shown worse on all four: the whole report decides
+            r["avg"] = [a - 30.0 for a in r["avg"]]
     half = add_statistics(report)["stability"]
     assert half["picks"][0] == "Rand" and "Rand" not in half["groups"][1]
     assert not half["holds"]
@@ -134,3 +140,24 @@ def test_a_stored_report_that_is_huge_a_fifo_or_too_deep_is_one_line_naming_it(t
             with pytest.raises((OSError, ValueError)) as info:
                 restate(path)
             assert str(info.value).startswith(f"report {path} {said}"), info.value
+
+
+def test_the_recommendation_is_for_the_mix_the_protocol_states():
+    report = _report([0, 1, 2, 3], matched=False)
+    for r in report["rows"]:  # Rand the best on the permuted stream alone, by 12 points
+        if r["policy"] == "Rand" and r["stream"] == "permuted":
+            r["avg"] = [a + 18.0 for a in r["avg"]]
+    equal = add_statistics(report)["recommendation"]
+    assert equal["weights"] == {"disjoint": pytest.approx(1 / 3),
+                                "permuted": pytest.approx(1 / 3),
+                                "blurry": pytest.approx(1 / 3)}
+    assert equal["best"] == "CBRS+OC+LA"
+    report["protocol"]["family_weights"] = {"permuted": 1.0}
+    permuted = add_statistics(report)["recommendation"]
+    assert permuted["weights"] == {"disjoint": 0.0, "permuted": 1.0, "blurry": 0.0}
+    assert permuted["best"] == "Rand"
+    scopes = {s["scope"]: s for s in report["equivalence"]["scopes"]}
+    assert scopes["mix"]["best"] == "Rand" == scopes["permuted"]["best"]
+    assert "(disjoint 0.00" not in "\n".join(statistics_lines(report))
+    assert "this mix of the stream families (permuted 1.00)" in "\n".join(
+        statistics_lines(report))

@@ -122,8 +122,9 @@ from avalanche_gss.reproduce.runs.training import BUFFER_METHODS, RunResult, Run
 from avalanche_gss.streams import REGISTRY, ArrayDataset
 
 __all__ = ["NAME", "STEM", "WHICH_BUFFER", "PolicyChoices", "WhichBuffer",
-           "WhichBufferPlan", "check_policies", "check_streams", "choices", "fit_model", "plan",
-           "policy_problem", "ranking", "stream_config", "traced_streams"]
+           "WhichBufferPlan", "check_family_weights", "check_policies", "check_streams",
+           "choices", "fit_model", "plan", "policy_problem", "ranking", "stream_config",
+           "traced_streams"]
 
 log = logging.getLogger("reproduce")
 
@@ -172,6 +173,33 @@ def check_policies(labels: Sequence[str], prog: str) -> None:
                          + ", ".join(problems)
                          + f"; its registry has {', '.join(BUFFER_METHODS)}; policies it can "
                          f"run: {', '.join(ready)}")
+
+
+def check_family_weights(weights: Sequence[tuple[str, float]] | None,
+                         streams: Sequence[str], prog: str) -> None:
+    """Refuse, before any run, ``--family-weights`` that cannot weigh the chosen streams.
+
+    A family that no chosen stream has, a family given twice, or every family at 0: one
+    line naming the value.
+
+    :param weights: the ``(family, weight)`` pairs given (``None``: equal weights).
+    :param streams: the chosen streams.
+    :param prog: the program, as the user ran it.
+    :raises SystemExit: naming the bad family or the families there are.
+    """
+    if weights is None:
+        return
+    present = list(dict.fromkeys(STREAMS[s].family for s in streams))
+    names = [f for f, _ in weights]
+    unknown = [f for f in names if f not in present]
+    twice = sorted({f for f in names if names.count(f) > 1})
+    why = (f"{unknown[0]} is not a family of the chosen streams" if unknown
+           else f"{twice[0]} given more than once" if twice
+           else "every chosen family weighs 0" if not any(w > 0 for _, w in weights)
+           else None)
+    if why is not None:
+        raise SystemExit(f"{prog}: error: argument --family-weights: {why}; the families "
+                         f"are {', '.join(present)}")
 
 
 def fit_model(args: Options, runs: list[PolicyRun], chosen: PolicyChoices,
@@ -298,6 +326,7 @@ def plan(args: Options) -> tuple[list[PolicyRun], PolicyChoices]:
     """
     chosen = choices(args)
     check_policies(chosen.policies, prog_of(args))
+    check_family_weights(args.family_weights, chosen.streams, prog_of(args))
     runs = []
     for stream in chosen.streams:
         protocol = STREAMS[stream].protocol
@@ -522,6 +551,8 @@ def _report(args: Options, argv: Sequence[str] | None, data: ArrayDataset,
             quick=args.quick, workers=args.workers,
             equivalence_margin=(DELTA if args.equivalence_margin is None
                                 else float(args.equivalence_margin)),
+            **({} if args.family_weights is None
+               else {"family_weights": dict(args.family_weights)}),
             sequential=bool(getattr(args, "sequential", False)),
             train_seconds="wall time of training one run (evaluation excluded), in its "
                           "worker; runs found in the cache keep the time they took then"),
@@ -555,8 +586,9 @@ class _Record:
 
 
 def _seed_means(plan: WhichBufferPlan, done: Mapping[int, JsonObject],
-                policies: Sequence[str]) -> dict[str, dict[int, float]]:
-    """Each policy's accuracy per seed run, averaged over the columns (families equal)."""
+                policies: Sequence[str], families: Mapping[str, float] | None
+                ) -> dict[str, dict[int, float]]:
+    """Each policy's accuracy per seed run, averaged over the columns, ``families`` weighing."""
     cells: dict[str, dict[tuple[str, int], float]] = {p: {} for p in policies}
     columns = set()
     for k, result in done.items():
@@ -565,7 +597,7 @@ def _seed_means(plan: WhichBufferPlan, done: Mapping[int, JsonObject],
             column = f"{r.keys['stream']}/{r.settings.buffer_size}"
             cells[r.keys["policy"]][(column, r.settings.seed)] = float(cast(float, result["avg"]))
             columns.add((column, STREAMS[r.keys["stream"]].family))
-    return seed_means(cells, family_weights(sorted(columns)))
+    return seed_means(cells, family_weights(sorted(columns), families))
 
 
 def _sequential(args: Options, plan: WhichBufferPlan) -> Stages:
@@ -593,7 +625,8 @@ def _sequential(args: Options, plan: WhichBufferPlan) -> Stages:
         results = yield [plan.jobs[k] for k in picked]
         done.update(zip(picked, results, strict=True))
         rounds += 1
-        classes = step(_seed_means(plan, done, open_), {}, n_looks, delta)
+        mix = None if args.family_weights is None else dict(args.family_weights)
+        classes = step(_seed_means(plan, done, open_, mix), {}, n_looks, delta)
         best = next(c.policy for c in classes.values() if c.verdict == "best")
         decided.update({p: c for p, c in classes.items()
                         if c.verdict in ("equivalent", "worse")})

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from avalanche_gss.reproduce.reports.comparisons import ComparisonRecord, RecommendationRecord
-from avalanche_gss.reproduce.reports.equivalence import ClassRecord
+from avalanche_gss.reproduce.reports.comparisons import ComparisonRecord
+from avalanche_gss.reproduce.reports.equivalence import ClassRecord, ContrastRecord
 
 Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
 """A JSON value, for the parts of a record that are written and read back as they are
@@ -106,18 +106,49 @@ class ProtocolRecord(TypedDict, total=False):
     workers: int
     train_seconds: str
     equivalence_margin: float
+    family_weights: dict[str, float]
     sequential: bool
 
 
-class AdviceRecord(RecommendationRecord):
-    """A recommendation as the report records it: with its group's costs and their name."""
+class DecisionRecord(TypedDict):
+    """The recommendation: the pick, and the classes against the best it was made from.
 
+    :param data: the data it is for, as the report names them.
+    :param weights: each stream family's share of the mix it is for.
+    :param delta: the practical margin, in points.
+    :param alpha: each one-sided test's level before the Bonferroni split.
+    :param seeds: the seeds, the replicates.
+    :param best: the policy of the highest weighted mean.
+    :param pick: the cheapest of the group.
+    :param group: the best, then the policies shown equivalent to it.
+    :param undecided: the policies neither shown equivalent nor shown worse.
+    :param worse: the policies shown worse.
+    :param classes: every policy's class with its interval, the best first.
+    :param mean_cost: each policy's cost.
+    :param cost: what the cost is (``"C"``, or the training seconds without pass counts).
+    :param cost_tolerance: the share within which costs count as equal.
+    :param rule: the rule, in words.
+    """
+
+    data: str
+    weights: dict[str, float]
+    delta: float
+    alpha: float
+    seeds: int
+    best: str
+    pick: str
+    group: list[str]
+    undecided: list[str]
+    worse: list[str]
+    classes: list[ClassRecord]
     mean_cost: dict[str, float]
     cost: str
+    cost_tolerance: float
+    rule: str
 
 
-class AblationRecord(ComparisonRecord):
-    """An ablation: what it asks, and its comparison."""
+class AblationRecord(ContrastRecord):
+    """An ablation: what it asks, and its contrast."""
 
     question: str
 
@@ -223,11 +254,11 @@ class ReportRecord(HeadRecord, total=False):
     ranking_compute_matched: list[RankRecord]
     best_compute_matched: dict[str, list[str]]
     wall_seconds: float
-    recommendation: AdviceRecord | None
+    recommendation: DecisionRecord | None
     comparisons: list[ComparisonRecord]
     ablations: list[AblationRecord]
     stability: StabilityRecord | None
-    recommendation_compute_matched: AdviceRecord | None
+    recommendation_compute_matched: DecisionRecord | None
     comparisons_compute_matched: list[ComparisonRecord]
     ablations_compute_matched: list[AblationRecord]
     stability_compute_matched: StabilityRecord | None

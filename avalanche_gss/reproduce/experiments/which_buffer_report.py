@@ -504,7 +504,7 @@ def time_figure(rows: Sequence[RowRecord], layout: Layout, path: str, title: str
 
 
 def intervals_figure(report: ReportRecord, path: str) -> str | None:
-    """Each policy minus the best, with its 95 % interval; the recommended group filled.
+    """Each policy minus the best, with the interval its class was read from; the group filled.
 
     One panel as measured and, with compute-matched runs, one compute-matched. ``None``
     (nothing drawn) when the report makes no recommendation.
@@ -513,21 +513,22 @@ def intervals_figure(report: ReportRecord, path: str) -> str | None:
     :param path: the PNG to write.
     """
     panels: dict[str, list[Interval]] = {}
+    level = ""
     for way, rec in (("as measured", report.get("recommendation")),
                      ("compute-matched", report.get("recommendation_compute_matched"))):
         if rec is None:
             continue
-        rows = [Interval(rec["best"], 0.0, 0.0, 0.0, True)]
-        rows += [Interval(c["a"], c["mean_difference"], c["low"], c["high"],
-                          c["a"] in rec["group"])
-                 for c in sorted(rec["against_best"], key=lambda c: -c["mean_difference"])]
-        panels[f"{way}: minus {rec['best']}"] = rows
+        panels[f"{way}: minus {rec['best']}"] = [
+            Interval(c["policy"], c["mean_difference"], c["low"], c["high"],
+                     c["policy"] in rec["group"]) for c in rec["classes"]]
+        level = (f"Bonferroni over {len(rec['classes']) - 1}, margin ±{rec['delta']:g}, "
+                 f"{rec['seeds']} seeds")
     if not panels:
         return None
-    seeds = len(report["protocol"]["seeds"])
     return plot_intervals(panels, path, xlabel="accuracy minus the best's (points)",
-                          title=f"Each policy against the best: paired mean difference, 95 % "
-                                f"interval, {seeds} seeds (filled: the recommended group)")
+                          title=f"Each policy against the best: paired mean difference over "
+                                f"the seeds, interval {level} (filled: the best and those "
+                                "shown equivalent)")
 
 
 def figure_title(label: str, n_seeds: int, cost: str = "train time per run") -> str:

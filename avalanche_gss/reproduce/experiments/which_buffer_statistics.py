@@ -1,20 +1,29 @@
-"""which-buffer's answer with its uncertainty: paired comparisons, ablations, recommendation.
+"""which-buffer's answer with its uncertainty: the pick on evidence of equivalence, ablations.
 
-Every run of a policy is paired with every other policy's run on the same stream, buffer
-size and seed (:mod:`~avalanche_gss.reproduce.reports.comparisons`). From a report's rows this
-module computes, as measured and (with ``--compute-matched``) compute-matched:
+The seeds are the replicates: a seed's runs share its draws (the streams' samples and the
+initial weights) across the columns, so each seed's accuracy of a policy is first averaged
+over the columns, each stream family an equal share of the mix unless the protocol's
+``family_weights`` (``--family-weights``) say otherwise
+(:mod:`~avalanche_gss.reproduce.reports.equivalence`).
+From a report's rows this module computes, as measured and (with ``--compute-matched``)
+compute-matched:
 
-- ``recommendation``: the group of policies not significantly worse than the best and
-  the cheapest of them (:func:`~avalanche_gss.reproduce.reports.comparisons.recommend`), for the
-  data the report ran on; ``None`` with one seed (:data:`NO_RECOMMENDATION` says why), or
-  with too few (column, seed) pairs for any test to decide (``recommendation_note`` says
-  how many more seeds would);
-- ``comparisons``: every pair of policies, Holm-corrected over all pairs;
-- ``ablations``: the questions of :data:`ABLATIONS`, each a paired mean difference with
-  its interval, Holm-corrected over the ablations;
+- ``recommendation``: each policy classed against the best with a practical margin
+  ``delta`` (*equivalent*: shown within it; *worse*: shown below the best; *undecided*),
+  and the pick, the cheapest of the best and the policies shown equivalent to it
+  (:data:`DECISION_RULE`), for the data and the mix the report ran on; ``None`` with one
+  seed, or when no policy could be classed (``recommendation_note`` says why);
+- ``equivalence``: the same classes for each stream family alone, and for the mix;
+- ``ablations``: the questions of :data:`ABLATIONS`, each a paired difference over the
+  seeds with an interval at the Bonferroni level over the ablations and the verdict that
+  interval gives;
 - ``stability``: the recommendation made again on each half of the seeds, and whether
-  each half's pick lies in the other half's group (:func:`stability`).
+  each half's pick lies in the other half's group;
+- ``comparisons``: every pair of policies over the (column, seed) pairs, with the Wilcoxon
+  signed-rank test Holm-corrected over all pairs and an unadjusted 95 % t interval: data
+  for one's own analysis, from which no verdict is printed.
 
+Every interval printed beside a verdict is the one the verdict is read from.
 :func:`add_statistics` adds them to a report; :func:`statistics_lines` writes them as
 Markdown; :func:`restate` recomputes them for a ``which_buffer.json`` already written.
 """
@@ -25,7 +34,7 @@ import json
 import math
 import os
 import statistics
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,7 +42,7 @@ from avalanche_gss._files import read_regular
 from avalanche_gss.reproduce.experiments.protocols import label_of
 from avalanche_gss.reproduce.experiments.which_buffer_records import (
     AblationRecord,
-    AdviceRecord,
+    DecisionRecord,
     EquivalenceRecord,
     ReportRecord,
     RowRecord,
@@ -41,33 +50,27 @@ from avalanche_gss.reproduce.experiments.which_buffer_records import (
     SequentialRecord,
     StabilityRecord,
 )
-from avalanche_gss.reproduce.reports.comparisons import (
-    ALPHA,
-    MIN_SEEDS,
-    Comparison,
-    ComparisonRecord,
-    Recommendation,
-    RecommendationRecord,
-    TooFewPairs,
-    compare,
-    pairs_needed,
-    recommend,
-)
+from avalanche_gss.reproduce.reports.comparisons import MIN_SEEDS, compare
 from avalanche_gss.reproduce.reports.equivalence import ALPHA as EQUIVALENCE_ALPHA
 from avalanche_gss.reproduce.reports.equivalence import (
     COST_TOLERANCE,
     DELTA,
+    Classed,
+    Contrast,
     classify,
+    contrasts,
     family_weights,
     pick,
     seed_means,
 )
 from avalanche_gss.reproduce.reports.sequential import SequentialResult, run_sequential
 
-__all__ = ["ABLATIONS", "AS_MEASURED", "COMPUTE_MATCHED", "NO_RECOMMENDATION", "Ablation",
-           "Advice", "EQUIVALENCE_RULE", "Stability", "Way", "add_statistics", "equivalence",
-           "equivalence_lines", "paired_values", "sequential_lines", "sequential_replay",
-           "recommendation_sentence", "restate", "stability", "statistics_lines"]
+__all__ = ["ABLATIONS", "AS_MEASURED", "COMPUTE_MATCHED", "DECISION_RULE", "EQUIVALENCE_RULE",
+           "NO_RECOMMENDATION", "Ablation", "Stability", "Undecided", "Way", "add_statistics",
+           "decide", "equivalence", "equivalence_lines", "paired_values",
+           "recommendation_sentence", "restate", "seed_accuracies", "sequential_lines",
+           "sequential_replay",
+           "stability", "statistics_lines"]
 
 ABLATIONS: tuple[tuple[str, str, str], ...] = (
     ("the gradient score, with the loss", "CB-GSS (step)+LA", "CBRS+OC+LA"),
@@ -110,6 +113,34 @@ EQUIVALENCE_RULE = (
 """The equivalence rule in words, as the report records it."""
 
 
+DECISION_RULE = (
+    "seeds are the replicates: each seed's accuracy is averaged over the columns, each "
+    "stream family weighing as stated and its columns alike; best: the policy of the highest "
+    "mean over the seeds; each other policy's paired difference from it over the seeds has a "
+    "t interval at the Bonferroni level over the policies compared with the best (the "
+    "interval printed is the one decided on); equivalent: the interval lies inside "
+    "(-delta, +delta) (two one-sided t-tests); worse: it lies below 0; undecided: neither; "
+    "group: the best and the policies shown equivalent to it; pick: the group's cheapest, "
+    "costs within the tolerance counting as equal (then the most accurate); no pick when no "
+    "policy is classed (every one undecided)")
+"""The recommendation rule in words, as the report records it."""
+
+
+class Undecided(ValueError):
+    """No policy could be classed against the best: every one is undecided, so no pick.
+
+    :param seeds: the seeds the runs had.
+    :param policies: the policies compared with the best.
+    """
+
+    def __init__(self, seeds: int, policies: int, delta: float) -> None:
+        self.seeds, self.policies = seeds, policies
+        super().__init__(
+            f"no pick: with {seeds} seeds none of the {policies} policies compared with the "
+            f"best is shown within ±{delta:g} of it or shown worse (every one is undecided); "
+            "run more seeds (--seeds), or --sequential to add them only where needed")
+
+
 @dataclass(frozen=True)
 class Way:
     """One way of reading the runs, and the report's keys of its statistics.
@@ -143,38 +174,19 @@ COMPUTE_MATCHED = Way("compute-matched", "matched_avg", "recommendation_compute_
 
 
 @dataclass(frozen=True)
-class Advice:
-    """The recommendation for a report's runs, with what its group's policies cost.
-
-    :param recommendation: the rule applied to the runs.
-    :param mean_cost: each policy of the group's cost.
-    :param cost: what the cost is (``"C"``, or the training seconds without pass counts).
-    """
-
-    recommendation: Recommendation
-    mean_cost: dict[str, float]
-    cost: str
-
-    def record(self) -> AdviceRecord:
-        """The recommendation as the report records it: its fields, then the costs."""
-        record = self.recommendation.to_dict()
-        return AdviceRecord(**record, mean_cost=self.mean_cost, cost=self.cost)
-
-
-@dataclass(frozen=True)
 class Ablation:
-    """One ablation: what it asks and the paired comparison that answers it.
+    """One ablation: what it asks and the paired contrast over the seeds that answers it.
 
     :param question: what the first policy adds to the second.
-    :param comparison: the first policy against the second.
+    :param contrast: the first policy against the second.
     """
 
     question: str
-    comparison: Comparison
+    contrast: Contrast
 
     def record(self) -> AblationRecord:
-        """The ablation as the report records it: the question, then the comparison."""
-        return AblationRecord(question=self.question, **self.comparison.to_dict())
+        """The ablation as the report records it: the question, then the contrast."""
+        return AblationRecord(question=self.question, **self.contrast.to_dict())
 
 
 @dataclass(frozen=True)
@@ -236,20 +248,79 @@ def _data(report: ReportRecord) -> str:
     return label_of(report["dataset"], report.get("data_verified_as"))
 
 
-def _advice(rows: Sequence[RowRecord], data: str, key: Accuracy) -> Advice:
-    """The recommendation rule applied to the rows' runs, with the group's costs."""
-    values = paired_values(rows, key)
-    columns: dict[Hashable, Hashable] = {k: (k[0], k[1]) for v in values.values() for k in v}
-    cost, cost_name = _costs(rows)
-    rec = recommend(values, columns, cost, data, cost_name)
-    return Advice(rec, {p: cost[p] for p in rec.group}, cost_name)
+def _shares(columns: Sequence[tuple[str, str]], weights: Mapping[str, float],
+            order: Iterable[str]) -> dict[str, float]:
+    """Each family's share of the columns' weights, the families in ``order``."""
+    families = list(dict.fromkeys(order))
+    return {f: math.fsum(weights[c] for c, g in columns if g == f) for f in families}
 
 
-def _ablations(values: dict[str, dict[tuple[str, int, int], float]]) -> list[Ablation]:
-    """The ablations whose two policies ran, Holm-corrected over them."""
-    asked = [(q, a, b) for q, a, b in ABLATIONS if a in values and b in values]
-    ablated = compare(values, [(a, b) for _, a, b in asked])
-    return [Ablation(q, c) for (q, _, _), c in zip(asked, ablated, strict=True)]
+def _mix(report: ReportRecord) -> dict[str, float] | None:
+    """The family weights of the report's mix (``None``: equal)."""
+    weights = report["protocol"].get("family_weights")
+    return None if weights is None else {f: float(w) for f, w in weights.items()}
+
+
+def decide(rows: Sequence[RowRecord], data: str, key: Accuracy = "avg",
+           delta: float = DELTA, families: Mapping[str, float] | None = None
+           ) -> DecisionRecord:
+    """The recommendation for a report's runs: each policy classed against the best, the pick.
+
+    (:func:`~avalanche_gss.reproduce.reports.equivalence.classify` on the seeds' weighted
+    means, then :func:`~avalanche_gss.reproduce.reports.equivalence.pick`; the cost is the
+    relative compute ``C`` where the rows hold it, else the median training seconds.)
+
+    :param rows: the report's rows.
+    :param data: the data the runs used, as the report names them.
+    :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
+    :param delta: the practical margin, in points.
+    :param families: each stream family's weight in the mix (``None``: equal).
+    :raises Undecided: no policy is classed against the best.
+    :raises ValueError: fewer than 2 seeds or policies, policies on other columns or seeds,
+        a non-finite accuracy, or bad weights.
+    """
+    family_of, cells, columns = _column_cells(rows, key)
+    weights = family_weights(columns, families)
+    classed: list[Classed] = classify(seed_means(cells, weights), delta=delta)
+    others = classed[1:]
+    if all(c.verdict == "undecided" for c in others):
+        raise Undecided(classed[0].seeds, len(others), delta)
+    costs, cost_name = _costs(rows)
+    chosen = pick(classed, costs)
+    group = [c.policy for c in classed if c.verdict in ("best", "equivalent")]
+    return DecisionRecord(
+        data=data, weights=_shares(columns, weights, family_of.values()), delta=delta,
+        alpha=EQUIVALENCE_ALPHA,
+        seeds=classed[0].seeds, best=classed[0].policy, pick=chosen, group=group,
+        undecided=[c.policy for c in others if c.verdict == "undecided"],
+        worse=[c.policy for c in others if c.verdict == "worse"],
+        classes=[c.to_dict() for c in classed], mean_cost=costs,
+        cost=cost_name, cost_tolerance=COST_TOLERANCE, rule=DECISION_RULE)
+
+
+def seed_accuracies(rows: Sequence[RowRecord], key: Accuracy = "avg",
+                    families: Mapping[str, float] | None = None
+                    ) -> dict[str, dict[int, float]]:
+    """Each policy's accuracy per seed: the weighted mean over the report's columns.
+
+    The replicates every verdict of this module is drawn from.
+
+    :param rows: the report's rows.
+    :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
+    :param families: each stream family's weight (``None``: equal); a family's columns
+        share its weight alike.
+    """
+    _, cells, columns = _column_cells(rows, key)
+    return seed_means(cells, family_weights(columns, families))
+
+
+def _ablations(rows: Sequence[RowRecord], key: Accuracy, delta: float,
+               families: Mapping[str, float] | None) -> list[Ablation]:
+    """The ablations whose two policies ran, paired over the seeds, Bonferroni over them."""
+    means = seed_accuracies(rows, key, families)
+    asked = [(q, a, b) for q, a, b in ABLATIONS if a in means and b in means]
+    found = contrasts(means, [(a, b) for _, a, b in asked], delta=delta)
+    return [Ablation(q, c) for (q, _, _), c in zip(asked, found, strict=True)]
 
 
 def _half(rows: Sequence[RowRecord], seeds: Sequence[int]) -> list[RowRecord]:
@@ -274,8 +345,8 @@ def stability(report: ReportRecord, key: Accuracy = "avg") -> Stability | None:
     """The recommendation made on each half of the seeds, and whether the halves agree.
 
     They agree when each half's pick lies in the other half's group. ``None`` with fewer
-    than ``2 x MIN_SEEDS`` seeds, or when a half's pairs are too few to decide
-    (:class:`~avalanche_gss.reproduce.reports.comparisons.TooFewPairs`).
+    than ``2 x MIN_SEEDS`` seeds, when a half classes no policy (:class:`Undecided`), or
+    when a half's seeds were not run for every policy (``--sequential``).
 
     :param report: a which-buffer report.
     :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
@@ -284,13 +355,20 @@ def stability(report: ReportRecord, key: Accuracy = "avg") -> Stability | None:
     if len(seeds) < 2 * MIN_SEEDS:
         return None
     halves = [seeds[: len(seeds) // 2], seeds[len(seeds) // 2:]]
+    delta = _margin(report)
     try:
-        recs = [_advice(_half(report["rows"], h), _data(report), key).recommendation
+        recs = [decide(_half(report["rows"], h), _data(report), key, delta, _mix(report))
                 for h in halves]
-    except TooFewPairs:
+    except ValueError:  # a half classes no policy (Undecided), or has no runs (--sequential)
         return None
-    holds = recs[0].pick in recs[1].group and recs[1].pick in recs[0].group
-    return Stability(halves, [r.pick for r in recs], [list(r.group) for r in recs], holds)
+    holds = recs[0]["pick"] in recs[1]["group"] and recs[1]["pick"] in recs[0]["group"]
+    return Stability(halves, [r["pick"] for r in recs], [list(r["group"]) for r in recs],
+                     holds)
+
+
+def _margin(report: ReportRecord) -> float:
+    """The report's practical margin (the default for a report written before it had one)."""
+    return float(report["protocol"].get("equivalence_margin", DELTA))
 
 
 def _ways(report: ReportRecord) -> list[Way]:
@@ -364,38 +442,34 @@ def _add_way(report: ReportRecord, way: Way) -> None:
             else "a recommendation compares at least two policies")
         return
     report.pop("recommendation_note", None)
-    advice: Advice | None = None
+    delta, mix = _margin(report), _mix(report)
+    decision: DecisionRecord | None = None
     try:
-        values = paired_values(report["rows"], way.value)
         try:
-            advice = _advice(report["rows"], _data(report), way.value)
-        except TooFewPairs as err:  # no pick, but the pairs' comparisons are still the data's
+            decision = decide(report["rows"], _data(report), way.value, delta, mix)
+        except Undecided as err:  # no pick, but the classes and contrasts are still the data's
             report["recommendation_note"] = str(err)
-        comparisons = compare(values)
-        ablations = _ablations(values)
-    except ValueError as err:  # e.g. policies run on different pairs: say it, keep the runs
+        comparisons = compare(paired_values(report["rows"], way.value))
+        ablations = _ablations(report["rows"], way.value, delta, mix)
+        classes = equivalence(report["rows"], way.value, delta, mix)
+    except ValueError as err:  # e.g. policies run on other seeds: say it, keep the runs
         report[way.recommendation] = None
         report["recommendation_note"] = f"no paired comparison is possible: {err}"
         return
-    report[way.recommendation] = None if advice is None else advice.record()
-    try:
-        report[way.equivalence] = equivalence(
-            report["rows"], way.value,
-            float(report["protocol"].get("equivalence_margin", DELTA)))
-    except ValueError:  # policies on other seeds (--sequential): its own record says it
-        report[way.equivalence] = None
+    report[way.recommendation] = decision
+    report[way.equivalence] = classes
     report[way.comparisons] = [c.to_dict() for c in comparisons]
     report[way.ablations] = [a.record() for a in ablations]
-    half = None if advice is None else stability(report, way.value)
+    half = None if decision is None else stability(report, way.value)
     report[way.stability] = None if half is None else half.record()
 
 
 def add_statistics(report: ReportRecord) -> ReportRecord:
-    """Add the recommendation, the pairwise comparisons and the ablations to a report.
+    """Add the recommendation, the equivalence classes, the ablations and every pair.
 
-    With fewer than two seeds or two policies, or too few (column, seed) pairs for a test
-    to reach the level, ``recommendation`` is ``None`` and ``recommendation_note`` says
-    why (with too few pairs, the comparisons and ablations are still added). With
+    With fewer than two seeds or two policies, or when no policy can be classed against
+    the best, ``recommendation`` is ``None`` and ``recommendation_note`` says why (in the
+    last case the classes, ablations and comparisons are still added). With
     compute-matched rows, each key gains a ``_compute_matched`` twin.
 
     :param report: a which-buffer report (its ``rows``, ``protocol`` and data fields).
@@ -406,34 +480,25 @@ def add_statistics(report: ReportRecord) -> ReportRecord:
     return report
 
 
-def _interval(c: ComparisonRecord) -> str:
-    return f"{c['mean_difference']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]"
+def _band(centre: float, low: float, high: float) -> str:
+    return f"{centre:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
-def _verdict(c: ComparisonRecord, family: int) -> str:
-    """Higher, lower, a tie, or undecided where the pairs could not reach the level.
-
-    :param family: the number of tests ``c`` was Holm-corrected with.
-    """
-    if c["pairs"] < pairs_needed(family):
-        return "undecided (too few pairs)"
-    if c["p_holm"] > ALPHA:
-        return "tie (not significant)"
-    return "higher" if c["mean_difference"] > 0 else "lower"
+def _weights_words(weights: Mapping[str, float]) -> str:
+    return ", ".join(f"{f} {w:.2f}" for f, w in weights.items() if w > 0)
 
 
-def recommendation_sentence(rec: RecommendationRecord, way: str) -> str:
+def recommendation_sentence(rec: DecisionRecord, way: str) -> str:
     """The recommendation in one sentence, as the README and the results page state it.
 
     :param rec: a report's ``recommendation`` (or ``recommendation_compute_matched``).
     :param way: ``"as measured"`` or ``"compute-matched"``.
     """
-    others = [p for p in rec["group"] if p != rec["pick"]]
-    tied = (f"; the data cannot tell it from {', '.join(others)}" if others
-            else "; the data tell every other policy apart from it")
-    return (f"{way.capitalize()}: pick {rec['pick']} (group of {len(rec['group'])} of "
-            f"{int(rec['friedman']['policies'])}: {', '.join(rec['group'])}; best mean "
-            f"accuracy: {rec['best']}{tied}).")
+    shown = ", ".join(p for p in rec["group"] if p != rec["best"]) or "none"
+    undecided = ", ".join(rec["undecided"]) or "none"
+    return (f"{way.capitalize()}: pick {rec['pick']} (best mean accuracy: {rec['best']}; "
+            f"shown within ±{rec['delta']:g} of it: {shown}; undecided: {undecided}; "
+            f"shown worse: {len(rec['worse'])} of {len(rec['classes']) - 1}).")
 
 
 def _stability_line(half: StabilityRecord, words: str) -> str:
@@ -447,49 +512,48 @@ def _stability_line(half: StabilityRecord, words: str) -> str:
                "so this recommendation is not stable."))
 
 
-def _against_best_lines(rec: AdviceRecord, words: str) -> list[str]:
-    """The Friedman test, then each policy against the best, as a table."""
-    test = rec["friedman"]
-    alike = ("the policies differ" if test["p"] <= ALPHA
-             else "the data cannot reject that all policies are alike")
+def _against_best_lines(rec: DecisionRecord, words: str) -> list[str]:
+    """Each policy against the best, with its class and the interval it was read from."""
     lines = [f"### Each policy against the best ({words})", "",
-             f"Friedman test over the {int(test['columns'])} columns: chi² = "
-             f"{test['statistic']:.1f}, p = {test['p']:.2g} ({alike}). "
-             + ("The group holds fewer than half of the policies."
-                if rec["separates"] else
-                "The group holds half of the policies or more: on these data the "
-                "comparison cannot separate them."), "",
-             f"| policy | minus {rec['best']}: mean [95 % interval] | higher / lower "
-             "pairs | Wilcoxon p | Holm p | in the group |",
-             "|---|---|---|---|---|---|"]
-    for c in sorted(rec["against_best"], key=lambda c: -c["mean_difference"]):
-        lines.append(f"| {c['a']} | {_interval(c)} | {c['wins']} / {c['losses']} | "
-                     f"{c['p']:.2g} | {c['p_holm']:.2g} | "
-                     f"{'yes' if c['a'] in rec['group'] else 'no'} |")
+             f"Over {rec['seeds']} seeds, each a weighted mean over the columns "
+             f"({_weights_words(rec['weights'])}); intervals at the Bonferroni level over "
+             f"the {len(rec['classes']) - 1} policies compared with the best (one-sided "
+             f"{rec['alpha']:g} each before the split), margin ±{rec['delta']:g}.", "",
+             f"| policy | minus {rec['best']}: mean [interval] | class | "
+             f"cost ({rec['cost']}) |", "|---|---|---|---|",
+             f"| {rec['best']} | best | | {rec['mean_cost'][rec['best']]:.3g} |"]
+    for c in rec["classes"][1:]:
+        band = _band(c["mean_difference"], c["low"], c["high"])
+        lines.append(f"| {c['policy']} | {band} | {c['class']} | "
+                     f"{rec['mean_cost'][c['policy']]:.3g} |")
     return [*lines, ""]
 
 
 def _ablation_lines(report: ReportRecord, both: bool) -> list[str]:
     """The ablations as a table, as measured and (``both``) compute-matched."""
+    first = report["ablations"]
+    seeds = first[0]["seeds"] if first else 0
     lines = ["### Ablations", "",
-             "What one part adds: the first policy minus the second, paired; Holm over "
-             "the ablations.", "",
-             "| what it adds | policies | as measured: mean [95 % interval], verdict |"
+             f"What one part adds: the first policy minus the second, paired over {seeds} "
+             "seeds (each a weighted mean over the columns, as above); intervals at the "
+             f"Bonferroni level over the {len(first)} ablations, the verdict read from the "
+             "interval printed.", "",
+             "| what it adds | policies | as measured: mean [interval], verdict |"
              + (" compute-matched |" if both else ""),
              "|---|---|---|" + ("---|" if both else "")]
-    matched_list = report.get("ablations_compute_matched", [])
-    matched = {(c["a"], c["b"]): c for c in matched_list}
-    for c in report["ablations"]:
-        cells = f"{_interval(c)}, {_verdict(c, len(report['ablations']))}"
+    matched = {(c["a"], c["b"]): c for c in report.get("ablations_compute_matched", [])}
+    for c in first:
         m = matched.get((c["a"], c["b"]))
-        extra = (f" {_interval(m)}, {_verdict(m, len(matched_list))} |" if m
-                 else (" - |" if both else ""))
-        lines.append(f"| {c['question']} | {c['a']} − {c['b']} | {cells} |{extra}")
+        extra = (f" {_band(m['mean_difference'], m['low'], m['high'])}, {m['verdict']} |"
+                 if m else (" - |" if both else ""))
+        band = _band(c["mean_difference"], c["low"], c["high"])
+        lines.append(f"| {c['question']} | {c['a']} − {c['b']} | {band}, {c['verdict']} |"
+                     f"{extra}")
     return [*lines, ""]
 
 
 def statistics_lines(report: ReportRecord) -> list[str]:
-    """The recommendation, the ablations and each policy against the best, as Markdown.
+    """The recommendation, each policy against the best, the families, the ablations.
 
     :param report: a report that :func:`add_statistics` completed.
     """
@@ -506,22 +570,27 @@ def statistics_lines(report: ReportRecord) -> list[str]:
         if report.get("ablations"):
             lines += ["", *_ablation_lines(report, bool(report.get("ablations_compute_matched")))]
         return lines
-    pairs = measured["against_best"][0]["pairs"]
-    lines += [f"For {measured['data']}, these streams and buffer sizes: the "
-              f"recommendation holds for data like these, not for every stream. Paired "
-              f"over {pairs} (column, seed) pairs per two policies; intervals are 95 % "
-              "t intervals of the mean difference in accuracy points; p-values from the "
-              "Wilcoxon signed-rank test, Holm-corrected.", ""]
+    lines += [f"For {measured['data']}, these streams and buffer sizes, and this mix of the "
+              f"stream families ({_weights_words(measured['weights'])}): the recommendation "
+              "holds for data like these, not for every stream. The seeds are the "
+              "replicates; each interval is a paired t interval at the level its verdict "
+              "is read from.", ""]
     ways = [(AS_MEASURED, measured)]
     matched = report.get("recommendation_compute_matched")
     if matched is not None:
         ways.append((COMPUTE_MATCHED, matched))
     lines += [f"- **{recommendation_sentence(rec, way.words)}**" for way, rec in ways]
+    n_seeds = len(report["protocol"]["seeds"])
     for way, _ in ways:
         half = report.get(way.stability)
         if half is not None:
             lines.append(_stability_line(half, way.words))
-    lines += ["", f"Rule: {measured['rule']}.", ""]
+        elif n_seeds >= 2 * MIN_SEEDS:
+            lines.append(f"- Stability ({way.words}): not checked: a half of the seeds "
+                         f"({n_seeds // 2} of {n_seeds}) classes no policy against its best, "
+                         "so the halves' picks cannot be compared; more seeds would.")
+    lines += ["", f"Rule: {measured['rule']}; costs within "
+              f"{100 * measured['cost_tolerance']:.0f} % count as equal.", ""]
     for way, rec in ways:
         lines += _against_best_lines(rec, way.words)
     for way, _ in ways:
@@ -530,7 +599,9 @@ def statistics_lines(report: ReportRecord) -> list[str]:
             lines += equivalence_lines(record, way.words)
     if report.get("ablations"):
         lines += _ablation_lines(report, len(ways) > 1)
-    lines.append("Every pair of policies, with its interval and tests: `comparisons` in the JSON.")
+    lines.append("Every pair of policies over the (column, seed) pairs, with the Wilcoxon "
+                 "signed-rank test Holm-corrected over all pairs and an unadjusted 95 % t "
+                 "interval: `comparisons` in the JSON (data, no verdict).")
     return lines
 
 
@@ -545,8 +616,8 @@ def sequential_lines(record: SequentialRecord) -> list[str]:
              f"The first round ran {record['start']} seeds, each later round one more, for "
              "the policies not yet classed; each look tests at alpha over the looks "
              f"allowed (margin ±{record['delta']:g} accuracy points, seeds averaged over the "
-             "columns, each stream family an equal share). The statistics below compare the "
-             "policies on the seeds they share.", "",
+             "columns, each stream family weighing as in the mix). The statistics below "
+             "compare the policies on the seeds they share.", "",
              "| policy | class | difference from the best [interval] | seeds run |",
              "|---|---|---|---|"]
     for c in record["classes"]:
@@ -563,11 +634,12 @@ def equivalence_lines(record: EquivalenceRecord, words: str, shown: int = 5) -> 
     :param words: the way's name (``"as measured"``).
     :param shown: the policies listed after the best in each scope (the closest to it).
     """
-    lines = [f"### Equivalence to the best, {words} (margin ±{record['delta']:g} accuracy points)",
-             "",
-             f"Rule: {record['rule']}; one-sided level {record['alpha']:g} before the "
-             f"Bonferroni split; costs ({record['cost']}) within "
-             f"{100 * record['cost_tolerance']:.0f} % count as equal.", "",
+    lines = [f"### Each stream family alone, and the mix, {words} (margin "
+             f"±{record['delta']:g} accuracy points)", "",
+             "The same rule in each scope, the scope's families weighing as shown; one-sided "
+             f"level {record['alpha']:g} before the Bonferroni split; costs "
+             f"({record['cost']}) within {100 * record['cost_tolerance']:.0f} % count as "
+             "equal.", "",
              "| scope | weights | best | pick | the closest others: difference [interval], "
              "class |", "|---|---|---|---|---|"]
     for scope in record["scopes"]:
@@ -605,7 +677,6 @@ def restate(report_path: str | os.PathLike[str]) -> ReportRecord:
     return add_statistics(report)
 
 
-
 def sequential_replay(report: ReportRecord, start: int = 2, key: Accuracy = "avg",
                       delta: float = DELTA) -> SequentialResult:
     """The sequential design replayed on a report's runs: what it would have run and decided.
@@ -614,15 +685,14 @@ def sequential_replay(report: ReportRecord, start: int = 2, key: Accuracy = "avg
     sequential design makes (:func:`~avalanche_gss.reproduce.reports.sequential.
     run_sequential`) are among the fixed design's: this replays them from the report, the
     seeds added in the report's order, each seed's accuracy the mix's (each stream family
-    an equal share).
+    weighing as the report's protocol says: equal by default).
 
     :param report: a which-buffer report.
     :param start: the seeds of the first round.
     :param key: ``"avg"`` (as measured) or ``"matched_avg"`` (compute-matched).
     :param delta: the practical margin.
     """
-    _, cells, columns = _column_cells(report["rows"], key)
-    means = seed_means(cells, family_weights(columns))
+    means = seed_accuracies(report["rows"], key, _mix(report))
     return run_sequential(list(report["protocol"]["policies"]),
                           list(report["protocol"]["seeds"]),
                           lambda seed, policies: {p: means[p][seed] for p in policies},

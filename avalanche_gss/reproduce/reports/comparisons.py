@@ -1,4 +1,4 @@
-"""Paired comparisons of policies, and the recommendation rule they support.
+"""Paired comparisons of policies over (column, seed) pairs: intervals and rank tests.
 
 Runs of two policies on the same stream, buffer size and seed are a *pair*: they see the
 same samples in the same order and start from the same weights, so their difference
@@ -12,27 +12,27 @@ measures the policies, not the luck of the draw. Over every pair that two polici
   (:func:`holm`). Each pair of policies is tested on its own runs, not through mean
   ranks: a post-hoc test on mean ranks lets a third policy change whether two others
   differ (Benavoli, Corani & Mangili, JMLR 2016);
-- the Friedman test that all the policies are alike, over the columns (:func:`friedman`);
-- the recommendation rule (:func:`recommend`): the group of policies that the data
-  cannot tell from the best one, and the cheapest of them; none where the pairs are too
-  few for any test to reach the level (:func:`pairs_needed`, :class:`TooFewPairs`).
+- how few pairs the exact test can decide from (:func:`smallest_p`, :func:`pairs_needed`).
+
+No verdict is drawn from these here: which-buffer's recommendation and ablations read their
+verdicts from intervals over the seeds (:mod:`~avalanche_gss.reproduce.reports.equivalence`),
+and keep these comparisons of every pair as data.
 
 Every value must be a finite number: NaN or infinity is refused with a ``ValueError``
 naming it, never ranked or tested. The statistics are computed here (tested against
-``scipy.stats``); scipy supplies the normal, t and chi-square distributions only.
+``scipy.stats``); scipy supplies the normal and t distributions only.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypedDict, cast
 
 __all__ = ["ALPHA", "EXACT_PAIRS", "EXACT_TIED_PAIRS", "MIN_SEEDS", "Comparison",
-           "ComparisonRecord", "FriedmanTest", "Recommendation", "RecommendationRecord",
-           "TooFewPairs", "compare", "friedman", "holm", "mean_interval", "pairs_needed",
-           "rank_average", "recommend", "smallest_p", "wilcoxon_signed_rank"]
+           "ComparisonRecord", "compare", "holm", "mean_interval", "pairs_needed",
+           "rank_average", "smallest_p", "wilcoxon_signed_rank"]
 
 ALPHA = 0.05
 """The significance level of every test and the miss rate of every interval (95 %)."""
@@ -206,44 +206,6 @@ def wilcoxon_signed_rank(differences: Sequence[float]) -> tuple[float, float]:
     return min(plus, minus), min(1.0, float(2 * norm.sf(abs(z))))
 
 
-def friedman(blocks: Sequence[Sequence[float]]) -> tuple[float, float]:
-    """The Friedman test that k treatments are alike, over blocks (here: the columns).
-
-    Each block's values are ranked (ties share their mean rank); the statistic is the
-    chi-square of the rank sums, divided by the tie correction, with k - 1 degrees of
-    freedom: ``scipy.stats.friedmanchisquare`` with the treatments as its arguments.
-
-    :param blocks: per block, one value per treatment (the same treatments in the same
-        order in every block; at least 3 treatments and 2 blocks).
-    :return: ``(chi-square statistic, p)``.
-    :raises ValueError: fewer than 3 treatments or 2 blocks, blocks of unequal length, or
-        a value that is NaN or infinite.
-    """
-    from scipy.stats import chi2
-
-    n = len(blocks)
-    k = len(blocks[0]) if blocks else 0
-    if k < 3 or n < 2:
-        raise ValueError(f"the Friedman test needs at least 3 treatments and 2 blocks, got {k} "
-                         f"treatments and {n} blocks")
-    if any(len(b) != k for b in blocks):
-        raise ValueError("every block of the Friedman test needs one value per treatment")
-    for i, block in enumerate(blocks):
-        _finite(block, f"block {i} of the Friedman test")
-    sums = [0.0] * k
-    tie_term = 0
-    for block in blocks:
-        for j, r in enumerate(rank_average(block)):
-            sums[j] += r
-        tie_term += sum(t ** 3 - t for t in _tie_sizes(block))
-    stat = 12 / (n * k * (k + 1)) * math.fsum(s * s for s in sums) - 3 * n * (k + 1)
-    correction = 1 - tie_term / (n * k * (k * k - 1))
-    if correction <= 0:  # every block all tied: nothing tells the treatments apart
-        return 0.0, 1.0
-    stat /= correction
-    return stat, float(chi2.sf(stat, k - 1))
-
-
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the order given.
 
@@ -359,160 +321,3 @@ def compare(values: Mapping[str, Mapping[Any, float]],
     raw = [_compare(values, a, b) for a, b in chosen]
     adjusted = holm([c.p for c in raw])
     return [replace(c, p_holm=p) for c, p in zip(raw, adjusted, strict=True)]
-
-
-class FriedmanTest(TypedDict):
-    """The Friedman test of a :class:`Recommendation` (counts as floats, as recorded).
-
-    :param statistic: the chi-square statistic (NaN when not computed).
-    :param p: its p-value (NaN when not computed).
-    :param columns: the number of columns (blocks).
-    :param policies: the number of policies (treatments).
-    """
-
-    statistic: float
-    p: float
-    columns: float
-    policies: float
-
-
-class RecommendationRecord(TypedDict):
-    """A :class:`Recommendation` as reports record it (and read it back): its fields."""
-
-    group: list[str]
-    pick: str
-    best: str
-    rule: str
-    against_best: list[ComparisonRecord]
-    friedman: FriedmanTest
-    separates: bool
-    data: str
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    """Which policies the data cannot tell from the best, and which of them to use.
-
-    :param group: the best policy, then those not significantly worse, best first.
-    :param pick: the group's cheapest policy.
-    :param best: the policy of the highest mean accuracy over all pairs.
-    :param rule: the rule, in words.
-    :param against_best: each other policy against the best, Holm-corrected over them.
-    :param friedman: the Friedman test over the columns: ``{"statistic", "p",
-        "columns", "policies"}``.
-    :param separates: whether the group holds fewer than half of the policies compared.
-    :param data: what data the recommendation is for.
-    """
-
-    group: list[str]
-    pick: str
-    best: str
-    rule: str
-    against_best: list[Comparison]
-    friedman: FriedmanTest
-    separates: bool
-    data: str
-
-    def to_dict(self) -> RecommendationRecord:
-        """The recommendation as reports record it."""
-        return RecommendationRecord(group=list(self.group), pick=self.pick, best=self.best,
-                                    rule=self.rule,
-                                    against_best=[c.to_dict() for c in self.against_best],
-                                    friedman=FriedmanTest(**self.friedman),
-                                    separates=self.separates, data=self.data)
-
-
-class TooFewPairs(ValueError):
-    """Too few (column, seed) pairs for any comparison with the best to reach the level.
-
-    With n pairs the exact signed-rank test cannot go below p = 2 / 2^n
-    (:func:`smallest_p`), and Holm multiplies that by the comparisons: below
-    :func:`pairs_needed` pairs every policy would be "in the group" whatever its runs, and
-    the pick would be the cheapest policy, even one below the best on every pair.
-
-    :param pairs: the pairs the policies share.
-    :param needed: the fewest pairs that can decide.
-    :param more_seeds: about how many more seeds give them, at this grid of columns.
-    :param message: the reason, in one line.
-    """
-
-    def __init__(self, pairs: int, needed: int, more_seeds: int, message: str) -> None:
-        super().__init__(message)
-        self.pairs = pairs
-        self.needed = needed
-        self.more_seeds = more_seeds
-
-
-def _too_few(pairs: int, tests: int, n_columns: int) -> TooFewPairs:
-    """The refusal of a recommendation from ``pairs`` pairs over ``n_columns`` columns."""
-    needed = pairs_needed(tests)
-    more = max(1, math.ceil(needed / n_columns) - pairs // n_columns)
-    holm_words = (f", times {tests} for Holm over the {tests} comparisons with the best"
-                  if tests > 1 else "")
-    return TooFewPairs(pairs, needed, more, (
-        f"no pick: {pairs} pairs cannot reach p < {ALPHA} (the exact Wilcoxon signed-rank "
-        f"test of {pairs} pairs reaches at best p = {smallest_p(pairs):.3g}{holm_words}); "
-        f"at least {needed} pairs are needed, i.e. about {more} more seed"
-        f"{'s' if more > 1 else ''} at this grid of {n_columns} column"
-        f"{'s' if n_columns > 1 else ''}"))
-
-
-RULE = ("best: the policy of the highest mean accuracy over every (column, seed) pair; "
-        "group: the best and every policy whose paired Wilcoxon signed-rank test against "
-        "it, Holm-corrected over the {others} comparisons with the best, is not significant "
-        "at {alpha} (the data cannot tell it from the best); pick: the group's policy of the "
-        "least relative compute C{cost_note} (within the group the accuracies cannot be told "
-        "apart, so the cheapest gives the same accuracy for the least compute; ties by mean "
-        "accuracy)")
-
-
-def recommend(values: Mapping[str, Mapping[Any, float]],
-              columns: Mapping[Any, Hashable], cost: Mapping[str, float], data: str,
-              cost_name: str = "C") -> Recommendation:
-    """Apply the recommendation rule (:data:`RULE`) to paired results.
-
-    :param values: per policy, its accuracy by pair key; every policy on the same keys.
-    :param columns: each pair key's column (the Friedman test's block): its stream and
-        buffer size.
-    :param cost: each policy's cost, lower is cheaper (its mean relative compute C).
-    :param data: the data the runs used, as the report names it.
-    :param cost_name: what ``cost`` is, for the rule's text when it is not C.
-    :raises TooFewPairs: too few pairs for any comparison with the best to reach
-        :data:`ALPHA` after Holm's correction (:func:`pairs_needed`): no group and no
-        pick, whatever the runs; the error says how many pairs (and seeds) are needed.
-    :raises ValueError: fewer than 2 policies, policies on different pair keys, or an
-        accuracy that is NaN or infinite (naming its policy and pair key).
-
-    A policy below the best on every pair is never in the group (with enough pairs the
-    test says so; the rule checks it as well).
-    """
-    names = list(values)
-    if len(names) < 2:
-        raise ValueError(f"a recommendation compares at least 2 policies, got {len(names)}")
-    keys = set(values[names[0]])
-    for p in names[1:]:
-        if set(values[p]) != keys:
-            raise ValueError(f"policy {p!r} ran on other (column, seed) pairs than "
-                             f"{names[0]!r}; a paired comparison needs the same ones")
-    _check_values(values, names)
-    if len(keys) < pairs_needed(len(names) - 1):
-        raise _too_few(len(keys), len(names) - 1, len({columns[k] for k in keys}))
-    mean = {p: math.fsum(values[p].values()) / len(values[p]) for p in names}
-    best = max(names, key=lambda p: (mean[p], -names.index(p)))
-    against = compare(values, [(p, best) for p in names if p != best])
-    group = [best] + [c.a for c in sorted(against, key=lambda c: -c.mean_difference)
-                      if c.p_holm > ALPHA and c.losses < c.pairs]
-    pick = min(group, key=lambda p: (cost[p], -mean[p]))
-    blocks: dict[Hashable, list[list[float]]] = {}
-    for key in sorted(keys, key=repr):
-        blocks.setdefault(columns[key], []).append([values[p][key] for p in names])
-    per_column = [[math.fsum(col[i] for col in rows) / len(rows) for i in range(len(names))]
-                  for rows in blocks.values()]
-    stat, p_value = (friedman(per_column) if len(names) >= 3 and len(per_column) >= 2
-                     else (math.nan, math.nan))
-    test = FriedmanTest(statistic=stat, p=p_value, columns=float(len(per_column)),
-                        policies=float(len(names)))
-    note = "" if cost_name == "C" else f" (here {cost_name}: no pass counts were taken)"
-    rule = RULE.format(others=len(names) - 1, alpha=ALPHA, cost_note=note)
-    return Recommendation(group, pick, best, rule, against, test,
-                          len(group) < len(names) / 2, data)

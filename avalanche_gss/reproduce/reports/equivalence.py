@@ -38,9 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-__all__ = ["ALPHA", "COST_TOLERANCE", "DELTA", "ClassRecord", "Classed", "EquivalenceClass",
-           "classify",
-           "family_weights", "pick", "seed_means"]
+__all__ = ["ALPHA", "COST_TOLERANCE", "DELTA", "ClassRecord", "Classed", "Contrast",
+           "ContrastRecord", "EquivalenceClass", "classify", "contrasts", "family_weights",
+           "pick", "seed_means"]
 
 ALPHA = 0.05
 """The error rate of each class: every one-sided test, before the Bonferroni split."""
@@ -86,6 +86,115 @@ class Classed:
                 "seeds": self.seeds}
 
 
+class ContrastRecord(TypedDict):
+    """A contrast as a report records it (:meth:`Contrast.to_dict`)."""
+
+    a: str
+    b: str
+    mean_difference: float
+    low: float
+    high: float
+    seeds: int
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One policy against another, paired over the seeds, with the verdict its interval gives.
+
+    :param a: the first policy.
+    :param b: the second.
+    :param mean_difference: ``a``'s mean over the seeds minus ``b``'s, in points.
+    :param low: the adjusted interval's low end.
+    :param high: its high end.
+    :param seeds: the seeds paired.
+    :param verdict: ``"higher"`` (the interval above 0), ``"lower"`` (below 0), either
+        followed by ``"by less than DELTA"`` when the interval also lies inside the margin;
+        ``"within ±DELTA"`` (inside the margin, across 0); or ``"undecided"``.
+    """
+
+    a: str
+    b: str
+    mean_difference: float
+    low: float
+    high: float
+    seeds: int
+    verdict: str
+
+    def to_dict(self) -> ContrastRecord:
+        """The record the report holds."""
+        return {"a": self.a, "b": self.b, "mean_difference": self.mean_difference,
+                "low": self.low, "high": self.high, "seeds": self.seeds,
+                "verdict": self.verdict}
+
+
+def _verdict(low: float, high: float, delta: float) -> str:
+    """What an interval of a difference shows, against 0 and the margin ``delta``."""
+    inside = -delta < low and high < delta
+    if low > 0:
+        return f"higher by less than {delta:g}" if inside else "higher"
+    if high < 0:
+        return f"lower by less than {delta:g}" if inside else "lower"
+    return f"within ±{delta:g}" if inside else "undecided"
+
+
+def _seeds_of(means: Mapping[str, Mapping[int, float]]) -> list[int]:
+    """The seeds every policy shares; refuses other seeds, non-finite values, fewer than 2."""
+    seeds = sorted(next(iter(means.values())))
+    for policy, per_seed in means.items():
+        if sorted(per_seed) != seeds:
+            raise ValueError(f"{policy} has seeds {sorted(per_seed)}, not {seeds}")
+        if not all(math.isfinite(v) for v in per_seed.values()):
+            raise ValueError(f"{policy} has a non-finite accuracy")
+    if len(seeds) < 2:
+        raise ValueError(f"a paired interval over seeds needs at least 2 seeds, got "
+                         f"{len(seeds)}")
+    return seeds
+
+
+def _interval(d: Sequence[float], q: float) -> tuple[float, float, float]:
+    """``mean(d)`` and ``mean(d) -/+ q sd(d) / sqrt(n)``."""
+    centre = statistics.fmean(d)
+    half = q * statistics.stdev(d) / math.sqrt(len(d))
+    return centre, centre - half, centre + half
+
+
+def contrasts(means: Mapping[str, Mapping[int, float]], pairs: Sequence[tuple[str, str]],
+              delta: float = DELTA, alpha: float = ALPHA) -> list[Contrast]:
+    """Each pair's paired difference over the seeds, its interval and what it shows.
+
+    The same statistics as :func:`classify`: the seeds are the replicates; each interval is
+    ``mean(d) ± t(1 - a, n - 1) · sd(d) / sqrt(n)`` with ``a = alpha / len(pairs)``
+    (Bonferroni over the pairs asked), and the verdict is read from that interval alone:
+    *higher* or *lower* where it excludes 0 (a one-sided test at level ``a``), *within
+    ±delta* where it lies inside the margin (two one-sided tests), else *undecided*.
+
+    :param means: per policy, its accuracy per seed (:func:`seed_means`), the same seeds.
+    :param pairs: the ``(a, b)`` asked: ``a`` minus ``b``.
+    :param delta: the practical margin, in points (> 0).
+    :param alpha: each one-sided test's level before the Bonferroni split.
+    :raises ValueError: a margin that is not positive, a pair naming a policy not in
+        ``means``, fewer than 2 seeds, seeds that differ, or a non-finite value.
+    """
+    if not delta > 0 or not math.isfinite(delta):
+        raise ValueError(f"the margin delta must be a positive number, got {delta!r}")
+    if not pairs:
+        return []
+    for a, b in pairs:
+        for p in (a, b):
+            if p not in means:
+                raise ValueError(f"no runs of {p!r} to compare")
+    seeds = _seeds_of({p: means[p] for pair in pairs for p in pair})
+    from scipy.stats import t as student_t
+
+    q = float(student_t.ppf(1 - alpha / len(pairs), len(seeds) - 1))
+    out = []
+    for a, b in pairs:
+        centre, low, high = _interval([means[a][s] - means[b][s] for s in seeds], q)
+        out.append(Contrast(a, b, centre, low, high, len(seeds), _verdict(low, high, delta)))
+    return out
+
+
 def family_weights(columns: Sequence[tuple[str, str]],
                    families: Mapping[str, float] | None = None) -> dict[str, float]:
     """Each column's weight: its family's weight, shared equally by the family's columns.
@@ -113,7 +222,8 @@ def seed_means(values: Mapping[str, Mapping[tuple[str, int], float]],
     :param values: per policy, the accuracy of each ``(column, seed)``.
     :param weights: each column's weight (:func:`family_weights`); columns of weight 0 are
         left out.
-    :raises ValueError: a policy lacks a weighted column of a seed that another has.
+    :raises ValueError: a policy lacks a weighted column of a seed that another has, or
+        has a NaN or infinite accuracy there (naming the policy, the column and the seed).
     """
     used = {c for c, w in weights.items() if w > 0}
     out: dict[str, dict[int, float]] = {}
@@ -123,7 +233,11 @@ def seed_means(values: Mapping[str, Mapping[tuple[str, int], float]],
         for s in seeds:
             missing = [c for c in used if (c, s) not in cells]
             if missing:
-                raise ValueError(f"{policy} has no run on {missing[0]} with seed {s}")
+                raise ValueError(f"policy {policy!r} has no run on {missing[0]} with seed {s}")
+            for c in sorted(used):
+                if not math.isfinite(cells[(c, s)]):
+                    raise ValueError(f"policy {policy!r} has accuracy {cells[(c, s)]!r} on "
+                                     f"{c} with seed {s}: the statistics need finite numbers")
             means[s] = math.fsum(weights[c] * cells[(c, s)] for c in used)
         out[policy] = means
     return out
@@ -145,14 +259,7 @@ def classify(means: Mapping[str, Mapping[int, float]], delta: float = DELTA,
         raise ValueError(f"the margin delta must be a positive number, got {delta!r}")
     if len(means) < 2:
         raise ValueError(f"equivalence needs at least 2 policies, got {len(means)}")
-    seeds = sorted(next(iter(means.values())))
-    for policy, per_seed in means.items():
-        if sorted(per_seed) != seeds:
-            raise ValueError(f"{policy} has seeds {sorted(per_seed)}, not {seeds}")
-        if not all(math.isfinite(v) for v in per_seed.values()):
-            raise ValueError(f"{policy} has a non-finite accuracy")
-    if len(seeds) < 2:
-        raise ValueError(f"equivalence needs at least 2 seeds, got {len(seeds)}")
+    seeds = _seeds_of(means)
     from scipy.stats import t as student_t
 
     mean = {p: statistics.fmean(v.values()) for p, v in means.items()}
@@ -161,10 +268,7 @@ def classify(means: Mapping[str, Mapping[int, float]], delta: float = DELTA,
     q = float(student_t.ppf(1 - a, len(seeds) - 1))
     out = [Classed(best, "best", 0.0, 0.0, 0.0, len(seeds))]
     for policy in sorted((p for p in means if p != best), key=lambda p: -mean[p]):
-        d = [means[policy][s] - means[best][s] for s in seeds]
-        centre = statistics.fmean(d)
-        half = q * statistics.stdev(d) / math.sqrt(len(d))
-        low, high = centre - half, centre + half
+        centre, low, high = _interval([means[policy][s] - means[best][s] for s in seeds], q)
         verdict: EquivalenceClass = (
             "equivalent" if -delta < low and high < delta
             else "worse" if high < 0 else "undecided")
