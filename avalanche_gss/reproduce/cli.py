@@ -24,6 +24,7 @@ from avalanche_gss.reproduce.experiments.policies import (
     POLICIES,
     STREAM_GROUPS,
     STREAMS,
+    TUNE_SEEDS,
     expand_streams,
     parse_method_text,
     policy_label,
@@ -299,6 +300,17 @@ def _which_buffer_options(parser: argparse.ArgumentParser) -> None:
                              "a family left "
                              "out weighs 0; default: equal); the report also answers for "
                              "each family alone")
+    parser.add_argument("--lr-grid", nargs="+", type=_positive_float, default=None,
+                        metavar="LR",
+                        help="which-buffer: tune each policy's learning rate over these "
+                             "values first, on --tune-seeds (seeds apart from the reported "
+                             "ones), every stream and buffer size; each policy then runs at "
+                             "the value of its best mean accuracy there (the mix of the "
+                             "families), and the report stores the grid, the seeds and each "
+                             "choice; not with --lr or --sequential")
+    parser.add_argument("--tune-seeds", nargs="+", type=_seed, default=None, metavar="SEED",
+                        help="which-buffer: the seeds --lr-grid tunes on (default "
+                             f"{' '.join(map(str, TUNE_SEEDS))}); none of them among --seeds")
     parser.add_argument("--sequential", action="store_true",
                         help="which-buffer: run the seeds in rounds, the first two, then one "
                              "more per round, and stop running a policy once it is shown "
@@ -528,11 +540,23 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> Options:
         if args.sequential and args.compute_matched:
             parser.error("argument --sequential: not with --compute-matched (the matched "
                          "runs are planned from every as-measured run)")
+        if args.lr_grid is not None:
+            for other, given in (("--lr", args.lr is not None),
+                                 ("--sequential", args.sequential)):
+                if given:
+                    parser.error(f"argument --lr-grid: not with {other} (the grid chooses "
+                                 "each policy's learning rate)")
+            if len(set(args.lr_grid)) < 2:
+                parser.error("argument --lr-grid: give at least two different learning "
+                             f"rates, got {' '.join(map(str, args.lr_grid))}")
+        elif args.tune_seeds is not None:
+            parser.error("argument --tune-seeds: applies with --lr-grid only")
         if args.sequential and args.seeds is not None and len(args.seeds) < 3:
             parser.error(f"argument --sequential: give at least 3 seeds to --seeds (the cap; "
                          f"the first round runs 2), got {len(args.seeds)}")
     else:
-        for key in ("policies", "streams", "equivalence_margin", "family_weights"):
+        for key in ("policies", "streams", "equivalence_margin", "family_weights", "lr_grid",
+                    "tune_seeds"):
             if getattr(args, key) is not None:
                 parser.error(f"argument --{key.replace('_', '-')}: applies to which-buffer "
                              f"only, not to {args.experiment}")

@@ -32,6 +32,8 @@ class Options:
     :param compute_matched: ``--compute-matched`` (which-buffer).
     :param equivalence_margin: ``--equivalence-margin`` (which-buffer).
     :param family_weights: ``--family-weights``, as ``(family, weight)`` pairs (which-buffer).
+    :param lr_grid: ``--lr-grid`` (which-buffer).
+    :param tune_seeds: ``--tune-seeds`` (which-buffer).
     :param sequential: ``--sequential`` (which-buffer).
     :param seeds: ``--seeds``.
     :param buffer_sizes: ``--buffer-sizes``.
@@ -70,6 +72,8 @@ class Options:
     compute_matched: bool = False
     equivalence_margin: float | None = None
     family_weights: list[tuple[str, float]] | None = None
+    lr_grid: list[float] | None = None
+    tune_seeds: list[int] | None = None
     sequential: bool = False
     seeds: list[int] | None = None
     buffer_sizes: list[int] | None = None

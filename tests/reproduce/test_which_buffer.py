@@ -2,13 +2,14 @@
 
 import csv
 import json
+import math
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers.cli import cli, subprocess_env
+from helpers.cli import cli, subprocess_env, toy_npz
 
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.cli import parse_args
@@ -368,3 +369,59 @@ def test_family_weights_are_parsed_checked_before_any_run_and_name_the_bad_value
             plan(args)
         assert str(refused.value).endswith(
             f"argument --family-weights: {why}; the families are disjoint, imbalanced")
+
+
+def test_tuned_rates_pick_each_policys_best_mean_first_in_the_grid_on_ties():
+    from types import SimpleNamespace
+
+    from avalanche_gss.reproduce.experiments.which_buffer import tuned_rates
+
+    def run(policy, stream, lr, seed):
+        return SimpleNamespace(keys={"policy": policy, "stream": stream},
+                               settings=SimpleNamespace(buffer_size=100, lr=lr, seed=seed))
+
+    # A: best at 0.1 on the mix (disjoint 80 -> 90 outweighs permuted 70 -> 66);
+    # B: the same at both rates, so the first of the grid; C: its 0.1 run diverged (NaN)
+    table = {("A", 0.05): (80, 70), ("A", 0.1): (90, 66), ("B", 0.05): (75, 75),
+             ("B", 0.1): (75, 75), ("C", 0.05): (60, 60), ("C", 0.1): (math.nan, 99)}
+    runs, results = [], []
+    for (policy, lr), (disjoint, permuted) in table.items():
+        for seed in (100, 101):
+            runs += [run(policy, "disjoint", lr, seed), run(policy, "permuted", lr, seed)]
+            results += [{"avg": disjoint}, {"avg": permuted}]
+    chosen, scores = tuned_rates(runs, results, [0.1, 0.05])
+    assert chosen == {"A": 0.1, "B": 0.1, "C": 0.05}  # B's tie: 0.1 is first in this grid
+    assert scores["A"] == {"0.05": 75.0, "0.1": 78.0}
+    assert scores["C"]["0.1"] == -math.inf
+    assert tuned_rates(runs, results, [0.05, 0.1])[0]["B"] == 0.05
+    weighted, _ = tuned_rates(runs, results, [0.05, 0.1], {"permuted": 1.0})
+    assert weighted["A"] == 0.05  # on the permuted stream alone 0.05 is better
+
+
+@pytest.mark.slow
+def test_lr_grid_tunes_on_other_seeds_then_runs_each_policy_at_its_rate(tmp_path):
+    data = toy_npz(tmp_path / "toy.npz")
+    base = ["which-buffer", "--quick", "--data", data, "--streams", "disjoint",
+            "--policies", "Reservoir", "Rand", "--seeds", "0", "1"]
+    clash = cli(*base, "--lr-grid", "0.01", "0.2", "--tune-seeds", "1", "--out", "o",
+                cwd=tmp_path, warm=True)
+    assert clash.returncode == 1
+    assert "argument --tune-seeds: seed 1 is also a reported seed" in clash.stderr
+    done = cli(*base, "--lr-grid", "0.01", "0.2", "--tune-seeds", "7", "--out", "o",
+               cwd=tmp_path, warm=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "o" / "which_buffer.json").read_text())
+    protocol = report["protocol"]
+    assert (protocol["lr_grid"], protocol["tune_seeds"]) == ([0.01, 0.2], [7])
+    assert set(protocol["tuned_lr"]) == {"Reservoir", "Rand"}
+    for policy, lr in protocol["tuned_lr"].items():
+        scores = protocol["tuning"][policy]
+        assert set(scores) == {"0.01", "0.2"} and scores[str(lr)] == max(scores.values())
+    with open(tmp_path / "o" / "which_buffer.csv", newline="") as f:
+        ran = list(csv.DictReader(f))
+    assert {r["seed"] for r in ran} == {"0", "1"}  # the tuning seed is not reported
+    md = (tmp_path / "o" / "which_buffer.md").read_text()
+    assert "Learning rates tuned per policy over 0.01, 0.2, on seeds 7" in md
+    refused = cli(*base, "--lr-grid", "0.1", "0.1", cwd=tmp_path, warm=True)
+    assert refused.returncode == 2 and "at least two different learning rates" in (
+        refused.stderr)

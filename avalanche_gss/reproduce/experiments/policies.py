@@ -364,6 +364,10 @@ SEEDS = (0, 1, 2, 3)
 two seeds each (each half's pick in the other half's group) and the paired comparisons
 rest on 2 x 4 = 8 pairs per column (96 over the default 24 columns)."""
 
+TUNE_SEEDS: tuple[int, ...] = (100, 101)
+"""The seeds ``--lr-grid`` tunes on by default: apart from the reported seeds (0-3), so that
+no reported run chose its own learning rate."""
+
 
 class QuickChoices(TypedDict, total=False):
     """What ``--quick`` replaces (or adds) among which-buffer's choices.

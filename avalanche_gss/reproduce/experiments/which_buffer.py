@@ -35,11 +35,20 @@ again on its compute-matched stream
 (:mod:`~avalanche_gss.reproduce.experiments.which_buffer_matched`):
 the rows gain its relative cost ``C`` and its compute-matched accuracy, the table a
 compute-matched section and a second ranking, by compute-matched accuracy.
+
+With ``--lr-grid`` a first stage tunes each policy's learning rate: every policy at every
+value of the grid, on ``--tune-seeds`` (seeds apart from the reported ones) and every
+chosen stream and buffer size; each policy then runs at the value of its best mean
+accuracy there (each seed's accuracy the mix of the families, as the recommendation
+weighs them), and the report's protocol stores the grid, the seeds, each policy's choice
+and its tuning means (:func:`tuned_rates`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +69,7 @@ from avalanche_gss.reproduce.experiments.policies import (
     POLICIES,
     SEEDS,
     STREAMS,
+    TUNE_SEEDS,
     expand_streams,
 )
 from avalanche_gss.reproduce.experiments.protocols import data_label
@@ -124,7 +134,7 @@ from avalanche_gss.streams import REGISTRY, ArrayDataset
 __all__ = ["NAME", "STEM", "WHICH_BUFFER", "PolicyChoices", "WhichBuffer",
            "WhichBufferPlan", "check_family_weights", "check_policies", "check_streams",
            "choices", "fit_model", "plan", "policy_problem", "ranking", "stream_config",
-           "traced_streams"]
+           "traced_streams", "tuned_rates"]
 
 log = logging.getLogger("reproduce")
 
@@ -477,6 +487,13 @@ class WhichBufferPlan:
         stage's).
     :param pairs: each as-measured run's row keys and result (the report's, for the CSV).
     :param matched: each compute-matched run by its key (the report's, for the CSV).
+    :param sequential: with ``--sequential``, the record of its rounds.
+    :param tuning: with ``--lr-grid``, the tuning runs (every policy at every value of the
+        grid, on the tuning seeds).
+    :param tuning_jobs: their jobs, in the order of ``tuning``.
+    :param tuned: each policy's learning rate, chosen from them (:func:`tuned_rates`).
+    :param tuning_means: each policy's mean tuning accuracy at each value (``str(lr)``).
+    :param data_name: the data's name, as the jobs load it.
     """
 
     runs: list[PolicyRun]
@@ -491,6 +508,97 @@ class WhichBufferPlan:
     pairs: list[tuple[dict[str, str], RunResult]] = field(default_factory=list)
     matched: dict[RunKey, MatchedRun] | None = None
     sequential: SequentialRecord | None = None
+    tuning: list[PolicyRun] = field(default_factory=list)
+    tuning_jobs: list[RunJob] = field(default_factory=list)
+    tuned: dict[str, float] = field(default_factory=dict)
+    tuning_means: dict[str, dict[str, float]] = field(default_factory=dict)
+    data_name: str = ""
+
+
+def _at_rate(args: Options, lr: float, seeds: Sequence[int] | None = None,
+             policies: Sequence[str] | None = None) -> Options:
+    """The command line with ``--lr lr`` (and the given seeds and policies) instead."""
+    return dataclasses.replace(
+        args, lr=lr, lr_grid=None,
+        seeds=args.seeds if seeds is None else list(seeds),
+        policies=args.policies if policies is None else list(policies))
+
+
+def _tuning_plan(args: Options, chosen: PolicyChoices, runs: Sequence[PolicyRun],
+                 data_name: str, identity: Mapping[str, str]
+                 ) -> tuple[list[PolicyRun], list[RunJob]]:
+    """Every kept policy at every value of ``--lr-grid``, on the tuning seeds.
+
+    :raises SystemExit: a tuning seed among the reported seeds, in one line.
+    """
+    seeds = list(args.tune_seeds or TUNE_SEEDS)
+    shared = sorted(set(seeds) & set(chosen.seeds))
+    if shared:
+        raise SystemExit(f"{prog_of(args)}: error: argument --tune-seeds: seed "
+                         f"{shared[0]} is also a reported seed (--seeds "
+                         f"{' '.join(map(str, chosen.seeds))}); tune on other seeds")
+    kept = list(dict.fromkeys(r.keys["policy"] for r in runs))
+    tuning: list[PolicyRun] = []
+    for lr in dict.fromkeys(args.lr_grid or ()):
+        at, _ = plan(_at_rate(args, lr, seeds, kept))
+        tuning += at
+    jobs = [dataclasses.replace(j, label=f"{j.label}-lr{r.settings.lr:g}")  # one name a job
+            for r, j in zip(tuning, _jobs(args, tuning, data_name, identity), strict=True)]
+    return tuning, jobs
+
+
+def tuned_rates(runs: Sequence[PolicyRun], results: Sequence[JsonObject],
+                grid: Sequence[float], families: Mapping[str, float] | None = None
+                ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Each policy's learning rate: the value of the grid of its best mean tuning accuracy.
+
+    Each tuning seed's accuracy is the weighted mean over the columns (stream x buffer
+    size), each stream family weighing as ``families`` say (``None``: equal), as the
+    recommendation weighs them; a value's score is the mean over the seeds. A run that gave
+    no finite accuracy scores its value minus infinity. Ties go to the value first in the
+    grid.
+
+    :param runs: the tuning runs (:class:`PolicyRun`, their settings holding the rate).
+    :param results: their results (``avg``), in the same order.
+    :param grid: the learning rates tried, in the order given.
+    :param families: each stream family's weight.
+    :return: each policy's chosen rate, and each policy's score at each rate (``str(lr)``).
+    """
+    cells: dict[tuple[str, float], dict[tuple[str, int], float]] = {}
+    columns: set[tuple[str, str]] = set()
+    for r, result in zip(runs, results, strict=True):
+        column = f"{r.keys['stream']}/{r.settings.buffer_size}"
+        columns.add((column, STREAMS[r.keys["stream"]].family))
+        value = result.get("avg")
+        acc = float(value) if isinstance(value, (int, float)) else math.nan
+        cells.setdefault((r.keys["policy"], float(r.settings.lr)), {})[
+            (column, r.settings.seed)] = acc if math.isfinite(acc) else -math.inf
+    weights = family_weights(sorted(columns), families)
+    scores: dict[str, dict[str, float]] = {}
+    chosen: dict[str, float] = {}
+    for (policy, lr), cell in cells.items():
+        seeds = sorted({s for _, s in cell})
+        per_seed = [math.fsum(weights[c] * cell[(c, s)] for c, _ in columns if (c, s) in cell)
+                    for s in seeds]
+        scores.setdefault(policy, {})[str(lr)] = math.fsum(per_seed) / len(per_seed)
+    order = list(dict.fromkeys(float(x) for x in grid))
+    for policy, by_rate in scores.items():
+        chosen[policy] = max(order, key=lambda lr: (by_rate.get(str(lr), -math.inf),
+                                                    -order.index(lr)))
+    return chosen, scores
+
+
+def _at_tuned_rates(args: Options, plan_: WhichBufferPlan) -> None:
+    """Replace the plan's runs and jobs by each policy's runs at its tuned rate."""
+    by_key: dict[tuple[str, str, int, int], PolicyRun] = {}
+    for lr in dict.fromkeys(plan_.tuned.values()):
+        policies = [p for p, v in plan_.tuned.items() if v == lr]
+        at, _ = plan(_at_rate(args, lr, None, policies))
+        by_key.update({(r.keys["policy"], r.keys["stream"], r.settings.buffer_size,
+                        r.settings.seed): r for r in at})
+    plan_.runs = [by_key[(r.keys["policy"], r.keys["stream"], r.settings.buffer_size,
+                          r.settings.seed)] for r in plan_.runs]
+    plan_.jobs = _jobs(args, plan_.runs, plan_.data_name, data_identity(plan_.data))
 
 
 def _measured_folders(args: Options, runs: Sequence[PolicyRun]) -> list[str | None]:
@@ -674,15 +782,25 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
         runs, left_out, data_name, data = _check_data(args, runs, chosen)
         check_streams(args, chosen, data)
         jobs = _jobs(args, runs, data_name, data_identity(data))
+        tuning: tuple[list[PolicyRun], list[RunJob]] = ([], [])
+        if args.lr_grid:
+            tuning = _tuning_plan(args, chosen, runs, data_name, data_identity(data))
+            log.info("%s: tuning the learning rate first: %d runs (%d rates x %d seeds)",
+                     NAME, len(tuning[1]), len(set(args.lr_grid)),
+                     len(args.tune_seeds or TUNE_SEEDS))
         log.info("%s: %d runs (%d policies x %d streams x %d buffer sizes x %d seeds) on %s "
                  "(%s), %d torch thread(s) per run", NAME,
                  len({config_key(j.config()) for j in jobs}), len(chosen.policies),
                  len(chosen.streams), len(chosen.buffer_sizes), len(chosen.seeds), data.name,
                  data.source, args.threads)
-        return WhichBufferPlan(runs, chosen, left_out, data, jobs)
+        return WhichBufferPlan(runs, chosen, left_out, data, jobs, tuning=tuning[0],
+                               tuning_jobs=tuning[1], data_name=data_name)
 
     def stages(self, args: Options, plan: WhichBufferPlan) -> Stages:
         """The as-measured runs; then, with ``--compute-matched``, the matched ones.
+
+        With ``--lr-grid``, the tuning runs first; the as-measured runs are then each
+        policy's at its tuned rate (:func:`tuned_rates`).
 
         With ``--sequential``, the as-measured runs in rounds of seeds
         (:func:`_sequential`), the plan keeping only the runs made.
@@ -690,6 +808,14 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
         :param args: the parsed command line.
         :param plan: the plan (it keeps each stage's results).
         """
+        if plan.tuning_jobs:
+            tuned = list((yield plan.tuning_jobs))
+            mix = None if args.family_weights is None else dict(args.family_weights)
+            plan.tuned, plan.tuning_means = tuned_rates(plan.tuning, tuned,
+                                                        args.lr_grid or (), mix)
+            log.info("%s: tuned learning rates: %s", NAME,
+                     ", ".join(f"{p} {lr:g}" for p, lr in plan.tuned.items()))
+            _at_tuned_rates(args, plan)
         if getattr(args, "sequential", False):
             yield from _sequential(args, plan)
         else:
@@ -721,6 +847,11 @@ class WhichBuffer(Experiment[WhichBufferPlan]):
         plan.matched = _compute_matched(plan, rows) if getattr(args, "compute_matched", False) \
             else None
         report = _report(args, argv, plan.data, plan.runs, plan.chosen, plan.left_out, rows)
+        if plan.tuned:
+            report["protocol"]["lr_grid"] = list(dict.fromkeys(args.lr_grid or ()))
+            report["protocol"]["tune_seeds"] = list(args.tune_seeds or TUNE_SEEDS)
+            report["protocol"]["tuned_lr"] = dict(plan.tuned)
+            report["protocol"]["tuning"] = plan.tuning_means
         if plan.sequential is not None:
             report["sequential"] = plan.sequential
         record = add_statistics(report)

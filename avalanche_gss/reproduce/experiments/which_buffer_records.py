@@ -107,6 +107,10 @@ class ProtocolRecord(TypedDict, total=False):
     train_seconds: str
     equivalence_margin: float
     family_weights: dict[str, float]
+    lr_grid: list[float]
+    tune_seeds: list[int]
+    tuned_lr: dict[str, float]
+    tuning: dict[str, dict[str, float]]
     sequential: bool
 
 

@@ -325,14 +325,29 @@ def _policy_lines(report: ReportRecord) -> list[str]:
     if left_out:
         lines += ["", "Left out of the default policies: "
                   + "; ".join(f"{p} ({why})" for p, why in left_out.items()) + "."]
-    lines += ["", "Policies (RunSettings keywords):", ""]
-    for p in report["protocol"]["policies"]:
+    protocol = report["protocol"]
+    tuned = protocol.get("tuned_lr") or {}
+    if tuned:
+        grid = ", ".join(f"{lr:g}" for lr in protocol.get("lr_grid", []))
+        seeds = " ".join(map(str, protocol.get("tune_seeds", [])))
+        lines += ["", f"Learning rates tuned per policy over {grid}, on seeds {seeds} (not "
+                  "reported here), every stream and buffer size; each policy runs at the rate "
+                  "of its best mean accuracy there (each seed the mix of the families):", ""]
+        for p, lr in tuned.items():
+            scores = protocol.get("tuning", {}).get(p, {})
+            tried = ", ".join(f"{float(k):g}: {v:.1f}" for k, v in scores.items())
+            lines.append(f"- {p}: lr {lr:g} ({tried})")
+    lines += ["", "Policies (RunSettings keywords; the step schedule: the incoming and the "
+              "replay batch in one joint SGD step per iteration, or in separate steps):", ""]
+    for p in protocol["policies"]:
         policy = POLICIES[p]
         keywords = ", ".join(f"{k}={v}" for k, v in policy.keywords().items())
         own = default_retrieval(policy.method)
         if "retrieval" not in policy.settings and own != "random":
             keywords += f" (its own retrieval: {own})"
-        lines.append(f"- {p}: {keywords}")
+        schedule = "joint step" if policy.settings.get("joint") else "separate steps"
+        lines.append(f"- {p}: {keywords}; {schedule}"
+                     + (f"; lr {tuned[p]:g} (tuned)" if p in tuned else ""))
     return lines
 
 
