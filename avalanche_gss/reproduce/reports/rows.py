@@ -21,13 +21,18 @@ DIVERGED_SHARE = 0.1
 """A run that skipped more than this share of its training iterations has diverged."""
 
 
-def diverged(extras: Mapping[str, Any]) -> bool:
+def _count(value: object) -> int:
+    """A count an ``extras`` record holds (0 where it holds none)."""
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def diverged(extras: Mapping[str, object]) -> bool:
     """Whether a run skipped more than :data:`DIVERGED_SHARE` of its iterations.
 
     :param extras: the run's ``extras`` (``skipped_steps``, ``train_iterations``).
     """
-    skipped = int(extras.get("skipped_steps", 0))
-    iterations = int(extras.get("train_iterations", 0))
+    skipped = _count(extras.get("skipped_steps", 0))
+    iterations = _count(extras.get("train_iterations", 0))
     return skipped > 0 and skipped > DIVERGED_SHARE * max(iterations, 1)
 
 
@@ -107,8 +112,7 @@ class Row:
         return row
 
 
-def warning_lines(rows: Sequence[Mapping[str, Any]],
-                  label: Callable[[Mapping[str, Any]], str]) -> list[str]:
+def warning_lines(rows: Sequence[RowT], label: Callable[[RowT], str]) -> list[str]:
     """The warnings the rows' runs reported (each run's ``extras["warnings"]``).
 
     For a report: a heading and one line per warning, naming its row; none without any.
@@ -116,13 +120,18 @@ def warning_lines(rows: Sequence[Mapping[str, Any]],
     :param rows: the report's rows (:meth:`Row.to_dict`, with ``extras`` where any).
     :param label: a function of a row: the row's name in the lines.
     """
-    lines = [f"- {label(row)}: {warning}" for row in rows
-             for extras in row.get("extras", []) if isinstance(extras, Mapping)
-             for warning in extras.get("warnings", [])]
+    lines = []
+    for row in rows:
+        runs = row.get("extras", [])
+        for extras in runs if isinstance(runs, list) else []:
+            warnings = extras.get("warnings", []) if isinstance(extras, Mapping) else []
+            lines += [f"- {label(row)}: {w}" for w in
+                      (warnings if isinstance(warnings, list) else [])]
     return ["", "Warnings of the runs:", "", *lines] if lines else []
 
 
 R = TypeVar("R", bound=Row)
+RowT = TypeVar("RowT", bound=Mapping[str, object])
 
 
 @overload

@@ -19,7 +19,7 @@ import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 
 import avalanche_gss.provenance as _library
 from avalanche_gss._atomic import replace_file
@@ -277,19 +277,40 @@ def _table_rows(report: ReportView, columns: list[tuple[str, Any]], row_key: str
     return lines, shown
 
 
-def _test_json(test: ReproduceTest) -> dict[str, Any]:
-    """A :class:`ReproduceTest` as a report's JSON records it."""
-    return {"ours_mean": test.ours_mean, "ours_sd": test.ours_sd, "ours_n": test.ours_n,
-            "paper_mean": test.paper_mean, "paper_sd": test.paper_sd,
-            "paper_n": test.paper_n, "difference": test.difference,
-            "ci95": None if test.low is None else [test.low, test.high],
+class ReproduceRecord(TypedDict):
+    """One cell's reproduce test as a report's JSON records it (:func:`reproduce_tests`)."""
+
+    row: str
+    column: str
+    ours_mean: float
+    ours_sd: float | None
+    ours_n: int
+    paper_mean: float
+    paper_sd: float | None
+    paper_n: int
+    difference: float
+    ci95: list[float] | None
+    t: float | None
+    df: float | None
+    p: float | None
+    verdict: str
+    test: str
+
+
+def _test_json(row: str, column: str, test: ReproduceTest) -> ReproduceRecord:
+    """A :class:`ReproduceTest` of cell ``(row, column)`` as a report's JSON records it."""
+    return {"row": row, "column": column, "ours_mean": test.ours_mean,
+            "ours_sd": test.ours_sd, "ours_n": test.ours_n, "paper_mean": test.paper_mean,
+            "paper_sd": test.paper_sd, "paper_n": test.paper_n,
+            "difference": test.difference,
+            "ci95": None if test.low is None or test.high is None else [test.low, test.high],
             "t": test.t, "df": test.df, "p": test.p, "verdict": test.verdict,
             "test": test.test}
 
 
 def reproduce_tests(report: ReportView, columns: Sequence[tuple[str, Any]], row_key: str,
                     paper: PaperCells, paper_avg: PaperAverages | None = None
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[ReproduceRecord]:
     """Each cell the paper has, ours against it (:func:`.paper.reproduce_test`).
 
     A cell's values are our seeds' averages; an ``Avg`` cell's are the row's column means
@@ -308,7 +329,7 @@ def reproduce_tests(report: ReportView, columns: Sequence[tuple[str, Any]], row_
         ``test``: ``"welch"``, or ``"one run"`` where the paper gives no spread).
     """
     rows = report["rows"]
-    tests: list[dict[str, Any]] = []
+    tests: list[ReproduceRecord] = []
     for label in dict.fromkeys(_row_label(r) for r in rows):
         mine = [r for r in rows if _row_label(r) == label]
         for column, value in columns:
@@ -317,14 +338,13 @@ def reproduce_tests(report: ReportView, columns: Sequence[tuple[str, Any]], row_
                 continue
             ref = paper.get((label, value)) or paper.get((match[0]["method"], value))
             if ref:
-                tests.append({"row": label, "column": column, **_test_json(
-                    reproduce_test(match[0]["avg"], ref[0], ref[1]))})
+                tests.append(_test_json(label, column,
+                                        reproduce_test(match[0]["avg"], ref[0], ref[1])))
         ref = paper_avg.get(label.split(" (")[0]) if paper_avg else None
         if ref and mine:
             n_paper = sum(1 for method, _ in paper if method == label.split(" (")[0])
-            tests.append({"row": label, "column": "Avg", **_test_json(reproduce_test(
-                [r["avg_mean"] for r in mine], ref[0], ref[1],
-                paper_n=max(n_paper, 2)))})
+            tests.append(_test_json(label, "Avg", reproduce_test(
+                [r["avg_mean"] for r in mine], ref[0], ref[1], paper_n=max(n_paper, 2))))
     return tests
 
 
@@ -333,7 +353,7 @@ def _signed(value: float) -> str:
     return f"{'+' if value >= 0 else '−'}{abs(value):.1f}"
 
 
-def reproduce_lines(tests: Sequence[Mapping[str, Any]]) -> list[str]:
+def reproduce_lines(tests: Sequence[ReproduceRecord]) -> list[str]:
     """The Markdown of :func:`reproduce_tests`: a legend saying what the test is, a table.
 
     :param tests: :func:`reproduce_tests`' objects; none gives no lines.

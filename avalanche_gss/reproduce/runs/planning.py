@@ -26,7 +26,7 @@ from avalanche_gss.reproduce.runs.identity import (
     prepare_job,
 )
 from avalanche_gss.reproduce.runs.settings import settings_from_dict
-from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS, SchedulerUnavailable
+from avalanche_gss.reproduce.runs.slurm import JobOptions, SchedulerUnavailable
 from avalanche_gss.reproduce.runs.sweep import job_name, run_sweep
 from avalanche_gss.reproduce.runs.training import (
     RunResult,
@@ -316,7 +316,8 @@ def sweep(args: Options, experiment: str, jobs: Sequence[Job],
     """
     cache_dir = args.cache or os.path.join(args.out, "cache", experiment)
     configs = [j.config() for j in jobs]
-    options = {key: getattr(args, key, None) for key in JOB_OPTIONS}
+    options = JobOptions(partition=args.partition, time_min=args.time_min, mem_gb=args.mem_gb,
+                         cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job)
     try:
         return run_sweep(configs, job, cache_dir=cache_dir, workers=args.workers,
                          launcher=args.launcher, cluster=args.cluster, threads=args.threads,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Generic, TypedDict, TypeVar, cast
+from typing import Any, Generic, TypedDict, TypeVar
 
 from avalanche_gss import methods
 from avalanche_gss.methods.baselines import BASELINES
@@ -449,8 +449,9 @@ def make_settings(method: str, **keywords: Any) -> RunSettings:
         one line.
     """
     settings, options = split_keywords(method, keywords)
-    flat = {key if key == "seed" else _flat_name(key): value for key, value in settings.items()}
-    return RunSettings(method, options, **cast(Mapping[str, Any], flat))
+    flat: dict[str, Any] = {key if key == "seed" else _flat_name(key): value
+                            for key, value in settings.items()}  # checked by RunSettings
+    return RunSettings(method, options, **flat)
 
 
 def split_keywords(method: str, keywords: Mapping[str, object]
@@ -546,11 +547,11 @@ def settings_dict(settings: RunSettings) -> SettingsRecord:
         mkd_momentum=s.mkd_momentum, mkd_temperature=s.mkd_temperature)
 
 
-def settings_from_dict(values: Mapping[str, Any]) -> RunSettings:
+def settings_from_dict(values: Mapping[str, object]) -> RunSettings:
     """A run's settings from their record (``settings_dict``, as a job receives them).
 
     Flat, namespaced keywords and bare options work too, as
     :func:`make_settings` reads them.
     """
     rest = dict(values)
-    return make_settings(rest.pop("method"), **rest)
+    return make_settings(str(rest.pop("method")), **rest)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from avalanche_gss._atomic import atomic_write
 from avalanche_gss._files import read_regular
@@ -43,7 +43,7 @@ from avalanche_gss.reproduce.runs.cache import ResultCache
 if TYPE_CHECKING:
     import submitit
 
-__all__ = ["JOB_OPTIONS", "ClusterOptions", "JobLost", "JobsDoNotFit", "RunOutcome",
+__all__ = ["JOB_OPTIONS", "ClusterOptions", "JobLost", "JobOptions", "JobsDoNotFit", "RunOutcome",
            "SchedulerUnavailable", "check_capacity", "check_scheduler", "node_capacity",
            "run_group", "run_on_cluster", "runs_at_once", "share_out"]
 
@@ -76,6 +76,16 @@ lag) before it counts as lost: submitit's own wait."""
 
 JOB_OPTIONS = ("partition", "time_min", "mem_gb", "cpus_per_job", "gpus_per_job")
 """The fields of :class:`ClusterOptions` that say what each job asks of the cluster."""
+
+
+class JobOptions(TypedDict, total=False):
+    """What each job asks of the cluster, by :data:`JOB_OPTIONS` name (``None``: its default)."""
+
+    partition: str | None
+    time_min: int | None
+    mem_gb: float | None
+    cpus_per_job: int | None
+    gpus_per_job: int | None
 
 UNLIMITED_MIN = 7 * 24 * 60
 """The time asked per job where the partition has no limit and ``--time`` is not given."""

@@ -38,7 +38,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm import tqdm
 
@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 JobFn = Callable[[JsonObject], JsonObject]
 Launcher = Literal["local", "submitit"]
+
+if TYPE_CHECKING:  # submitit's options: the module itself is imported when a sweep uses it
+    from avalanche_gss.reproduce.runs.slurm import JobOptions
 
 
 class SweepError(RuntimeError):
@@ -224,7 +227,7 @@ def _execute(
 
 def run_sweep(jobs: Sequence[Mapping[str, Json]], fn: JobFn, *, cache_dir: str | os.PathLike[str],
               workers: int = 1, launcher: Launcher = "local", progress: bool = True,
-              cluster: str | None = None, submitit_params: Mapping[str, Any] | None = None,
+              cluster: str | None = None, submitit_params: JobOptions | None = None,
               threads: int | None = None, runs_per_job: int = 1,
               check: ResultCheck | None = None) -> list[JsonObject]:
     """Run every job that has no stored result; return all results, in job order.
@@ -341,7 +344,7 @@ def _checked_options(fn: JobFn, launcher: Launcher, workers: int, threads: int |
 def _launch(unique: dict[str, JsonObject], results: dict[str, JsonObject],
             failures: list[tuple[JsonObject, BaseException]], fn: JobFn, cache: ResultCache, *,
             launcher: Launcher, progress: bool, workers: int, cluster: str | None,
-            submitit_params: Mapping[str, Any] | None, threads: int | None,
+            submitit_params: JobOptions | None, threads: int | None,
             runs_per_job: int) -> None:
     """Run the jobs without a result where :func:`run_sweep` was told to, behind a bar.
 
@@ -545,17 +548,17 @@ def _run_pool(jobs: _Jobs, fn: JobFn, cache: ResultCache, workers: int,
 
 
 def _run_submitit(jobs: _Jobs, fn: JobFn, cache: ResultCache, cluster: str | None,
-                  params: Mapping[str, Any] | None, threads: int | None = None,
+                  params: JobOptions | None, threads: int | None = None,
                   runs_per_job: int = 1) -> None:
     """Send the jobs to submitit's ``AutoExecutor``, packed, as one job array; wait for them.
 
     :func:`~avalanche_gss.reproduce.runs.slurm.run_on_cluster` (how runs are packed and
     lost jobs reported).
     """
-    from avalanche_gss.reproduce.runs.slurm import ClusterOptions, run_on_cluster
+    from avalanche_gss.reproduce.runs.slurm import ClusterOptions, JobOptions, run_on_cluster
 
     options = ClusterOptions(cluster=cluster, runs_per_job=runs_per_job, threads=threads,
-                             **dict(params or {}))
+                             **(params or JobOptions()))
     labels = {key: name for key, cfg in jobs.todo.items() if (name := job_name(cfg))}
 
     def collect(key: str, result: Callable[[], tuple[Mapping[str, Json], str | None]]) -> None:
