@@ -398,15 +398,30 @@ def test_tuned_rates_pick_each_policys_best_mean_first_in_the_grid_on_ties():
     assert weighted["A"] == 0.05  # on the permuted stream alone 0.05 is better
 
 
+def test_lr_grid_is_refused_with_a_tuning_seed_reported_or_a_single_rate(tmp_path, capsys):
+    from avalanche_gss.reproduce.experiments.which_buffer import WHICH_BUFFER
+
+    data = str(toy_npz(tmp_path / "toy.npz"))
+    base = ["which-buffer", "--quick", "--data", data, "--streams", "disjoint",
+            "--policies", "Reservoir", "Rand", "--seeds", "0", "1"]
+    with pytest.raises(SystemExit) as clash:
+        WHICH_BUFFER.plan(parse_args([*base, "--lr-grid", "0.01", "0.2", "--tune-seeds",
+                                      "1"]))
+    assert "argument --tune-seeds: seed 1 is also a reported seed (--seeds 0 1)" in str(
+        clash.value)
+    for bad, said in ((["--lr-grid", "0.1", "0.1"], "at least two different learning rates"),
+                      (["--lr-grid", "0.1", "0.2", "--lr", "0.1"], "not with --lr"),
+                      (["--tune-seeds", "5"], "applies with --lr-grid only")):
+        with pytest.raises(SystemExit):
+            parse_args([*base, *bad])
+        assert said in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_lr_grid_tunes_on_other_seeds_then_runs_each_policy_at_its_rate(tmp_path):
     data = toy_npz(tmp_path / "toy.npz")
     base = ["which-buffer", "--quick", "--data", data, "--streams", "disjoint",
             "--policies", "Reservoir", "Rand", "--seeds", "0", "1"]
-    clash = cli(*base, "--lr-grid", "0.01", "0.2", "--tune-seeds", "1", "--out", "o",
-                cwd=tmp_path, warm=True)
-    assert clash.returncode == 1
-    assert "argument --tune-seeds: seed 1 is also a reported seed" in clash.stderr
     done = cli(*base, "--lr-grid", "0.01", "0.2", "--tune-seeds", "7", "--out", "o",
                cwd=tmp_path, warm=True)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -422,6 +437,3 @@ def test_lr_grid_tunes_on_other_seeds_then_runs_each_policy_at_its_rate(tmp_path
     assert {r["seed"] for r in ran} == {"0", "1"}  # the tuning seed is not reported
     md = (tmp_path / "o" / "which_buffer.md").read_text()
     assert "Learning rates tuned per policy over 0.01, 0.2, on seeds 7" in md
-    refused = cli(*base, "--lr-grid", "0.1", "0.1", cwd=tmp_path, warm=True)
-    assert refused.returncode == 2 and "at least two different learning rates" in (
-        refused.stderr)
