@@ -578,8 +578,8 @@ def tuned_rates(runs: Sequence[PolicyRun], results: Sequence[JsonObject],
     chosen: dict[str, float] = {}
     for (policy, lr), cell in cells.items():
         seeds = sorted({s for _, s in cell})
-        per_seed = [math.fsum(weights[c] * cell[(c, s)] for c, _ in columns if (c, s) in cell)
-                    for s in seeds]
+        per_seed = [math.fsum(weights[c] * cell[(c, s)] for c, _ in columns
+                              if weights[c] > 0 and (c, s) in cell) for s in seeds]
         scores.setdefault(policy, {})[str(lr)] = math.fsum(per_seed) / len(per_seed)
     order = list(dict.fromkeys(float(x) for x in grid))
     for policy, by_rate in scores.items():
