@@ -44,7 +44,8 @@ __all__ = ["DIVERGED_SHARE", "Row", "diverged", "group_rows", "rows_from_runs",
            "output_paths", "table_csv", "table_markdown", "write_outputs", "write_report",
            "write_text",
            "format_cell", "provenance", "provenance_line", "protocol_line", "data_lines",
-           "replay_words", "shared_places", "reproduce_tests", "reproduce_lines"]
+           "replay_words", "shared_places", "ReproduceRecord", "reproduce_tests",
+           "reproduce_lines"]
 
 
 def provenance(device: str, threads: int) -> dict[str, Any]:
