@@ -3,10 +3,11 @@
 docs/which_buffer.json is the report of the default ``which-buffer --compute-matched`` run
 (replaying 10), docs/which_buffer_replay64.json the same run replaying 64;
 docs/which_buffer_m300.json and docs/which_buffer_m300_replay64.json the reports of every
-policy at M = 300, replaying 10 and 64. docs/RESULTS.md quotes all four, and compares each
-policy across the two default runs. Their statistics are recomputed here from their runs
-with today's rule: a changed rule, or a changed report, fails these tests until the
-sentences are changed with it.
+policy at M = 300, replaying 10 and 64; docs/which_buffer_erace_tuned.json ER-ACE, its
+baseline and Reservoir, each at its tuned learning rate. docs/RESULTS.md quotes all five,
+and compares each policy across the two default runs. Their statistics are recomputed
+here from their runs with today's rule: a changed rule, or a changed report, fails these
+tests until the sentences are changed with it.
 """
 
 import json
@@ -157,3 +158,23 @@ def test_results_states_the_sequential_replay_of_the_default(report):
     assert (f"it makes {measured.runs} of the {measured.fixed_runs} policy × seed runs as "
             f"measured and {matched.runs} compute-matched") in text
     assert (f"saves {100 * measured.saved:.0f} % and {100 * matched.saved:.0f} %") in text
+
+
+def test_results_states_er_ace_against_its_baseline_at_the_tuned_rates():
+    report = restate(DOCS / "which_buffer_erace_tuned.json")
+    protocol = report["protocol"]
+    assert protocol["lr_grid"] == [0.02, 0.05, 0.1, 0.2] and protocol["tune_seeds"] == [100, 101]
+    text = _flat(RESULTS)
+    for policy, lr in protocol["tuned_lr"].items():
+        means = " | ".join(f"{protocol['tuning'][policy][str(x)]:.2f}"
+                           for x in protocol["lr_grid"])
+        assert f"| {policy} | {means} | {lr:g} |" in text, policy
+    questions = {(a["a"], a["b"]): a for a in report["ablations"]}
+    for (a, b), words in ((("ER-ACE", "ER (joint)"), "the loss, in the same joint step"),
+                          (("ER (joint)", "Reservoir"), "one joint step instead of two"),
+                          (("ER-ACE", "Reservoir"), None)):
+        c = questions[(a, b)]
+        cell = (f"{_signed(c['mean_difference'])} [{_signed(c['low'])}, "
+                f"{_signed(c['high'])}], {c['verdict']}")
+        label = f"{a} − {b}" + (f": {words}" if words else "")
+        assert f"| {label} | {cell} |" in text, (label, cell)
