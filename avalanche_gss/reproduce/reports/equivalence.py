@@ -28,6 +28,9 @@ The method, and why:
 
 The pick (:func:`pick`) is the cheapest *equivalent* policy, costs within
 ``cost_tolerance`` of the cheapest counting as equal (then the most accurate of them).
+Given pairs of policies are compared the same way by :func:`contrasts` (which-buffer's
+ablations): seeds as replicates, Bonferroni over the pairs asked, the verdict read from the
+interval.
 """
 
 from __future__ import annotations
