@@ -125,9 +125,20 @@ def _add_symmetric_product(out: Tensor, grads: Tensor) -> None:
     rows = -(-n // _TRIANGLE_BLOCKS)
     for s in range(0, n, rows):
         e = min(n, s + rows)
-        block = grads[s:e] @ grads[s:].T  # (b, N-s)
-        out[s:e, s:] += block
-        out[e:, s:e] += block[:, e - s :].T  # the later rows' columns s:e, by symmetry
+        add_upper_rows(out, s, e, grads[s:e] @ grads[s:].T)  # (b, N-s)
+
+
+def add_upper_rows(out: Tensor, s: int, e: int, block: Tensor) -> None:
+    """Add rows ``s:e`` of a symmetric term, from column ``s`` on, and their mirror image.
+
+    :param out: the symmetric accumulator, shape ``(N, N)``.
+    :param s: the block's first row.
+    :param e: one past its last row.
+    :param block: the term's rows ``s:e``, columns ``s:``, shape ``(e - s, N - s)``; the
+        later rows' columns ``s:e`` are its transpose.
+    """
+    out[s:e, s:] += block
+    out[e:, s:e] += block[:, e - s :].T
 
 
 def add_outer(out: Tensor, grads: Tensor) -> None:

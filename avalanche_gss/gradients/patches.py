@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import add_outer, add_pairs, combined_rows
+from .common import add_outer, add_pairs, add_upper_rows, combined_rows
 
 # Largest temporary (in elements) the conv routes build at once: 2**24 floats = 64 MiB.
 _CHUNK_ELEMENTS = 1 << 24
@@ -46,9 +46,7 @@ def _add_pair_sum_gram(out: Tensor, cols: Tensor, dout: Tensor) -> None:
         e = min(n, s + rows)
         prod = u[s * t : e * t] @ u[s * t :].T  # (b*T, (N-s)*T)
         prod.mul_(d[s * t : e * t] @ d[s * t :].T)  # (b*T, (N-s)*T)
-        block = prod.view(e - s, t, n - s, t).sum(dim=(1, 3))  # (b, N-s)
-        pairs[s:e, s:] += block
-        pairs[e:, s:e] += block[:, e - s :].T  # the later rows' columns s:e, by symmetry
+        add_upper_rows(pairs, s, e, prod.view(e - s, t, n - s, t).sum(dim=(1, 3)))  # (b, N-s)
     if pairs is not out:
         add_pairs(out, pairs)
 
