@@ -55,6 +55,17 @@ def tiny_split(mnist):
     return disjoint_tasks(mnist, samples_per_task=60, seed=0)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _single_thread_session():
+    # The same for the module and session fixtures that train (they are set up before any
+    # function fixture): with two test workers on two cores, a second torch thread per
+    # worker only oversubscribes the cores.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _single_thread():
     # Tiny models: one thread is faster and immune to oversubscription on 2 cores.
