@@ -3,9 +3,9 @@
 The top-level names are imported lazily, so that ``avalanche_gss.selection`` and
 ``avalanche_gss.gradients`` (pure tensor code) can be used without importing Avalanche.
 Every method's classes (its buffer, ready strategy and constrained strategy) are
-top-level names, read from the method files of :mod:`avalanche_gss.methods`
-(:func:`~avalanche_gss.methods.exported_classes`): a method file added there exports its
-classes here with no list to edit.
+top-level names, those that :data:`avalanche_gss.methods.BUILTIN` names
+(:func:`~avalanche_gss.methods.exported_classes`): a method added there exports its
+classes here with no other list to edit.
 """
 
 from __future__ import annotations

@@ -34,12 +34,11 @@ from avalanche_gss.buffers import ClassBalancedBuffer, GradientScored, Rows
 from avalanche_gss.buffers.base import reject
 from avalanche_gss.buffers.columns import check_size
 from avalanche_gss.buffers.scored import StepScored
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.cbrs import cbrs_plan, cbrs_slots, place_by_weight
 from avalanche_gss.selection.greedy import memory_scores
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["Victim", "ScoreSource", "CBGSSBuffer", "CBGSS", "METHODS"]
+__all__ = ["Victim", "ScoreSource", "CBGSSBuffer", "CBGSS"]
 
 Victim = Literal["score", "random"]
 ScoreSource = Literal["pass", "step"]
@@ -234,9 +233,3 @@ class CBGSS(BufferStrategy):
         buffer = CBGSSBuffer(mem_size, n=n, victim=victim, loss_fn=loss_fn, params=params,
                              score_from=score_from, seed=seed)
         self.rehearse(buffer, seed, options)
-
-
-ORDER = 80
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("CB-GSS", CBGSSBuffer, CBGSS),)

@@ -10,11 +10,10 @@ import torch
 from torch import Tensor, nn
 
 from avalanche_gss.buffers import ClassBalancedBuffer, Rows
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.cbrs import cbrs_slots
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["CBRSBuffer", "CBRS", "METHODS"]
+__all__ = ["CBRSBuffer", "CBRS"]
 
 
 class CBRSBuffer(ClassBalancedBuffer):
@@ -69,9 +68,3 @@ class CBRS(BufferStrategy):
     """
 
     buffer_class = CBRSBuffer
-
-
-ORDER = 60
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("CBRS", CBRSBuffer, CBRS),)

@@ -18,12 +18,10 @@ from avalanche_gss.buffers.presets import resolve
 from avalanche_gss.buffers.rows import model_device
 from avalanche_gss.buffers.scored import model_features
 from avalanche_gss.gradients import cosine_from_gram
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.clust import DoublingClustering, feature_distance, gradient_distance
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["ClustFeatures", "GSSClustBuffer", "FSSClustBuffer", "GSSClust", "FSSClust",
-           "METHODS"]
+__all__ = ["ClustFeatures", "GSSClustBuffer", "FSSClustBuffer", "GSSClust", "FSSClust"]
 
 ClustFeatures = Literal["penultimate", "logits"]
 
@@ -260,12 +258,3 @@ class FSSClust(BufferStrategy):
         buffer = FSSClustBuffer(mem_size, variant=variant, recent_size=recent_size,
                                 features=features, squared=squared, growth=growth, seed=seed)
         self.rehearse(buffer, seed, options)
-
-
-ORDER = 50
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (
-    Method("GSS-Clust", GSSClustBuffer, GSSClust),
-    Method("FSS-Clust", FSSClustBuffer, FSSClust),
-)

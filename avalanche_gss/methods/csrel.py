@@ -14,11 +14,10 @@ from avalanche_gss.buffers import GradientScored, OnlineBuffer, Rows
 from avalanche_gss.buffers.base import reject
 from avalanche_gss.buffers.rows import labels_on, model_device, same_shapes
 from avalanche_gss.gradients import eval_mode
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.csrel import admission_weights, reducible_loss, streaming_slots
 from avalanche_gss.training.rehearsal import BufferStrategy, single_sample_norm
 
-__all__ = ["CSReLBuffer", "CSReL", "METHODS"]
+__all__ = ["CSReLBuffer", "CSReL"]
 
 
 class CSReLBuffer(GradientScored, OnlineBuffer):
@@ -305,9 +304,3 @@ class CSReL(BufferStrategy):
         buffer = CSReLBuffer(mem_size, refit_every=refit_every, refit_steps=refit_steps,
                              refit_batch_size=refit_batch_size, refit_lr=refit_lr, seed=seed)
         self.rehearse(buffer, seed, options)
-
-
-ORDER = 110
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("CSReL", CSReLBuffer, CSReL),)

@@ -55,7 +55,6 @@ from typing_extensions import Self  # typing.Self is Python 3.11+
 from avalanche_gss.buffers import GradientScored, RecentMergeBuffer, Rows
 from avalanche_gss.buffers.merge import usable as usable_rows
 from avalanche_gss.gradients.state import eval_mode
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.gcr import OMPResult, class_groups, count_classes, pursue
 from avalanche_gss.training.rehearsal import BufferStrategy
 from avalanche_gss.training.weighted_replay import (
@@ -65,7 +64,7 @@ from avalanche_gss.training.weighted_replay import (
     SlotRetrieval,
 )
 
-__all__ = ["GCRBuffer", "GCR", "GCRReplayPlugin", "SlotRetrieval", "SlotLogits", "METHODS"]
+__all__ = ["GCRBuffer", "GCR", "GCRReplayPlugin", "SlotRetrieval", "SlotLogits"]
 
 ClassShare = Literal["equal", "seen"]
 CLASS_SHARES = ("equal", "seen")
@@ -366,9 +365,3 @@ class GCR(BufferStrategy):
         self.rehearse(buffer, seed, options)
         plugin = cast(GCRReplayPlugin, self.rehearsal)
         plugin.replay_loss, plugin.alpha, plugin.beta = replay_loss, float(alpha), float(beta)
-
-
-ORDER = 100
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("GCR", GCRBuffer, GCR),)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from avalanche_gss.buffers import ClassBalancedBuffer, Rows
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.gdumb import gdumb_slots
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["GDumbBuffer", "GDumb", "METHODS"]
+__all__ = ["GDumbBuffer", "GDumb"]
 
 
 class GDumbBuffer(ClassBalancedBuffer):
@@ -61,9 +60,3 @@ class GDumb(BufferStrategy):
     """
 
     buffer_class = GDumbBuffer
-
-
-ORDER = 70
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("GDumb", GDumbBuffer, GDumb),)

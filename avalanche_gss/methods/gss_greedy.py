@@ -11,7 +11,6 @@ from avalanche_gss.buffers import GradientScored, OnlineBuffer, Rows, Variant
 from avalanche_gss.buffers.base import reject
 from avalanche_gss.buffers.columns import check_size
 from avalanche_gss.buffers.presets import resolve
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.greedy import (
     CandidateDraw,
     Gate,
@@ -22,7 +21,7 @@ from avalanche_gss.selection.greedy import (
 )
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["MemoryGrads", "GSSGreedyBuffer", "GSSGreedy", "METHODS"]
+__all__ = ["MemoryGrads", "GSSGreedyBuffer", "GSSGreedy"]
 
 MemoryGrads = Literal["samples", "groups"]
 
@@ -164,9 +163,3 @@ class GSSGreedy(BufferStrategy):
                                  gate=gate, candidate_draw=candidate_draw, group_size=group_size,
                                  loss_fn=loss_fn, params=params, seed=seed)
         self.rehearse(buffer, seed, options)
-
-
-ORDER = 30
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("GSS-Greedy", GSSGreedyBuffer, GSSGreedy),)

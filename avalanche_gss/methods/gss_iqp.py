@@ -15,13 +15,12 @@ from torch import Tensor, nn
 from avalanche_gss.buffers import GradientScored, RecentMergeBuffer, Rows
 from avalanche_gss.buffers.merge import usable as usable_rows
 from avalanche_gss.gradients import cosine_from_gram
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.iqp import IQPResult, select_iqp
 from avalanche_gss.training.constrained import ConstrainedUpdatePlugin
 from avalanche_gss.training.rehearsal import BufferStrategy
 from avalanche_gss.training.template import OnlineTemplate
 
-__all__ = ["IQPSolver", "GSSIQPBuffer", "GSSIQP", "GSSIQPConstrained", "METHODS"]
+__all__ = ["IQPSolver", "GSSIQPBuffer", "GSSIQP", "GSSIQPConstrained"]
 
 IQPSolver = Literal["fast", "exact"]
 
@@ -205,9 +204,3 @@ class GSSIQPConstrained(OnlineTemplate):
     def storage_policy(self) -> GSSIQPBuffer:
         """The buffer."""
         return cast(GSSIQPBuffer, self.constrained.storage_policy)  # the one built above
-
-
-ORDER = 40
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("GSS-IQP", GSSIQPBuffer, GSSIQP, constrained=GSSIQPConstrained),)

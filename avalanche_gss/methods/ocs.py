@@ -9,12 +9,11 @@ from torch import Tensor, nn
 
 from avalanche_gss.buffers import GradientScored, OnlineBuffer, Rows
 from avalanche_gss.buffers.base import reject
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.ocs import ocs_scores, ocs_topk
 from avalanche_gss.selection.reservoir import refill_slots
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["OCSBuffer", "OCS", "METHODS"]
+__all__ = ["OCSBuffer", "OCS"]
 
 
 class OCSBuffer(GradientScored, OnlineBuffer):
@@ -149,9 +148,3 @@ class OCS(BufferStrategy):
     ) -> None:
         buffer = OCSBuffer(mem_size, k=k, n=n, tau=tau, loss_fn=loss_fn, params=params, seed=seed)
         self.rehearse(buffer, seed, options)
-
-
-ORDER = 90
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("OCS", OCSBuffer, OCS),)

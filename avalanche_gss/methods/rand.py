@@ -5,11 +5,10 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from avalanche_gss.buffers import OnlineBuffer, Rows
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.rand import rand_slots
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["RandBuffer", "Rand", "METHODS"]
+__all__ = ["RandBuffer", "Rand"]
 
 
 class RandBuffer(OnlineBuffer):
@@ -36,9 +35,3 @@ class Rand(BufferStrategy):
     """
 
     buffer_class = RandBuffer
-
-
-ORDER = 10
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("Rand", RandBuffer, Rand),)

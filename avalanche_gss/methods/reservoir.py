@@ -5,11 +5,10 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from avalanche_gss.buffers import OnlineBuffer, Rows
-from avalanche_gss.methods.spec import Method
 from avalanche_gss.selection.reservoir import refill_slots
 from avalanche_gss.training.rehearsal import BufferStrategy
 
-__all__ = ["ReservoirBuffer", "Reservoir", "METHODS"]
+__all__ = ["ReservoirBuffer", "Reservoir"]
 
 
 class ReservoirBuffer(OnlineBuffer):
@@ -37,9 +36,3 @@ class Reservoir(BufferStrategy):
     """
 
     buffer_class = ReservoirBuffer
-
-
-ORDER = 20
-"""Where this file's methods come among the package's (the tables' order; see ``methods``)."""
-
-METHODS = (Method("Reservoir", ReservoirBuffer, Reservoir),)

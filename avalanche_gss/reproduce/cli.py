@@ -35,6 +35,7 @@ from avalanche_gss.reproduce.experiments.registry import table_names
 from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.paths import check_paths, unwritable  # noqa: F401 (re-exported)
 from avalanche_gss.reproduce.program import PROG
+from avalanche_gss.reproduce.runs import own_code
 from avalanche_gss.reproduce.runs.cache import module_sha256
 from avalanche_gss.reproduce.runs.slurm import JOB_OPTIONS
 
@@ -487,7 +488,7 @@ def _import_user_modules(argv: Sequence[str], prog: str) -> None:
     _check_hashable(pre, "")
     for spec in pre.parse_known_args(argv)[0].imports:
         try:
-            methods.import_user(spec)
+            own_code.import_user(spec)
         except KeyboardInterrupt:
             raise
         except BaseException as err:  # a user module can fail in any way: one line naming it
@@ -503,7 +504,7 @@ def _check_hashable(parser: argparse.ArgumentParser, where: str) -> None:
     keeps
     each hash): only the modules the last import loaded can fail.
     """
-    for name in methods.user_modules():
+    for name in own_code.user_modules():
         try:
             module_sha256(name)
         except ValueError as err:

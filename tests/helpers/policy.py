@@ -54,11 +54,11 @@ def registry_restored() -> Iterator[None]:
     """
     from avalanche_gss import methods
     from avalanche_gss.reproduce.experiments import policies
-    from avalanche_gss.reproduce.runs import identity
+    from avalanche_gss.reproduce.runs import identity, own_code
     from avalanche_gss.reproduce.runs.cache import module_sha256
 
-    tables: list[dict[str, Any]] = [methods._USER, methods._ORIGIN, methods._IMPORTED,
-                                     methods._LOADED, policies.POLICIES,
+    tables: list[dict[str, Any]] = [methods._USER, methods._PLUGIN_MODULES, own_code._ORIGIN,
+                                     own_code._IMPORTED, own_code._LOADED, policies.POLICIES,
                                      policies._STREAM_PROTOCOLS]
     saved = [dict(table) for table in tables]
     registered = dict(methods.REGISTRY.items())

@@ -1,5 +1,6 @@
 """The method registry: one entry per paper method, its presets and its ready strategy."""
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -214,28 +215,38 @@ def test_a_policy_that_breaks_the_storage_invariants_is_refused():
         Holes(5).add(torch.randn(2, 3), torch.tensor([0, 1]))
 
 
-def test_a_file_whose_methods_differ_from_its_text_is_refused(monkeypatch):
-    monkeypatch.setattr(methods, "MODULES", ("rand",))
-    monkeypatch.setattr(methods, "_declared", lambda module: ("Random",))
-    with pytest.raises(ImportError, match="methods.rand defines \\['Rand'\\], its text "
-                                          "says \\['Random'\\]"):
+def test_a_builtin_that_names_a_class_its_file_lacks_is_refused(monkeypatch):
+    monkeypatch.setattr(methods, "BUILTIN", (methods.Builtin("Rand", "rand", "RandomBuffer",
+                                                             "Rand"),))
+    with pytest.raises(ImportError, match="avalanche_gss.methods.rand has no class "
+                                          "RandomBuffer, which the method 'Rand' names"):
         methods._load()
 
 
-
-def test_a_method_file_added_to_the_folder_is_found_in_its_order(tmp_path, monkeypatch):
-    # Given the methods' folder with two files more: one placed by its ORDER, one without
-    folder, files = Path(methods.__file__).parent, methods.MODULES
-    for path in folder.glob("*.py"):
-        (tmp_path / path.name).write_text(path.read_text())
-    (tmp_path / "zed.py").write_text('ORDER = 15\nMETHODS = (Method("Zed", ZBuffer, Z),)\n')
-    (tmp_path / "last.py").write_text('METHODS = (Method("Last", LBuffer, L),)\n')
-    monkeypatch.setattr(methods, "_FOLDER", str(tmp_path))
-    for name in ("MODULES", "NAMES"):
-        monkeypatch.delattr(methods, name, raising=False)
-    # When the package lists its method files and their names (read as text)
-    found, names = methods.MODULES, methods.NAMES
-    # Then each file declaring METHODS is one, by ORDER (the unplaced last); none else
-    assert found == (files[0], "zed", *files[1:], "last") and files[0] == "rand"
-    assert names == ("Rand", "Zed", *BUILTIN[1:], "Last")
-    assert methods.exported_classes()["ZBuffer"] == "avalanche_gss.methods.zed"
+def test_every_method_file_of_the_folder_is_declared_with_each_buffer_it_defines():
+    # A method's file added without its line in BUILTIN would never reach the registry:
+    # every module of the folder that defines a buffer is one of MODULES, and each buffer
+    # it defines (a public OnlineBuffer subclass, its files' shared bases aside) is a
+    # method's, with its ready strategy.
+    folder = Path(methods.__file__).parent
+    defined = {}
+    for path in sorted(folder.glob("[!_]*.py")):
+        module = importlib.import_module(f"avalanche_gss.methods.{path.stem}")
+        buffers = {name for name, obj in vars(module).items()
+                   if isinstance(obj, type) and issubclass(obj, OnlineBuffer)
+                   and obj.__module__ == module.__name__ and not name.startswith("_")}
+        bases = {base.__name__ for name in buffers for base in getattr(module, name).__mro__[1:]}
+        if buffers:
+            defined[path.stem] = buffers - bases  # a base of the file's buffers is no method
+    assert set(defined) == set(methods.MODULES)
+    declared = {m.module: set() for m in methods.BUILTIN}
+    for m in methods.BUILTIN:
+        declared[m.module].add(m.buffer)
+    assert defined == declared
+    # and what is declared is what the registry holds, exported under the same names
+    exported = methods.exported_classes()
+    for m in methods.BUILTIN:
+        loaded = methods.get(m.name)
+        classes = [c for c in (loaded.buffer, loaded.strategy, loaded.constrained) if c]
+        assert [c.__name__ for c in classes] == list(m.classes)
+        assert all(exported[c.__name__] == c.__module__ for c in classes)

@@ -13,8 +13,7 @@ import pytest
 from helpers.cli import cli, toy_npz
 from helpers.policy import write_policy
 
-from avalanche_gss import methods
-from avalanche_gss.reproduce.runs import identity
+from avalanche_gss.reproduce.runs import identity, own_code
 from avalanche_gss.reproduce.runs.cache import config_key, module_sha256, result_config
 
 LAZY = '''
@@ -41,7 +40,7 @@ def _sha(path):
 def test_a_helper_imported_inside_a_method_is_in_the_key_before_it_is_imported(tmp_path,
                                                                              registry):
     path = _lazy_policy(tmp_path)
-    methods.import_user(str(path))
+    own_code.import_user(str(path))
     assert "newest_lazy_rule" not in sys.modules  # not imported: no run called it yet
     code = identity.method_code("Newest")
     assert code["user_code"] == {"newest_lazy": _sha(path),
@@ -68,7 +67,7 @@ def test_every_import_statement_of_ones_own_counts_and_installed_ones_do_not(tmp
     (tmp_path / "newest_top.py").write_text("from newest_pkg import beside\n")
     sys.path.insert(0, str(tmp_path))
     try:
-        found = methods.own_imports(["newest_pkg.main"])
+        found = own_code.own_imports(["newest_pkg.main"])
     finally:
         sys.path.remove(str(tmp_path))
     assert sorted(found) == ["newest_pkg", "newest_pkg.beside", "newest_pkg.main",
@@ -81,8 +80,8 @@ def test_editing_one_import_retrains_only_the_runs_whose_code_it_is(tmp_path, re
     # Given two --import modules: a policy, and a second policy the runs below do not use
     path = _lazy_policy(tmp_path)
     other = write_policy(tmp_path, "newest_other", name="Other")
-    methods.import_user(str(path))
-    methods.import_user(str(other))
+    own_code.import_user(str(path))
+    own_code.import_user(str(other))
     before = {m: {**identity.code_identity(), **identity.method_code(m)}
               for m in ("Newest", "Reservoir")}
     assert "user_code" not in before["Reservoir"]
@@ -147,7 +146,7 @@ def test_a_stream_of_ones_own_keys_its_runs_by_the_module_that_builds_it(tmp_pat
         "dict(REGISTRY['disjoint'].options)))\n")
     (tmp_path / "newest_lazy_rule.py").write_text("NEWEST = True\n")
     try:
-        methods.import_user(str(tmp_path / "newest_stream.py"))
+        own_code.import_user(str(tmp_path / "newest_stream.py"))
         code = identity.run_code("Reservoir", "newest-stream")
         assert sorted(code["user_code"]) == ["newest_lazy_rule", "newest_stream"]
         assert "user_code" not in identity.run_code("Reservoir", "disjoint")

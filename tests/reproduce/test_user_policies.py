@@ -26,6 +26,7 @@ from avalanche_gss.methods.spec import Method
 from avalanche_gss.reproduce import cli
 from avalanche_gss.reproduce.__main__ import main
 from avalanche_gss.reproduce.experiments import policies
+from avalanche_gss.reproduce.runs import own_code
 from avalanche_gss.reproduce.runs import training as experiments
 from avalanche_gss.reproduce.runs.cache import (
     config_key,
@@ -45,7 +46,7 @@ def test_a_policy_of_ones_own_module_is_known_by_name_everywhere(tmp_path, regis
     with pytest.raises(SystemExit):
         cli.parse_args(["table1", "--methods", "Newest"])  # not known before
     # When it is imported as --import does
-    methods.import_user(str(path))
+    own_code.import_user(str(path))
     # Then every list of names holds it, after this package's methods
     assert methods.names() == (*methods.NAMES, "Newest") == tuple(methods.REGISTRY)
     assert experiments.BUFFER_METHODS == methods.names()
@@ -76,7 +77,7 @@ def test_a_runs_key_holds_every_module_of_ones_own_its_code_imports(tmp_path, re
     path = write_policy(tmp_path, "newest_two_files")
     path.write_text(path.read_text().replace("NEWEST = True", "from newest_rule import NEWEST"))
     monkeypatch.syspath_prepend(str(tmp_path))
-    methods.import_user(str(path))
+    own_code.import_user(str(path))
     # Then a run's key holds the hash of both: an edit of the second is a new run
     config = {**code_identity(), **method_code("Newest")}
     assert config["user_code"] == {"newest_two_files": _sha(path), "newest_rule": _sha(helper)}
@@ -100,12 +101,12 @@ def test_a_module_that_no_run_uses_is_imported_by_the_workers_but_keys_no_run(tm
     patch.write_text("from avalanche_gss.methods import reservoir\n")
     plain = code_identity()
     assert not {"user_code", "imports"} & set(plain)  # no code of one's own: the same key
-    methods.import_user(str(patch))
+    own_code.import_user(str(patch))
     # Then a worker imports it too, but it is no run's code: every key stays as it was
     patched = code_identity()
     assert "user_code" not in patched and patched["imports"] == [str(patch)]
     assert config_key(patched) == config_key(plain)
-    assert methods.user_modules() == ("newest_patch",)  # not this package's, nor torch
+    assert own_code.user_modules() == ("newest_patch",)  # not this package's, nor torch
 
 
 def test_a_module_of_ones_own_without_source_is_refused_in_one_line(tmp_path):
@@ -147,9 +148,9 @@ def test_registering_refuses_taken_names_and_what_is_not_a_method(tmp_path, regi
     with pytest.raises(ValueError, match="'Rand x1' is taken by another policy"):
         policies.register_policy("Rand x1", method="Rand", n_iter=2)
     with pytest.raises(ImportError, match="cannot import 'no_such_module'"):
-        methods.import_user("no_such_module")
+        own_code.import_user("no_such_module")
     with pytest.raises(ImportError, match="no such file"):
-        methods.import_user(str(tmp_path / "absent.py"))
+        own_code.import_user(str(tmp_path / "absent.py"))
 
 
 def _distribution(folder: Path, value: str) -> None:
@@ -192,7 +193,7 @@ def test_an_entry_point_that_names_no_method_is_refused_by_name(tmp_path, monkey
 
 def test_a_job_refuses_code_that_changed_since_its_key_was_made(tmp_path, registry):
     path = write_policy(tmp_path, "newest_job")
-    methods.import_user(str(path))
+    own_code.import_user(str(path))
     config = {**code_identity(), **method_code("Newest")}
     prepare_job(config)  # the code the key names: ready
     with pytest.raises(ValueError, match="code of newest_job changed during the sweep"):
@@ -307,11 +308,11 @@ def test_a_module_that_exits_while_imported_ends_in_one_line(tmp_path, registry)
     assert len(lines) == 1, res.stderr
     assert "argument --import newest_quits.py" in lines[0] and "sys.exit(0)" in lines[0]
     with pytest.raises(ImportError, match="it called sys.exit"):
-        methods.import_user(str(tmp_path / "newest_quits.py"))
+        own_code.import_user(str(tmp_path / "newest_quits.py"))
     # Ctrl-C while it is imported stays Ctrl-C
     (tmp_path / "newest_stopped.py").write_text("raise KeyboardInterrupt\n")
     with pytest.raises(KeyboardInterrupt):
-        methods.import_user(str(tmp_path / "newest_stopped.py"))
+        own_code.import_user(str(tmp_path / "newest_stopped.py"))
 
 
 @pytest.mark.slow

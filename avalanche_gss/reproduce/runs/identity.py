@@ -22,6 +22,7 @@ import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.provenance import numerics_identity
 from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.runs import own_code
 from avalanche_gss.reproduce.runs.cache import module_sha256, package_sha256
 from avalanche_gss.streams import ArrayDataset, load_dataset, synthetic_images
 from avalanche_gss.streams.datasets import OfflineDigitsWarning
@@ -103,10 +104,11 @@ def user_code(modules: Iterable[str] = ()) -> JsonObject:
 
     ``user_code``: the SHA-256 of the source of each module of ``modules`` and of every
     module of one's own their code imports, at the top or inside a function
-    (:func:`~avalanche_gss.methods.own_imports`), by module name, never by path: moving
-    the folder that holds them keeps the key; ``imports``: the ``--import`` modules
-    (:func:`~avalanche_gss.methods.user_imports`), which a worker process imports before
-    its run (no part of the key). Each only where there is any.
+    (:func:`~avalanche_gss.reproduce.runs.own_code.own_imports`), by module name, never
+    by path: moving the folder that holds them keeps the key; ``imports``: the
+    ``--import`` modules (:func:`~avalanche_gss.reproduce.runs.own_code.user_imports`),
+    which a worker process imports before its run (no part of the key). Each only where
+    there is any.
 
     :param modules: the modules whose code decides the run (its method's, its stream's).
     :raises ValueError: a module has no source file to hash (a ``.pyc`` alone, a zip
@@ -116,7 +118,7 @@ def user_code(modules: Iterable[str] = ()) -> JsonObject:
     if modules:
         identity["user_code"] = {name: _source_sha256(name, path)
                                  for name, path in _own_imports(tuple(sorted(modules))).items()}
-    imports = methods.user_imports()
+    imports = own_code.user_imports()
     if imports:
         identity["imports"] = list(imports)
     return identity
@@ -124,8 +126,8 @@ def user_code(modules: Iterable[str] = ()) -> JsonObject:
 
 @functools.cache
 def _own_imports(modules: tuple[str, ...]) -> dict[str, str]:
-    """:func:`~avalanche_gss.methods.own_imports`, once per process and set of modules."""
-    return methods.own_imports(modules)
+    """:func:`~avalanche_gss.reproduce.runs.own_code.own_imports`, once per set of modules."""
+    return own_code.own_imports(modules)
 
 
 def _source_sha256(name: str, path: str) -> str:
@@ -158,7 +160,7 @@ def method_code(method: str) -> JsonObject:
     (:meth:`~avalanche_gss.methods.spec.Method.code_modules`, an installed plugin's too)
     and of each module of one's own they import, so that an edit of the policy, or of a
     module it imports, is a new run; and ``imports``, what a worker process imports to
-    know the method (:func:`~avalanche_gss.methods.imports_for`, and every other
+    know the method (:func:`~avalanche_gss.reproduce.runs.own_code.imports_for`, and every other
     ``--import`` module), where there is any.
     """
     return run_code(method)
@@ -226,7 +228,7 @@ def run_code(method: str, stream: str | None = None) -> JsonObject:
         modules = methods.get(method).code_modules()
     identity = user_code((*modules, *stream_modules(stream)))
     imports = list(dict.fromkeys([*cast(list[str], identity.get("imports", ())),
-                                  *methods.imports_for(method)]))
+                                  *own_code.imports_for(method)]))
     if imports:
         identity["imports"] = imports
     return identity
@@ -245,7 +247,7 @@ def prepare_job(config: Mapping[str, Json]) -> None:
         another torch or CPU capability than the key's, naming what differs.
     """
     for spec in cast(list[str], config.get("imports", ())):
-        methods.import_user(spec)
+        own_code.import_user(spec)
     methods.names()  # the entry points' methods, imported
     changed = []
     if config.get("code_sha256") not in (None, package_sha256()):
@@ -269,14 +271,14 @@ def _current_sha256(name: str) -> str | None:
     """The hash of module ``name``'s source here, imported or not (``None``: found nowhere).
 
     A module a run imports lazily is not imported yet when its job starts: it is looked
-    for as :func:`~avalanche_gss.methods.own_imports` looks, beside the modules of one's
-    own this process imported, then on ``sys.path``.
+    for as :func:`~avalanche_gss.reproduce.runs.own_code.own_imports` looks, beside the
+    modules of one's own this process imported, then on ``sys.path``.
     """
     if name not in sys.modules:
         folders = tuple(dict.fromkeys(
             os.path.dirname(str(getattr(sys.modules[m], "__file__", "") or ""))
-            for m in methods.user_modules() if "." not in m))
-        path = methods.module_file(name, folders)
+            for m in own_code.user_modules() if "." not in m))
+        path = own_code.module_file(name, folders)
         if path is None:
             return None
         return _source_sha256(name, path)
