@@ -58,10 +58,11 @@ def registry_restored() -> Iterator[None]:
     from avalanche_gss.reproduce.runs.cache import module_sha256
 
     tables: list[dict[str, Any]] = [methods._USER, methods._PLUGIN_MODULES, own_code._ORIGIN,
-                                     own_code._IMPORTED, own_code._LOADED, policies.POLICIES,
+                                     own_code._IMPORTED, own_code._LOADED,
                                      policies._STREAM_PROTOCOLS]
     saved = [dict(table) for table in tables]
     registered = dict(methods.REGISTRY.items())
+    saved_policies = policies.POLICIES.names()
     plugins, modules = list(methods._PLUGINS), set(sys.modules)
     try:
         yield
@@ -71,6 +72,8 @@ def registry_restored() -> Iterator[None]:
             table.update(before)
         for name in set(methods.REGISTRY.names()) - set(methods.REGISTRY.builtin_names()):
             methods.REGISTRY.remove(name)
+        for label in set(policies.POLICIES.names()) - set(saved_policies):
+            policies.POLICIES.remove(label)
         for name, method in registered.items():
             if name not in methods.REGISTRY:
                 methods.REGISTRY.add(name, method)

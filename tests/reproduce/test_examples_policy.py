@@ -40,7 +40,8 @@ def stride_module():
     finally:
         del sys.modules[spec.name]
         methods._USER.pop("Stride", None)
-        policies.POLICIES.pop("Stride", None)
+        if "Stride" in policies.POLICIES:
+            policies.POLICIES.remove("Stride")
         if "Stride" in methods.REGISTRY:
             methods.REGISTRY.remove("Stride")
 

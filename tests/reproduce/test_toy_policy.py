@@ -74,9 +74,13 @@ def test_an_option_the_buffer_lacks_is_refused_in_one_line_naming_the_allowed(tm
 
 
 def test_a_policies_value_names_a_label_or_a_method_with_its_options(monkeypatch):
+    from avalanche_gss.registry import Registry
     from avalanche_gss.reproduce.experiments import policies
 
-    monkeypatch.setattr(policies, "POLICIES", dict(policies.POLICIES))
+    mine: Registry[policies.Policy] = Registry("which-buffer policy")
+    for label, policy in policies.POLICIES.items():
+        mine.add(label, policy, builtin=True)
+    monkeypatch.setattr(policies, "POLICIES", mine)
     assert policies.policy_label("GSS-IQP") == "GSS-IQP"  # a label stays one
     text = "GSS-Clust: growth=1.5, recent_size=50,variant=paper ,replay.retrieval=mir"
     assert policies.policy_label(text, ("GSS-Clust",)) == text

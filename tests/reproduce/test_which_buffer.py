@@ -30,6 +30,20 @@ REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PRESENT = ("Reservoir", "Rand", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust")
 
+@pytest.fixture
+def add_policy():
+    """Register a policy for one test: ``add_policy(label, Policy(...))``, forgotten after."""
+    added = []
+
+    def add(label, policy):
+        POLICIES.add(label, policy)
+        added.append(label)
+
+    yield add
+    for label in added:
+        POLICIES.remove(label)
+
+
 
 def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
     args = parse_args(["which-buffer", "--policies", "Reservoir", "GSS-Greedy", "GSS-IQP",
@@ -166,10 +180,10 @@ def test_an_unknown_policy_label_gets_one_line_naming_it_and_the_choices(capsys)
         assert f"'{label}'" in lines[0]
 
 
-def test_a_policy_this_version_cannot_run_is_refused_before_any_run(tmp_path, monkeypatch):
-    monkeypatch.setitem(POLICIES, "Later", Policy("NoSuchMethod"))
-    monkeypatch.setitem(POLICIES, "Newer", Policy("Reservoir", {"no_such_option": 1}))
-    monkeypatch.setitem(POLICIES, "Sized", Policy("Reservoir", {"buffer_size": 10}))
+def test_a_policy_this_version_cannot_run_is_refused_before_any_run(add_policy, tmp_path):
+    add_policy("Later", Policy("NoSuchMethod"))
+    add_policy("Newer", Policy("Reservoir", {"no_such_option": 1}))
+    add_policy("Sized", Policy("Reservoir", {"buffer_size": 10}))
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:
         main(["which-buffer", "--quick", "--policies", "Reservoir", "Later", "Newer", "Sized",
@@ -183,8 +197,8 @@ def test_a_policy_this_version_cannot_run_is_refused_before_any_run(tmp_path, mo
     assert not out.exists()
 
 
-def test_a_new_policy_is_one_entry_of_the_table(monkeypatch):
-    monkeypatch.setitem(POLICIES, "GSS-Greedy (paper)",
+def test_a_new_policy_is_one_entry_of_the_table(add_policy):
+    add_policy("GSS-Greedy (paper)",
                         Policy("GSS-Greedy", {"variant": "paper", "n": 5}))
     runs, _ = plan(parse_args(["which-buffer", "--policies", "GSS-Greedy (paper)",
                                "--streams", "disjoint", "--seeds", "0"]))
@@ -277,7 +291,7 @@ def test_bad_which_buffer_options_get_one_line(tmp_path, args, names):
         assert name in lines[0], (name, lines[0])
 
 
-def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch):
+def test_the_markdown_states_the_protocol_and_ties_share_their_place(add_policy):
     from avalanche_gss.reproduce.experiments.which_buffer_report import markdown
 
     def row(policy, stream, acc):
@@ -307,7 +321,7 @@ def test_the_markdown_states_the_protocol_and_ties_share_their_place(monkeypatch
                            "replay_batch_size": 10},
               "provenance": {"threads": 1}}
     for p in policies:
-        monkeypatch.setitem(POLICIES, p, Policy("Reservoir"))
+        add_policy(p, Policy("Reservoir"))
     md = markdown(report, [("s", 300), ("t", 300), ("u", 300)], "plot.png")
     ranked = [line.split(" | ")[:3] for line in md.splitlines() if line.startswith("| ")
               and line.split(" | ")[1] in policies and "(" not in line]

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from avalanche_gss.registry import Registry
 from avalanche_gss.reproduce.experiments.protocols import (
     TABLE1,
     TABLE2,
@@ -56,32 +57,7 @@ class Policy:
         return {"method": self.method, **self.settings}
 
 
-POLICIES: dict[str, Policy] = {
-    "Reservoir": Policy("Reservoir"),
-    "Rand": Policy("Rand"),
-    "GSS-Greedy": Policy("GSS-Greedy", {"variant": "authors"}),
-    "GSS-IQP": Policy("GSS-IQP"),
-    "GSS-Clust": Policy("GSS-Clust", {"variant": "authors"}),
-    "FSS-Clust": Policy("FSS-Clust", {"variant": "authors"}),
-    "CBRS": Policy("CBRS"),
-    "GDumb": Policy("GDumb"),
-    "ER-MIR": Policy("Reservoir", {"retrieval": "mir"}),
-    "GSS+MIR": Policy("GSS-Greedy", {"variant": "authors", "retrieval": "mir"}),
-    "CB-GSS": Policy("CB-GSS"),
-    "CB-GSS (step)": Policy("CB-GSS", {"score_from": "step"}),
-    "CBRS+OC": Policy("CBRS", {"retrieval": "other-classes"}),
-    "OCS": Policy("OCS"),
-    "GCR": Policy("GCR"),
-    "GCR (selection)": Policy("GCR", {"replay_loss": "uniform"}),
-    "ER+LA": Policy("Reservoir", {"logit_adjustment": 1.0}),
-    "CBRS+OC+LA": Policy("CBRS", {"retrieval": "other-classes", "logit_adjustment": 1.0}),
-    "CB-GSS (step)+LA": Policy("CB-GSS", {"score_from": "step", "logit_adjustment": 1.0}),
-    "ER (joint)": Policy("Reservoir", {"joint": True}),
-    "ER-ACE": Policy("Reservoir", {"criterion": "ace", "joint": True}),
-    "ER+MKD": Policy("Reservoir", {"mkd_weight": 5.5}),
-    "ER+MKD (w8)": Policy("Reservoir", {"mkd_weight": 8.0}),
-    "CSReL": Policy("CSReL"),
-}
+POLICIES: Registry[Policy] = Registry("which-buffer policy")
 """Each policy's row label and what makes it (its method; ``RunSettings`` fields and the
 buffer's options), in row order.
 
@@ -111,9 +87,36 @@ versions name the weight-8 runs ``ER+MKD``: their ``policy_settings`` say which.
 ``CSReL`` is the reducible-loss coreset (Tong et al., ICLR 2025) in
 its streaming form, replayed as every other buffer is.
 """
+for _label, _policy in (
+    ("Reservoir", Policy("Reservoir")),
+    ("Rand", Policy("Rand")),
+    ("GSS-Greedy", Policy("GSS-Greedy", {"variant": "authors"})),
+    ("GSS-IQP", Policy("GSS-IQP")),
+    ("GSS-Clust", Policy("GSS-Clust", {"variant": "authors"})),
+    ("FSS-Clust", Policy("FSS-Clust", {"variant": "authors"})),
+    ("CBRS", Policy("CBRS")),
+    ("GDumb", Policy("GDumb")),
+    ("ER-MIR", Policy("Reservoir", {"retrieval": "mir"})),
+    ("GSS+MIR", Policy("GSS-Greedy", {"variant": "authors", "retrieval": "mir"})),
+    ("CB-GSS", Policy("CB-GSS")),
+    ("CB-GSS (step)", Policy("CB-GSS", {"score_from": "step"})),
+    ("CBRS+OC", Policy("CBRS", {"retrieval": "other-classes"})),
+    ("OCS", Policy("OCS")),
+    ("GCR", Policy("GCR")),
+    ("GCR (selection)", Policy("GCR", {"replay_loss": "uniform"})),
+    ("ER+LA", Policy("Reservoir", {"logit_adjustment": 1.0})),
+    ("CBRS+OC+LA", Policy("CBRS", {"retrieval": "other-classes", "logit_adjustment": 1.0})),
+    ("CB-GSS (step)+LA", Policy("CB-GSS", {"score_from": "step", "logit_adjustment": 1.0})),
+    ("ER (joint)", Policy("Reservoir", {"joint": True})),
+    ("ER-ACE", Policy("Reservoir", {"criterion": "ace", "joint": True})),
+    ("ER+MKD", Policy("Reservoir", {"mkd_weight": 5.5})),
+    ("ER+MKD (w8)", Policy("Reservoir", {"mkd_weight": 8.0})),
+    ("CSReL", Policy("CSReL")),
+):
+    POLICIES.add(_label, _policy, builtin=True)
 
 
-BUILTIN_POLICIES: tuple[str, ...] = tuple(POLICIES)
+BUILTIN_POLICIES: tuple[str, ...] = POLICIES.builtin_names()
 """This package's policies (those added by :func:`register_policy` follow them)."""
 
 
@@ -136,11 +139,13 @@ def register_policy(label: str, *, method: str, **settings: Json) -> None:
     if not isinstance(label, str) or not label.strip():
         raise ValueError(f"a policy's label must be a non-empty string, got {label!r}")
     policy = Policy(method, dict(settings))
-    if label in POLICIES and POLICIES[label] != policy:
+    if label in POLICIES:
+        if POLICIES[label] == policy:
+            return
         owner = "this package" if label in BUILTIN_POLICIES else "another policy"
         raise ValueError(f"policy label {label!r} is taken by {owner} "
                          f"({POLICIES[label].keywords()}); choose another")
-    POLICIES[label] = policy
+    POLICIES.add(label, policy)
 
 
 def policy_label(text: str, methods: Sequence[str] | None = None) -> str:
