@@ -26,13 +26,16 @@ naming it, never ranked or tested. The statistics are computed here (tested agai
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, TypedDict, cast
+from typing import TypedDict, TypeVar, cast
 
 __all__ = ["ALPHA", "EXACT_PAIRS", "EXACT_TIED_PAIRS", "MIN_SEEDS", "Comparison",
            "ComparisonRecord", "compare", "holm", "mean_interval", "pairs_needed",
            "rank_average", "smallest_p", "wilcoxon_signed_rank"]
+
+K = TypeVar("K", bound=Hashable)
+"""A column's key (a stream, a buffer size, a seed...)."""
 
 ALPHA = 0.05
 """The significance level of every test and the miss rate of every interval (95 %)."""
@@ -279,7 +282,7 @@ class Comparison:
         return cast(ComparisonRecord, asdict(self))
 
 
-def _check_values(values: Mapping[str, Mapping[Any, float]], policies: Sequence[str]) -> None:
+def _check_values(values: Mapping[str, Mapping[K, float]], policies: Sequence[str]) -> None:
     """Refuse a NaN or infinite accuracy, naming its policy and pair key."""
     for p in policies:
         for key, v in values[p].items():
@@ -288,13 +291,13 @@ def _check_values(values: Mapping[str, Mapping[Any, float]], policies: Sequence[
                                  "statistics need finite numbers")
 
 
-def _difference(values: Mapping[str, Mapping[Any, float]], a: str, b: str
+def _difference(values: Mapping[str, Mapping[K, float]], a: str, b: str
                 ) -> list[float]:
     shared = [key for key in values[a] if key in values[b]]
     return [values[a][key] - values[b][key] for key in shared]
 
 
-def _compare(values: Mapping[str, Mapping[Any, float]], a: str, b: str,
+def _compare(values: Mapping[str, Mapping[K, float]], a: str, b: str,
              p_holm: float = math.nan) -> Comparison:
     diffs = _difference(values, a, b)
     mean, low, high = mean_interval(diffs)
@@ -303,7 +306,7 @@ def _compare(values: Mapping[str, Mapping[Any, float]], a: str, b: str,
                       sum(d < 0 for d in diffs), statistic, p, p_holm)
 
 
-def compare(values: Mapping[str, Mapping[Any, float]],
+def compare(values: Mapping[str, Mapping[K, float]],
             pairs: Sequence[tuple[str, str]] | None = None) -> list[Comparison]:
     """Paired comparisons, with Holm's correction over all of them.
 

@@ -21,7 +21,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from avalanche_gss.reproduce.json_types import Json
 from avalanche_gss.reproduce.runs.recording import RESULT_KEY
@@ -32,7 +32,8 @@ EVENTS = "events.out.tfevents."
 """How TensorBoard event files begin their names."""
 
 
-def write_events(folder: str | os.PathLike[str], scalars: Sequence[Sequence[Any]]) -> Path:
+def write_events(folder: str | os.PathLike[str],
+                 scalars: Sequence[Sequence[str | int | float]]) -> Path:
     """Write one run's scalars as a TensorBoard event file in ``folder``; return the folder.
 
     The folder ends up with this one event file: those an earlier command wrote there
@@ -83,7 +84,7 @@ def write_event_logs(folders: Sequence[str | None], results: Sequence[Mapping[st
         if scalars is None:
             missing.add(folder)
             continue
-        write_events(folder, cast(Sequence[Sequence[Any]], scalars))
+        write_events(folder, cast(Sequence[Sequence[str | int | float]], scalars))
         written.add(folder)
     if written:
         log.info("wrote the TensorBoard logs of %d run(s) under %s", len(written), root)

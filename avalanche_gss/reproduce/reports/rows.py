@@ -151,7 +151,7 @@ def group_rows(runs: Sequence[tuple[RowKeys, RunResult]],
     :param row: the row class to build (a :class:`Row` subclass, e.g. with more outputs).
     :raises ValueError: a seed given twice for the same row.
     """
-    groups: dict[tuple[Any, ...], list[tuple[RowKeys, RunResult]]] = {}
+    groups: dict[tuple[object, ...], list[tuple[RowKeys, RunResult]]] = {}
     for keys, result in runs:
         ident = (result.settings.method, result.settings.buffer_size, *sorted(keys.items()))
         groups.setdefault(ident, []).append((keys, result))

@@ -87,7 +87,7 @@ PaperAverages: TypeAlias = Mapping[str, tuple[float, float | None]]
 """The paper's averages by method: ``(mean, std)``."""
 
 
-def _setting_words(key: str, value: Any) -> str:
+def _setting_words(key: str, value: object) -> str:
     return {"lr": f"learning rate {value}",
             "n_iter": f"{value} iteration{'s' if value != 1 else ''} per batch"}.get(
                 key, f"{key} {value}")
@@ -172,7 +172,7 @@ def data_lines(report: ReportView) -> list[str]:
     return lines
 
 
-def shared_places(keys: Sequence[Any]) -> list[str]:
+def shared_places(keys: Sequence[object]) -> list[str]:
     """Places in a ranking sorted best first, ties sharing theirs: ``["1", "=2", "=2", "4"]``.
 
     :param keys: each entry's ranking key, in ranking order; equal keys tie.
@@ -205,7 +205,7 @@ _VARIANT_NOTES = {
 """What the authors' variant of each method changes, for the tables' notes."""
 
 
-def _legend(columns: list[tuple[str, Any]], row_key: str, avg: bool) -> str:
+def _legend(columns: Sequence[tuple[str, object]], row_key: str, avg: bool) -> str:
     """One line naming what the table's rows and columns are."""
     what = {"buffer_size": "M=m: a memory (buffer) of m samples",
             "sequence": "Seqk: Table 4's imbalanced sequence k (task k has the most samples)"
@@ -249,7 +249,7 @@ def _explained(report: ReportView, paper: bool) -> str:
            if any(r.get("retrieval") == "random" for r in cb_gss) else ""))
 
 
-def _table_rows(report: ReportView, columns: list[tuple[str, Any]], row_key: str,
+def _table_rows(report: ReportView, columns: Sequence[tuple[str, object]], row_key: str,
                 paper: PaperCells, paper_avg: PaperAverages | None) -> tuple[list[str], bool]:
     """The table's lines: one per method (and tags), ours beside the paper's number.
 
@@ -309,7 +309,7 @@ def _test_json(row: str, column: str, test: ReproduceTest) -> ReproduceRecord:
             "test": test.test}
 
 
-def reproduce_tests(report: ReportView, columns: Sequence[tuple[str, Any]], row_key: str,
+def reproduce_tests(report: ReportView, columns: Sequence[tuple[str, object]], row_key: str,
                     paper: PaperCells, paper_avg: PaperAverages | None = None
                     ) -> list[ReproduceRecord]:
     """Each cell the paper has, ours against it (:func:`.paper.reproduce_test`).
@@ -410,7 +410,7 @@ def _notes(report: ReportView) -> list[str]:
                                  lambda r: f"{_row_label(r)}, M={r['buffer_size']}")
 
 
-def table_markdown(report: ReportView, columns: list[tuple[str, Any]], row_key: str,
+def table_markdown(report: ReportView, columns: Sequence[tuple[str, object]], row_key: str,
                    paper: PaperCells, paper_avg: PaperAverages | None = None, *,
                    command: bool = True) -> str:
     """A method × column table; each cell "ours (paper: x)" (see :func:`write_outputs`).
@@ -522,7 +522,7 @@ def table_csv(report: ReportView) -> str:
     return buffer.getvalue()
 
 
-def write_outputs(report: ReportView, out_dir: str, *, columns: list[tuple[str, Any]],
+def write_outputs(report: ReportView, out_dir: str, *, columns: Sequence[tuple[str, object]],
                   row_key: str, paper: PaperCells, paper_avg: PaperAverages | None = None
                   ) -> dict[str, str]:
     """Write ``<experiment>.json``, ``.csv`` and ``.md`` into ``out_dir``, each atomically.

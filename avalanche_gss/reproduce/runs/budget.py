@@ -42,12 +42,11 @@ bookkeeping) is not counted, as in the paper.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Rational
 from types import TracebackType
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -82,12 +81,12 @@ class PassCount:
         return self.forward + Fraction(backward_weight) * self.backward
 
 
-def _first_tensor(output: Any) -> Tensor | None:
+def _first_tensor(output: object) -> Tensor | None:
     """The first tensor of a module's output (a tensor, or one inside tuples, lists, dicts)."""
     if isinstance(output, Tensor):
         return output
     if isinstance(output, dict):
-        items: Sequence[Any] = list(output.values())
+        items: Sequence[object] = list(output.values())
     elif isinstance(output, (tuple, list)):
         items = output
     else:
@@ -145,14 +144,14 @@ class PassCounter:
         """Set both counts to zero."""
         self.forward = self.backward = 0
 
-    def _hook(self) -> Any:
+    def _hook(self) -> Callable[[nn.Module, tuple[object, ...], object], None]:
         """The forward hook, a plain function.
 
         ``copy.deepcopy`` shares a function; a bound method would be copied with a copy of
         this counter, and a copy of the model would count into that copy.
         """
 
-        def on_forward(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        def on_forward(module: nn.Module, args: tuple[object, ...], output: object) -> None:
             out = _first_tensor(output)
             if out is None:
                 return
@@ -161,7 +160,7 @@ class PassCounter:
             if out.requires_grad:
                 out.register_hook(on_gradient(n))
 
-        def on_gradient(n: int) -> Any:
+        def on_gradient(n: int) -> Callable[[Tensor], None]:
             def count(grad: Tensor) -> None:
                 self.backward += n
 

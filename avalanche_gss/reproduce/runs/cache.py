@@ -22,7 +22,6 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from avalanche_gss._atomic import atomic_write, remove_stale_temporaries
 from avalanche_gss._files import FileRefused, read_regular
@@ -147,7 +146,7 @@ def module_sha256(name: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _checksum(config: Any, result: Any) -> str:
+def _checksum(config: object, result: object) -> str:
     """SHA-256 of the canonical JSON of a cache entry's config and result."""
     text = json.dumps({"config": config, "result": result}, sort_keys=True,
                       separators=(",", ":"), allow_nan=True)

@@ -23,9 +23,10 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import torch
+from avalanche.benchmarks import CLStream
 from avalanche.core import SupervisedPlugin
 from avalanche.evaluation import PluginMetric
 from avalanche.evaluation.metric_results import MetricResult, MetricValue
@@ -120,7 +121,7 @@ class PeriodicEvalPlugin(SupervisedPlugin):
 
     supports_distributed = False
 
-    def __init__(self, test_stream: Any, *, every_samples: int | None = 100,
+    def __init__(self, test_stream: CLStream, *, every_samples: int | None = 100,
                  at_samples: Sequence[int] = (), per_experience: bool = False) -> None:
         super().__init__()
         if every_samples is not None and (isinstance(every_samples, bool) or every_samples < 1):
@@ -134,7 +135,7 @@ class PeriodicEvalPlugin(SupervisedPlugin):
         self.eval_seconds = 0.0
         self._iterations = 0
 
-    def before_training(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+    def before_training(self, strategy: SupervisedTemplate, **kwargs: object) -> None:
         """Check that the strategy's evaluator measures per-experience accuracy."""
         metrics = getattr(strategy.evaluator, "metrics", [])
         if not any(isinstance(m, ExperienceAccuracy) for m in metrics):
@@ -144,11 +145,11 @@ class PeriodicEvalPlugin(SupervisedPlugin):
                 "(avalanche_gss.training.quiet_evaluator)"
             )
 
-    def before_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+    def before_training_exp(self, strategy: SupervisedTemplate, **kwargs: object) -> None:
         """Start counting the iterations of a new experience."""
         self._iterations = 0
 
-    def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+    def after_training_iteration(self, strategy: SupervisedTemplate, **kwargs: object) -> None:
         """Count a mini-batch after its ``n_iter``-th iteration (repeated-batch strategies)."""
         repeats = _repeats(strategy)
         if repeats is None or self.per_experience:
@@ -157,7 +158,7 @@ class PeriodicEvalPlugin(SupervisedPlugin):
         if self._iterations % repeats == 0:
             self._advance(strategy, int(strategy.mb_y.shape[0]))
 
-    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: Any) -> None:
+    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: object) -> None:
         """Count the whole experience (templates without repeated mini-batches)."""
         if _repeats(strategy) is not None and not self.per_experience:
             return
@@ -250,7 +251,7 @@ class SeenTasksAccuracy(PluginMetric[float]):
         return [MetricValue(self, name, value, strategy.clock.train_iterations)]
 
 
-def _repeats(strategy: Any) -> int | None:
+def _repeats(strategy: SupervisedTemplate) -> int | None:
     """Iterations per mini-batch of a repeated-batch strategy; ``None`` for other templates."""
     if isinstance(strategy, RepeatedBatchMixin):
         return max(1, int(strategy.n_iter))

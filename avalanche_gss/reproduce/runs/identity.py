@@ -16,7 +16,8 @@ import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from types import CellType
+from typing import cast
 
 import avalanche_gss
 from avalanche_gss import methods
@@ -42,7 +43,7 @@ STANDIN_COUNTS = (100, 20)
 """The stand-in's training and test samples per class (``--quick`` runs use at most 25 and
 evaluate every test sample)."""
 
-_DATA: dict[tuple[Any, ...], ArrayDataset] = {}
+_DATA: dict[tuple[object, ...], ArrayDataset] = {}
 _FINGERPRINTS: dict[int, str] = {}
 
 
@@ -51,7 +52,7 @@ def load(name: str, root: str | None, download: bool) -> ArrayDataset:
 
     An ``.npz`` file is loaded again when it changed on disk (size or modification time).
     """
-    key: tuple[Any, ...] = (name, root, download)
+    key: tuple[object, ...] = (name, root, download)
     if name.lower().endswith(".npz") and os.path.exists(name):
         stat = os.stat(name)
         key += (stat.st_size, stat.st_mtime_ns)
@@ -202,7 +203,7 @@ def stream_modules(stream: str | None) -> tuple[str, ...]:
     return tuple(sorted(m for m in found if m.partition(".")[0] not in skip))
 
 
-def _filled(cell: Any) -> bool:
+def _filled(cell: CellType) -> bool:
     try:
         cell.cell_contents  # noqa: B018 - an empty cell raises
     except ValueError:

@@ -12,10 +12,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, cast
+from typing import cast
 
 from avalanche.core import SupervisedPlugin
 from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
+from avalanche.training.templates import SupervisedTemplate
 
 from avalanche_gss.metrics import buffer_metrics, class_task_map
 from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
@@ -202,11 +203,11 @@ class CountPasses(SupervisedPlugin):
         self.forward = self.backward = 0
         self._trained: tuple[int, int] | None = None  # the counts at the experience's end
 
-    def after_training_exp(self, strategy: Any, **kwargs: Any) -> None:
+    def after_training_exp(self, strategy: SupervisedTemplate, **kwargs: object) -> None:
         if self.counter is not None:
             self._trained = (self.counter.forward, self.counter.backward)
 
-    def before_training_exp(self, strategy: Any, **kwargs: Any) -> None:
+    def before_training_exp(self, strategy: SupervisedTemplate, **kwargs: object) -> None:
         self._drop_untrained()
 
     def _drop_untrained(self) -> None:
@@ -215,11 +216,11 @@ class CountPasses(SupervisedPlugin):
             self.counter.forward, self.counter.backward = self._trained
         self._trained = None
 
-    def before_training(self, strategy: Any, **kwargs: Any) -> None:
+    def before_training(self, strategy: SupervisedTemplate, **kwargs: object) -> None:
         if self.counter is None:
             self.counter = PassCounter(strategy.model).__enter__()
 
-    def after_training(self, strategy: Any, **kwargs: Any) -> None:
+    def after_training(self, strategy: SupervisedTemplate, **kwargs: object) -> None:
         self._drop_untrained()
         if self.counter is not None:
             self.counter.__exit__(None, None, None)

@@ -7,10 +7,10 @@ result's :data:`RESULT_KEY` entry; the reports write them as TensorBoard event f
 
 from __future__ import annotations
 
-from typing import Any
-
 from avalanche.evaluation.metric_results import AlternativeValues
 from avalanche.logging import BaseLogger
+
+from avalanche_gss.reproduce.json_types import Json
 
 __all__ = ["RESULT_KEY", "ScalarRecorder"]
 
@@ -28,9 +28,9 @@ class ScalarRecorder(BaseLogger):
 
     def __init__(self) -> None:
         super().__init__()
-        self.scalars: list[list[Any]] = []
+        self.scalars: list[list[Json]] = []
 
-    def log_single_metric(self, name: str, value: Any, x_plot: int) -> None:
+    def log_single_metric(self, name: str, value: object, x_plot: int) -> None:
         """Keep ``value`` under ``name`` at step ``x_plot`` when it is a number.
 
         :param name: the metric's full name (the TensorBoard tag).

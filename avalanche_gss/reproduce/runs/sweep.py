@@ -38,7 +38,10 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from importlib.machinery import ModuleSpec
+from multiprocessing.synchronize import Event
+from types import FrameType
+from typing import TYPE_CHECKING, Literal
 
 from tqdm import tqdm
 
@@ -134,11 +137,11 @@ def worker_threads(workers: int) -> int:
     return max(1, available_cpus() // max(1, workers))
 
 
-_STOP: Any = None
+_STOP: Event | None = None
 """In a worker process: the sweep's stop event (set when the sweep is interrupted)."""
 
 
-def _watch_parent(parent: int, stop: Any = None) -> None:
+def _watch_parent(parent: int, stop: Event | None = None) -> None:
     """End this worker when its parent is gone (even by SIGKILL), or ``stop`` is set.
 
     :param parent: the process that started this worker.
@@ -154,7 +157,7 @@ def _watch_parent(parent: int, stop: Any = None) -> None:
     os._exit(1)
 
 
-def _init_worker(threads: int, parent: int | None = None, stop: Any = None) -> None:
+def _init_worker(threads: int, parent: int | None = None, stop: Event | None = None) -> None:
     """Ready a fresh worker: its threads; SIGINT ignored; exit with its parent or ``stop``.
 
     :param threads: its torch threads.
@@ -390,8 +393,9 @@ def _check_labels(unique: Mapping[str, Mapping[str, Json]]) -> None:
         seen[label] = key
 
 
-def _main_spec() -> Any:
-    return getattr(sys.modules.get("__main__"), "__spec__", None)
+def _main_spec() -> ModuleSpec | None:
+    spec: ModuleSpec | None = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec
 
 
 def _unimportable(fn: JobFn) -> bool:
@@ -422,7 +426,7 @@ class _Jobs:
         todo: dict[str, JsonObject],
         results: dict[str, JsonObject],
         failures: list[tuple[JsonObject, BaseException]],
-        bar: Any,
+        bar: tqdm,
     ) -> None:
         self.todo = todo
         self.results = results
@@ -490,13 +494,13 @@ def _remember_interrupts(jobs: _Jobs) -> Iterator[None]:
         yield
         return
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         jobs.interrupted = True
         raise KeyboardInterrupt
 
     hook = sys.unraisablehook
 
-    def unraisable(info: Any) -> None:
+    def unraisable(info: sys.UnraisableHookArgs) -> None:
         if not (jobs.interrupted and info.exc_type is KeyboardInterrupt):
             hook(info)
 

@@ -12,10 +12,15 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import torch
+from avalanche.benchmarks import CLStream
+from avalanche.core import SupervisedPlugin
+from avalanche.evaluation.metric_definitions import PluginMetric
 from avalanche.evaluation.metrics import accuracy_metrics
+from avalanche.logging import BaseLogger
+from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 
@@ -187,8 +192,8 @@ class _StrategyKeywords(TypedDict):
     n_iter: int
     train_mb_size: int
     device: str
-    evaluator: Any
-    plugins: list[Any]
+    evaluator: EvaluationPlugin | None
+    plugins: list[SupervisedPlugin]
     mem_size: int
     seed: int
 
@@ -213,7 +218,8 @@ class StrategyKeywords(_StrategyKeywords, total=False):
 
 
 def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.optim.Optimizer,
-                   *, evaluator: Any = None, plugins: Sequence[Any] = ()) -> SupervisedTemplate:
+                   *, evaluator: EvaluationPlugin | None = None,
+                   plugins: Sequence[SupervisedPlugin] = ()) -> SupervisedTemplate:
     """The ready strategy of a buffer method, as :func:`run` trains it.
 
     The method's strategy from the registry (its constrained one with
@@ -252,11 +258,12 @@ def build_strategy(settings: RunSettings, model: nn.Module, optimizer: torch.opt
     return strategy
 
 
-def _evaluator(metrics: Sequence[Any] = (), loggers: Sequence[Any] = ()) -> Any:
+def _evaluator(metrics: Sequence[PluginMetric] = (),
+               loggers: Sequence[BaseLogger] = ()) -> EvaluationPlugin:
     return quiet_evaluator(accuracy_metrics(experience=True), *metrics, loggers=loggers)
 
 
-def _task_accuracies(strategy: SupervisedTemplate, test_stream: Any) -> list[float]:
+def _task_accuracies(strategy: SupervisedTemplate, test_stream: CLStream) -> list[float]:
     """Return each task's final accuracy from Avalanche's per-experience accuracy metric."""
     metrics = strategy.eval(test_stream)
     accs = []
@@ -269,7 +276,7 @@ def _task_accuracies(strategy: SupervisedTemplate, test_stream: Any) -> list[flo
     return accs
 
 
-def _buffer_extras(strategy: Any, split: TaskSplit) -> JsonObject:
+def _buffer_extras(strategy: SupervisedTemplate, split: TaskSplit) -> JsonObject:
     """What a buffer method's run reports beyond accuracy (class counts, skipped steps)."""
     buffer = strategy.storage_policy
     extras: JsonObject = {}
@@ -301,8 +308,8 @@ def _buffer_extras(strategy: Any, split: TaskSplit) -> JsonObject:
     return extras
 
 
-def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[Any] = (),
-        metrics: Sequence[Any] = (), loggers: Sequence[Any] = (),
+def run(settings: RunSettings, split: TaskSplit, *, plugins: Sequence[SupervisedPlugin] = (),
+        metrics: Sequence[PluginMetric] = (), loggers: Sequence[BaseLogger] = (),
         label: str | None = None) -> RunResult:
     """Train ``settings.method`` on ``split`` and measure each task's final test accuracy.
 
