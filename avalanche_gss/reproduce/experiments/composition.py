@@ -18,12 +18,20 @@ import csv
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from avalanche_gss.diagnostics import BufferTrace
 from avalanche_gss.reproduce.common import Choices, command, prog_of, resolve_choices, resolve_data
 from avalanche_gss.reproduce.experiments.protocols import TABLE1, data_label
-from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.json_types import (
+    Json,
+    JsonObject,
+    json_float,
+    json_floats,
+    json_int,
+    json_ints,
+    json_objects,
+    json_strs,
+)
 from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.report import DataFacts, Report, jsonable, shared_setting
 from avalanche_gss.reproduce.reports.writing import (
@@ -151,23 +159,24 @@ def _csv(rows: Sequence[CompositionRow], n_tasks: int) -> str:
                      "score_q90", "admitted_share"])
     for r in rows:
         for rec in r.trace:
-            q = rec.get("score_q10_q50_q90") or ["", "", ""]
+            q = rec.get("score_q10_q50_q90")  # the scores' quantiles, where it scores
+            quantiles = list(q) if isinstance(q, (list, tuple)) and q else ["", "", ""]
             writer.writerow([r.method, r.variant or "", r.seed, r.buffer_size,
-                             rec["samples"], rec["size"], *cast(list[int], rec["task_counts"]),
-                             *cast(list[str], q),
+                             rec["samples"], rec["size"], *json_ints(rec["task_counts"]),
+                             *quantiles,
                              f"{rec['admitted_share']:.4f}"])
     return buffer.getvalue()
 
 
 def _markdown(report: Report, rows: Sequence[CompositionRow], label: str) -> str:
     protocol = report.protocol
-    m = cast(list[int], protocol["buffer_sizes"])[0]
+    m = json_ints(protocol["buffer_sizes"])[0]
     lines = [f"# composition: buffer composition along disjoint {label} (M={m}; ours, not a "
              "table of the paper)", "", *data_lines(report.to_json())]
     line = protocol_line(protocol)
     if line:
         lines += [line, ""]
-    deviations = cast(list[str], protocol["deviations"])
+    deviations = json_strs(protocol["deviations"])
     if deviations:
         lines += ["Deviations from the paper's protocol:", ""]
         lines += [f"- {d}" for d in deviations] + [""]
@@ -179,7 +188,7 @@ def _markdown(report: Report, rows: Sequence[CompositionRow], label: str) -> str
         for rec in r.trace:
             lines.append(f"| {name} | {r.seed} | {rec['samples']} | "
                          f"{rec.get('task_counts')} | {rec.get('score_q10_q50_q90', '-')} | "
-                         f"{100 * cast(float, rec['admitted_share']):.1f}% |")
+                         f"{100 * json_float(rec['admitted_share']):.1f}% |")
         lines.append(f"| {name} | {r.seed} | final accuracy | "
                      f"{[round(a, 1) for a in r.task_accuracy]} | avg {r.avg:.1f} | |")
     lines += ["", provenance_line(report.provenance or {}), "",
@@ -214,7 +223,7 @@ class CompositionJob(Job):
         variant = config.get("row_variant")
         return cls(**Job.base_fields(config),
                    stream=StreamSpec.from_config(config),
-                   every=int(cast(int, config["every"])),
+                   every=json_int(config["every"]),
                    variant=None if variant is None else str(variant))
 
 
@@ -316,9 +325,9 @@ class Composition(Experiment[CompositionPlan]):
         :param results: each job's result, in order.
         """
         rows = [CompositionRow(job.settings.method, job.settings.seed, job.variant,
-                               job.settings.buffer_size, float(cast(float, result["avg"])),
-                               cast(list[float], result["task_accuracy"]),
-                               cast(list[JsonObject], result["trace"]))
+                               job.settings.buffer_size, json_float(result["avg"]),
+                               json_floats(result["task_accuracy"]),
+                               json_objects(result["trace"]))
                 for job, result in zip(plan.jobs, results, strict=True)]
         return Report("composition", None, DataFacts.of(plan.data),
                       command(argv, prog_of(args)), _protocol(args, plan), rows,

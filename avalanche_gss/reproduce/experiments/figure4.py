@@ -12,7 +12,6 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 from avalanche_gss.reproduce.common import Choices, command, prog_of, settings_for
 from avalanche_gss.reproduce.experiments.figure_runs import (
@@ -27,7 +26,7 @@ from avalanche_gss.reproduce.experiments.figure_runs import (
     row_label,
     stream_protocol,
 )
-from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.json_types import JsonObject, json_ints, json_object
 from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.plotting import Series, plot_curves
 from avalanche_gss.reproduce.reports.report import (
@@ -162,8 +161,8 @@ def _markdown(report: JsonObject, rows: Sequence[CurveRow], paths: Mapping[str, 
     """The final accuracies' table, then the accuracy at each task end, from the rows."""
     protocol = report["protocol"]
     assert isinstance(protocol, dict)
-    ends, every = cast(list[int], protocol["task_ends"]), protocol["every_samples"]
-    columns = [(f"M={m}", m) for m in cast(list[int], protocol["buffer_sizes"])]
+    ends, every = json_ints(protocol["task_ends"]), protocol["every_samples"]
+    columns = [(f"M={m}", m) for m in json_ints(protocol["buffer_sizes"])]
     table = table_markdown(report, columns, "buffer_size", {}, command=False)
     lines = [table, "", "## Accuracy along the stream (mean over all tasks)", "",
              f"Stream: {len(ends)} tasks, {ends[0]} training samples each (the paper: 1000), "
@@ -177,7 +176,7 @@ def _markdown(report: JsonObject, rows: Sequence[CurveRow], paths: Mapping[str, 
         cells = [f"{at[x]:.1f}" if x in at else "-" for x in ends]
         lines.append(f"| {row_label(row.method, row.keys)} ({row.schedule}) | "
                      + " | ".join(cells) + " |")
-    lines += ["", provenance_line(cast(JsonObject, report["provenance"])), "",
+    lines += ["", provenance_line(json_object(report["provenance"])), "",
               f"Plot: `{paths['png']}`", "", f"Command: `{report['command']}`", ""]
     return "\n".join(lines)
 
@@ -294,7 +293,7 @@ class Figure4(Experiment[Figure4Plan]):
         """
         out = os.path.dirname(paths["md"])
         rows = [r for r in report.rows if isinstance(r, CurveRow)]
-        ends = cast(list[int], report.protocol["task_ends"])
+        ends = json_ints(report.protocol["task_ends"])
         sizes = plan.chosen["buffer_sizes"]
         series = [Series(row_label(row.method, row.keys)
                          + (f" M={row.buffer_size}" if len(sizes) > 1 else ""),

@@ -10,7 +10,6 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from avalanche_gss.reproduce.common import Choices, command, prog_of, settings_for
 from avalanche_gss.reproduce.experiments.figure_runs import (
@@ -26,7 +25,7 @@ from avalanche_gss.reproduce.experiments.figure_runs import (
     row_label,
     stream_protocol,
 )
-from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.json_types import JsonObject, json_object, json_strs
 from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.plotting import Panel, Series, plot_panels
 from avalanche_gss.reproduce.reports.report import (
@@ -201,7 +200,7 @@ class Figure5(Experiment[Figure5Plan]):
         png = plot_panels([p for _, p in panels if p is not None], png,
                           title=f"GSS-Greedy ablation, disjoint "
                                 f"{figure_data_label(plan.data)[0]}")
-        deviations = cast(list[str], plan.stream["deviations"])
+        deviations = json_strs(plan.stream["deviations"])
         if deviations:
             md += ["Deviations from the paper's protocol:", ""] + [f"- {d}" for d in deviations]
             md.append("")
@@ -213,7 +212,7 @@ class Figure5(Experiment[Figure5Plan]):
 def _heading(view: JsonObject, plan: Figure5Plan) -> list[str]:
     """The title, data, protocol and legend lines."""
     chosen = plan.chosen
-    line = protocol_line({**cast(JsonObject, view["protocol"]), "batch_size": chosen["batch_size"]})
+    line = protocol_line({**json_object(view["protocol"]), "batch_size": chosen["batch_size"]})
     return [f"# figure5: {view['title']}", "", *data_lines(view),
             f"{line} The paper: 1000 training samples per task.", "",
             f"Columns: n=v: GSS-Greedy scores each sample against v buffer gradients (batches "

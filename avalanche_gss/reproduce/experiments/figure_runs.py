@@ -17,7 +17,7 @@ from avalanche_gss.reproduce.experiments.protocols import (
     data_label,
     disjoint_stream,
 )
-from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.json_types import Json, JsonObject, json_int, json_ints
 from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.rows import RowKeys
 from avalanche_gss.reproduce.runs.evaluation import CurveResult, run_curve
@@ -100,9 +100,9 @@ class FigureJob(Job):
             raise ValueError(f"unknown figure job kind {kind!r}; choose curve or final")
         every = config.get("every_samples")
         return cls(**Job.base_fields(config),
-                   samples_per_task=int(cast(int, config["samples_per_task"])),
+                   samples_per_task=json_int(config["samples_per_task"]),
                    kind="curve" if kind == "curve" else "final",
-                   every_samples=None if every is None else int(cast(int, every)))
+                   every_samples=None if every is None else json_int(every))
 
 
 def figure_job(job: FigureJob | Mapping[str, Json]) -> JsonObject:
@@ -148,7 +148,7 @@ def _check_figure_result(config: Mapping[str, Json], result: Mapping[str, Json])
         if not isinstance(value, list) or not all(type(v) is int for v in value):
             raise ValueError(f"{key!r} is not a list of integers")
     points = result.get("task_accuracy")
-    if not isinstance(points, list) or len(points) != len(cast(list[int], result["samples"])) \
+    if not isinstance(points, list) or len(points) != len(json_ints(result["samples"])) \
             or not all(isinstance(p, list) and all(_is_number(v) for v in p) for p in points):
         raise ValueError("'task_accuracy' is not a list of numbers per point of 'samples'")
     if not isinstance(result.get("schedule"), str):

@@ -104,7 +104,7 @@ from avalanche_gss.reproduce.experiments.which_buffer_report import (
     runs_csv,
 )
 from avalanche_gss.reproduce.experiments.which_buffer_statistics import add_statistics
-from avalanche_gss.reproduce.json_types import JsonObject, Scalar
+from avalanche_gss.reproduce.json_types import JsonObject, Scalar, json_float
 from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.reports.equivalence import (
     DELTA,
@@ -703,7 +703,7 @@ def _seed_means(plan: WhichBufferPlan, done: Mapping[int, JsonObject],
         r = plan.runs[k]
         if r.keys["policy"] in cells:
             column = f"{r.keys['stream']}/{r.settings.buffer_size}"
-            cells[r.keys["policy"]][(column, r.settings.seed)] = float(cast(float, result["avg"]))
+            cells[r.keys["policy"]][(column, r.settings.seed)] = json_float(result["avg"])
             columns.add((column, STREAMS[r.keys["stream"]].family))
     return seed_means(cells, family_weights(sorted(columns), families))
 

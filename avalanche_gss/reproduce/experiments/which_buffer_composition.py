@@ -22,7 +22,12 @@ from avalanche_gss.reproduce.experiments.which_buffer_records import (
     StreamRecord,
 )
 from avalanche_gss.reproduce.experiments.which_buffer_report import NAME, STEM, protocol_lines
-from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.json_types import (
+    json_float,
+    json_floats,
+    json_ints,
+    json_object,
+)
 from avalanche_gss.reproduce.reports.writing import (
     data_lines,
     output_paths,
@@ -131,17 +136,17 @@ def traced_runs(runs: Sequence[_Run], results: Sequence[JobResult],
     """
     rows = []
     for r, result in zip(runs, results, strict=True):
-        extras = cast(JsonObject, result["extras"])
+        extras = json_object(result["extras"])
         trace = cast("list[TraceRecord] | None", extras.get("trace"))
         if trace is None or r.keys["stream"] not in shown:
             continue
-        sizes = cast(list[int], extras["train_sizes"])
+        sizes = json_ints(extras["train_sizes"])
         ends = at_task_ends(trace, sizes)
         rows.append(TracedRun(
             policy=r.keys["policy"], method=r.settings.method, stream=r.keys["stream"],
             buffer_size=r.settings.buffer_size, seed=r.settings.seed, train_sizes=sizes,
-            task_accuracy=cast(list[float], result["task_accuracy"]),
-            avg=cast(float, result["avg"]),
+            task_accuracy=json_floats(result["task_accuracy"]),
+            avg=json_float(result["avg"]),
             task_end_shares=[task_shares(e) if e else None for e in ends],
             task_end_admitted=[e["admitted_in_task"] if e else None for e in ends],
             trace=cast("list[dict[str, Json]]", trace)))

@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import Protocol, TypeAlias, TypedDict, cast
 
 from avalanche_gss.reproduce.experiments.which_buffer_records import RowRecord
-from avalanche_gss.reproduce.json_types import JsonObject
+from avalanche_gss.reproduce.json_types import JsonObject, json_float, json_object
 from avalanche_gss.reproduce.runs.budget import PassCount, relative_cost, trained_batches
 from avalanche_gss.reproduce.runs.jobs import Matched, RunJob
 
@@ -128,7 +128,7 @@ def relative_cost_of(result: JobResult) -> tuple[Fraction, int, int]:
         (:func:`~avalanche_gss.reproduce.runs.jobs.run_job` with ``count_passes``).
     :raises ValueError: the result holds no pass counts.
     """
-    passes = cast("_Passes | None", cast(JsonObject, result["extras"]).get("passes"))
+    passes = cast("_Passes | None", json_object(result["extras"]).get("passes"))
     if passes is None:
         raise ValueError("the run holds no pass counts; run it with count_passes")
     c = relative_cost(PassCount(passes["forward"], passes["backward"]),
@@ -205,8 +205,8 @@ def add_matched(rows: Sequence[_Cell], keys: Sequence[RunKey], jobs: Sequence[Ru
     :param results: their results.
     :return: each matched run by its key (for the CSV).
     """
-    runs = {k: MatchedRun(_matched(job), float(cast(float, result["avg"])),
-                          float(cast(float, result["train_seconds"])))
+    runs = {k: MatchedRun(_matched(job), json_float(result["avg"]),
+                          json_float(result["train_seconds"]))
             for k, job, result in zip(keys, jobs, results, strict=True)}
     for r in rows:
         r.matched = MatchedCell(tuple(runs[(r.policy, r.stream, r.buffer_size, s)]

@@ -16,10 +16,9 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import cast
 
 from avalanche_gss._files import read_regular
-from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.json_types import Json, json_object
 from avalanche_gss.reproduce.program import PROG
 from avalanche_gss.reproduce.reports.writing import DIVERGED_SHARE
 from avalanche_gss.reproduce.runs.cache import IgnoredResultWarning
@@ -137,7 +136,7 @@ def _label(config: Mapping[str, Json]) -> str:
     if named is not None:
         return named
     try:
-        return run_label(settings_from_dict(cast(JsonObject, config["settings"])))
+        return run_label(settings_from_dict(json_object(config["settings"])))
     except (KeyError, TypeError, ValueError):
         return f"job {config_key(config)[:12]}"
 

@@ -22,7 +22,7 @@ from typing import cast
 import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.provenance import numerics_identity
-from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.json_types import Json, JsonObject, json_strs
 from avalanche_gss.reproduce.runs import own_code
 from avalanche_gss.reproduce.runs.cache import module_sha256, package_sha256
 from avalanche_gss.streams import ArrayDataset, load_dataset, synthetic_images
@@ -228,7 +228,7 @@ def run_code(method: str, stream: str | None = None) -> JsonObject:
     if method in methods.names() and method not in methods.NAMES:
         modules = methods.get(method).code_modules()
     identity = user_code((*modules, *stream_modules(stream)))
-    imports = list(dict.fromkeys([*cast(list[str], identity.get("imports", ())),
+    imports = list(dict.fromkeys([*json_strs(identity.get("imports", ())),
                                   *own_code.imports_for(method)]))
     if imports:
         identity["imports"] = imports
@@ -247,7 +247,7 @@ def prepare_job(config: Mapping[str, Json]) -> None:
     :raises ValueError: the code changed since the sweep started, or this process runs on
         another torch or CPU capability than the key's, naming what differs.
     """
-    for spec in cast(list[str], config.get("imports", ())):
+    for spec in json_strs(config.get("imports", ())):
         own_code.import_user(spec)
     methods.names()  # the entry points' methods, imported
     changed = []

@@ -19,7 +19,7 @@ from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
 from avalanche.training.templates import SupervisedTemplate
 
 from avalanche_gss.metrics import buffer_metrics, class_task_map
-from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
+from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar, json_int
 from avalanche_gss.reproduce.runs.budget import PassCounter, kept_samples, rehearsal_passes
 from avalanche_gss.reproduce.runs.evaluation import (
     PeriodicEvalPlugin,
@@ -149,8 +149,8 @@ class RunJob(Job):
                    stream=StreamSpec.from_config(config),
                    count_passes=bool(config.get("count_passes")),
                    matched=None if not isinstance(matched, dict) else Matched(
-                       Fraction(str(matched["C"])), int(cast(int, matched["kept_batches"])),
-                       int(cast(int, matched["batches"]))))
+                       Fraction(str(matched["C"])), json_int(matched["kept_batches"]),
+                       json_int(matched["batches"])))
 
 
 def build_split(data: ArrayDataset, stream: StreamSpec | Mapping[str, Json], seed: int

@@ -15,7 +15,15 @@ from typing import Generic, TypeAlias, TypedDict, TypeVar, cast
 import torch
 
 from avalanche_gss.models import make_model
-from avalanche_gss.reproduce.json_types import Json, JsonObject, Scalar
+from avalanche_gss.reproduce.json_types import (
+    Json,
+    JsonObject,
+    Scalar,
+    json_float,
+    json_floats,
+    json_int,
+    json_object,
+)
 from avalanche_gss.reproduce.options import Options
 from avalanche_gss.reproduce.program import prog_of
 from avalanche_gss.reproduce.runs.cache import ResultCheck
@@ -193,8 +201,8 @@ class Job:
         return JobFields(experiment=str(config["experiment"]),
                          data=DataSource.from_config(config),
                          code=CodeIdentity.from_config(config),
-                         threads=int(cast(int, config.get("threads", 1))),
-                         settings=settings_from_dict(cast(JsonObject, config["settings"])),
+                         threads=json_int(config.get("threads", 1)),
+                         settings=settings_from_dict(json_object(config["settings"])),
                          label=job_name(config))
 
 
@@ -281,7 +289,7 @@ def check_run_record(config: Mapping[str, Json], result: Mapping[str, Json]) -> 
     if problems:
         key, what = problems[0]
         raise ValueError(f"{key!r} is {'missing' if key not in result else 'not ' + what}")
-    skipped = cast(JsonObject, result["extras"]).get("skipped_steps", 0)
+    skipped = json_object(result["extras"]).get("skipped_steps", 0)
     if not _is_number(skipped):
         raise ValueError("extras 'skipped_steps' is not a number")
 
@@ -330,10 +338,10 @@ def sweep(args: Options, experiment: str, jobs: Sequence[Job],
 def run_result(settings: RunSettings, result: Mapping[str, Json],
                drop: Sequence[str] = ()) -> RunResult:
     """A job's result as a :class:`RunResult` of ``settings``, without the extras ``drop``."""
-    extras = cast(JsonObject, result["extras"])
-    return RunResult(settings=settings, task_accuracy=cast(list[float], result["task_accuracy"]),
-                     avg=cast(float, result["avg"]),
-                     train_seconds=cast(float, result["train_seconds"]),
+    extras = json_object(result["extras"])
+    return RunResult(settings=settings, task_accuracy=json_floats(result["task_accuracy"]),
+                     avg=json_float(result["avg"]),
+                     train_seconds=json_float(result["train_seconds"]),
                      extras={k: v for k, v in extras.items() if k not in drop})
 
 

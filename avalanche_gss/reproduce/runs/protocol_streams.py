@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
-from avalanche_gss.reproduce.json_types import Json, JsonObject
+from avalanche_gss.reproduce.json_types import Json, JsonObject, json_int
 from avalanche_gss.streams.registry import REGISTRY, OptionValue
 
 if TYPE_CHECKING:  # the data's types only: defining a protocol imports no torch
@@ -101,7 +101,7 @@ class ProtocolStream:
         pool = config.get("pool", "classes")
         if pool not in ("classes", "all"):
             raise ValueError(f"a protocol stream's pool must be 'classes' or 'all', got {pool!r}")
-        return cls(str(config["name"]), cast(int, counts["samples_per_task"]),
+        return cls(str(config["name"]), json_int(counts["samples_per_task"]),
                    cast("int | None", counts["minor"]), cast(Literal["classes", "all"], pool))
 
     def __call__(self, data: ArrayDataset, seed: int, variant: Variant, *,
@@ -161,8 +161,8 @@ class ProtocolStream:
         if self.pool == "all":
             available = len(data.y_train)
         else:
-            available = _class_counts(data, int(cast(int, n_tasks)),
-                                      int(cast(int, classes_per_task)))
+            available = _class_counts(data, json_int(n_tasks),
+                                      json_int(classes_per_task))
         if self.minor is None:
             return {"samples_per_task": fit_count(wanted, available, "samples per task",
                                                   deviations, self.samples_per_task)}
