@@ -17,12 +17,11 @@ import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import CellType
-from typing import cast
 
 import avalanche_gss
 from avalanche_gss import methods
 from avalanche_gss.provenance import numerics_identity
-from avalanche_gss.reproduce.json_types import Json, JsonObject, json_strs
+from avalanche_gss.reproduce.json_types import Json, JsonObject, json_object, json_str, json_strs
 from avalanche_gss.reproduce.runs import own_code
 from avalanche_gss.reproduce.runs.cache import module_sha256, package_sha256
 from avalanche_gss.streams import ArrayDataset, load_dataset, synthetic_images
@@ -253,7 +252,8 @@ def prepare_job(config: Mapping[str, Json]) -> None:
     changed = []
     if config.get("code_sha256") not in (None, package_sha256()):
         changed.append("avalanche_gss")
-    changed += [name for name, digest in cast(dict[str, str], config.get("user_code", {})).items()
+    changed += [name for name, digest in json_object(config.get("user_code", {}),
+                                                       "a job's user_code").items()
                 if _current_sha256(name) != digest]
     if changed:
         raise ValueError(f"the code of {', '.join(changed)} changed during the sweep (its "
@@ -296,7 +296,8 @@ def load_checked(config: Mapping[str, Json]) -> ArrayDataset:
         # The command that planned the sweep loaded these data first, and said so if the
         # offline digits stand in for MNIST: its worker processes do not say it again.
         warnings.simplefilter("ignore", OfflineDigitsWarning)
-        data = load(str(config["data"]), cast(str | None, config["root"]),
+        root = config["root"]
+        data = load(str(config["data"]), None if root is None else json_str(root, "a job's root"),
                     bool(config["download"]))
     expected = config.get("data_sha256")
     if expected is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal
 
 from avalanche_gss.reproduce.json_types import Json, JsonObject, json_int
 from avalanche_gss.streams.registry import REGISTRY, OptionValue
@@ -102,7 +102,8 @@ class ProtocolStream:
         if pool not in ("classes", "all"):
             raise ValueError(f"a protocol stream's pool must be 'classes' or 'all', got {pool!r}")
         return cls(str(config["name"]), json_int(counts["samples_per_task"]),
-                   cast("int | None", counts["minor"]), cast(Literal["classes", "all"], pool))
+                   None if counts["minor"] is None else json_int(counts["minor"]),
+                   "all" if pool == "all" else "classes")
 
     def __call__(self, data: ArrayDataset, seed: int, variant: Variant, *,
                  stream: str | None = None, options: Variant | None = None) -> TaskSplit:
