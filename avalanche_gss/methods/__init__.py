@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "BUILTIN", "Builtin", "ENTRY_POINTS", "MODULES", "NAMES", "REGISTRY",
            "Method", "NameView", "exported_classes", "get", "load_plugins", "names",
-           "plugin_modules", "register"]
+           "plugin_modules", "register", "registered"]
 
 @dataclass(frozen=True)
 class Builtin:
@@ -258,6 +258,15 @@ def plugin_modules() -> tuple[str, ...]:
     (:func:`avalanche_gss.reproduce.runs.own_code.user_modules`).
     """
     return tuple(_PLUGIN_MODULES)
+
+
+def registered() -> tuple[str, ...]:
+    """The names registered from other code so far, in order.
+
+    Those of :func:`register` and of the entry points read so far; unlike :func:`names`,
+    it reads no entry point and imports nothing.
+    """
+    return tuple(_USER)
 
 
 def names() -> tuple[str, ...]:

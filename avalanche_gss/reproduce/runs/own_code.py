@@ -52,7 +52,7 @@ def import_user(spec: str) -> ModuleType:
         ``KeyboardInterrupt`` passes; any other error of the module's own code is raised
         as it is.
     """
-    before = set(methods.names())
+    before = set(methods.registered())
     path = os.path.abspath(spec) if spec.endswith(".py") else None
     try:
         with _loading(), _importable(os.path.dirname(path) if path else os.getcwd(),
@@ -69,7 +69,7 @@ def import_user(spec: str) -> ModuleType:
     except SystemExit as err:  # sys.exit() in the module: a failed import, not the end
         raise ImportError(f"cannot import {spec!r}: it called sys.exit({err.code!r}) while "
                           "imported") from err
-    for name in methods.names():
+    for name in methods.registered():
         if name not in before:
             _ORIGIN[name] = path or spec
     _IMPORTED[path or spec] = None
