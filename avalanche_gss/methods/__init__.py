@@ -44,6 +44,7 @@ __all__ = ["BASELINES", "BUILTIN", "Builtin", "ENTRY_POINTS", "MODULES", "NAMES"
            "Method", "NameView", "exported_classes", "get", "load_plugins", "names",
            "plugin_modules", "register", "registered"]
 
+
 @dataclass(frozen=True)
 class Builtin:
     """One of this package's methods as the registry knows it before importing it.
