@@ -160,6 +160,33 @@ def test_results_states_the_sequential_replay_of_the_default(report):
     assert (f"saves {100 * measured.saved:.0f} % and {100 * matched.saved:.0f} %") in text
 
 
+def test_the_sequential_run_made_the_replays_runs_with_the_fixed_designs_results(report):
+    from avalanche_gss.reproduce.experiments.which_buffer_statistics import sequential_replay
+
+    seq = restate(DOCS / "which_buffer_sequential.json")
+    record = seq["sequential"]
+    # the runs made are those the replay of the fixed design predicts, policy by policy
+    replay = sequential_replay(report)
+    rename = {"ER+MKD (w8)": "ER+MKD"}  # the fixed design's label of the weight-8 rows
+    assert {rename.get(p, p): s for p, s in record["seeds"].items()} == {
+        p: sorted(s) for p, s in replay.seeds.items()}
+    # and each gave the fixed design's accuracy
+    def cells(rows, names=None):
+        return {((names or {}).get(r["policy"], r["policy"]), r["stream"], r["buffer_size"],
+                 seed): a for r in rows for seed, a in zip(r["seeds"], r["avg"], strict=True)}
+    made, fixed = cells(seq["rows"], rename), cells(report["rows"])
+    assert len(made) == record["runs"] == 2016 and record["fixed_runs"] == 2112
+    assert all(fixed[k] == v for k, v in made.items())
+    rec = seq["recommendation"]
+    assert rec["pick"] == rec["best"] == report["recommendation"]["pick"] == "CBRS+OC+LA"
+    assert rec["group"] == ["CBRS+OC+LA"] and len(rec["worse"]) == 16
+    text = _flat(RESULTS)
+    assert (f"It made {record['runs']:,} of the fixed design's {record['fixed_runs']:,} runs "
+            f"({100 * record['saved']:.0f} % saved) in {record['rounds']} rounds") in text
+    assert (f"{len(rec['worse'])} of 21 shown worse, {len(rec['undecided'])} undecided: "
+            + ", ".join(rec["undecided"][:-1]) + f" and {rec['undecided'][-1]}") in text
+
+
 def test_results_states_er_ace_against_its_baseline_at_the_tuned_rates():
     report = restate(DOCS / "which_buffer_erace_tuned.json")
     protocol = report["protocol"]

@@ -98,3 +98,57 @@ def test_which_buffer_sequential_runs_only_what_it_decides_with(tmp_path):
         assert sorted(classes.values()).count("undecided") == 0
     md = (tmp_path / "o" / "which_buffer.md").read_text()
     assert f"### Sequential design: {made} of the fixed design's 12 runs" in md
+    # Its recommendation is the design's classes (the fixed design's rule cannot pair
+    # policies stopped at different seeds), and the report says what it leaves out
+    rec = report["recommendation"]
+    if any(c != "undecided" for p, c in classes.items() if classes[p] != "best"):
+        assert rec is not None and rec["best"] == next(p for p, c in classes.items()
+                                                       if c == "best")
+        assert [c["class"] for c in rec["classes"]] == [c["class"] for c in seq["classes"]]
+        assert rec["alpha"] == pytest.approx(0.05 / seq["looks"])
+        assert "**As measured: pick " in md
+    else:
+        assert rec is None and "no pick" in report["recommendation_note"]
+    assert "not computed for a sequential run" in report["recommendation_note"]
+    assert "Not computed" not in md and "comparisons` in the JSON" not in md
+
+
+def _classes(*rows):
+    return [{"policy": p, "class": c, "mean_difference": d, "low": lo, "high": hi, "seeds": n}
+            for p, c, d, lo, hi, n in rows]
+
+
+def _row(policy, stream, family, size, seconds):
+    return {"policy": policy, "stream": stream, "family": family, "buffer_size": size,
+            "seeds": [0, 1], "avg": [80.0, 81.0], "train_seconds": seconds}
+
+
+def test_a_sequential_runs_pick_is_the_cheapest_of_its_designs_group():
+    from avalanche_gss.reproduce.experiments.which_buffer_statistics import (
+        SEQUENTIAL_RULE,
+        Undecided,
+        decide_sequential,
+    )
+
+    rows = [_row(p, s, f, 100, t) for p, t in (("A", [2.0, 2.0]), ("B", [1.0, 1.0]),
+                                               ("C", [0.5, 0.5]))
+            for s, f in (("disjoint", "disjoint"), ("imbalanced-1", "imbalanced"),
+                         ("imbalanced-2", "imbalanced"))]
+    record = {"start": 2, "looks": 3, "rounds": 2, "delta": 1.0, "runs": 15, "fixed_runs": 18,
+              "saved": 1 / 6, "seeds": {"A": [0, 1, 2], "B": [0, 1, 2], "C": [0, 1]},
+              "classes": _classes(("A", "best", 0.0, 0.0, 0.0, 3),
+                                  ("B", "equivalent", -0.2, -0.6, 0.2, 3),
+                                  ("C", "worse", -3.0, -5.0, -1.0, 2))}
+    rec = decide_sequential(rows, record, "digits")
+    # B is shown within the margin of the best and costs half: it is the pick; C is
+    # cheaper still but shown worse
+    assert (rec["best"], rec["pick"], rec["group"], rec["worse"], rec["undecided"]) == (
+        "A", "B", ["A", "B"], ["C"], [])
+    assert rec["seeds"] == 3 and rec["alpha"] == pytest.approx(0.05 / 3)
+    assert rec["weights"] == {"disjoint": 0.5, "imbalanced": 0.5}  # each family alike
+    assert rec["mean_cost"] == {"A": 2.0, "B": 1.0, "C": 0.5} and rec["rule"] == SEQUENTIAL_RULE
+    record["classes"] = _classes(("A", "best", 0.0, 0.0, 0.0, 3),
+                                 ("B", "undecided", -0.2, -1.6, 1.2, 3),
+                                 ("C", "undecided", -3.0, -7.0, 1.0, 3))
+    with pytest.raises(Undecided, match="none of the 2 policies"):
+        decide_sequential(rows, record, "digits")

@@ -66,11 +66,11 @@ from avalanche_gss.reproduce.reports.equivalence import (
 from avalanche_gss.reproduce.reports.sequential import SequentialResult, run_sequential
 
 __all__ = ["ABLATIONS", "AS_MEASURED", "COMPUTE_MATCHED", "DECISION_RULE", "EQUIVALENCE_RULE",
-           "NO_RECOMMENDATION", "Ablation", "Stability", "Undecided", "Way", "add_statistics",
-           "decide", "equivalence", "equivalence_lines", "paired_values",
-           "recommendation_sentence", "restate", "seed_accuracies", "sequential_lines",
-           "sequential_replay",
-           "stability", "statistics_lines"]
+           "NO_RECOMMENDATION", "SEQUENTIAL_NOTE", "SEQUENTIAL_RULE", "Ablation", "Stability",
+           "Undecided", "Way", "add_statistics", "decide", "decide_sequential", "equivalence",
+           "equivalence_lines", "paired_values", "recommendation_sentence", "restate",
+           "seed_accuracies", "sequential_lines", "sequential_replay", "stability",
+           "statistics_lines"]
 
 ABLATIONS: tuple[tuple[str, str, str], ...] = (
     ("the gradient score, with the loss", "CB-GSS (step)+LA", "CBRS+OC+LA"),
@@ -124,6 +124,24 @@ DECISION_RULE = (
     "costs within the tolerance counting as equal (then the most accurate); no pick when no "
     "policy is classed (every one undecided)")
 """The recommendation rule in words, as the report records it."""
+
+
+SEQUENTIAL_RULE = (
+    "the sequential design's classes: seeds added in rounds (the first two, then one more "
+    "for the policies not yet classed), each look classing the open policies against the "
+    "best on the seeds run as the fixed design's rule does (seeds as replicates, paired t "
+    "intervals at the Bonferroni level over the policies compared, equivalent inside "
+    "(-delta, +delta), worse below 0) at alpha over the looks the cap allows; a policy "
+    "classed runs no more seeds; group: the best and the policies shown equivalent to it; "
+    "pick: the group's cheapest, costs within the tolerance counting as equal (then the most "
+    "accurate); no pick when no policy is classed")
+"""The recommendation rule of a ``--sequential`` run, in words."""
+
+SEQUENTIAL_NOTE = (
+    "the per-family classes, the ablations and the pairs are not computed for a sequential "
+    "run: they pair every policy over the same seeds, and a sequential run stops each "
+    "policy at its own (run the fixed design for them)")
+"""Why a sequential run's report has the recommendation alone."""
 
 
 class Undecided(ValueError):
@@ -298,6 +316,41 @@ def decide(rows: Sequence[RowRecord], data: str, key: Accuracy = "avg",
         cost=cost_name, cost_tolerance=COST_TOLERANCE, rule=DECISION_RULE)
 
 
+def decide_sequential(rows: Sequence[RowRecord], record: SequentialRecord, data: str,
+                      families: Mapping[str, float] | None = None) -> DecisionRecord:
+    """The recommendation of a ``--sequential`` run: its design's classes, and the pick.
+
+    The classes are those the design reached (each policy's when it was classed, or at the
+    last look; :func:`~avalanche_gss.reproduce.reports.sequential.step`), not recomputed:
+    the policies ran on different seeds, which the fixed design's rule cannot pair.
+
+    :param rows: the report's rows (their costs).
+    :param record: the report's ``sequential`` record.
+    :param data: the data the runs used, as the report names them.
+    :param families: each stream family's weight in the mix (``None``: equal).
+    :raises Undecided: no policy is classed against the best.
+    """
+    classed = [Classed(c["policy"], c["class"], c["mean_difference"], c["low"], c["high"],
+                       c["seeds"]) for c in record["classes"]]
+    others = classed[1:]
+    if all(c.verdict == "undecided" for c in others):
+        raise Undecided(classed[0].seeds, len(others), record["delta"])
+    family_of = {r["stream"]: r.get("family", r["stream"]) for r in rows}
+    columns = sorted({(f"{r['stream']}/{r['buffer_size']}", family_of[r["stream"]])
+                      for r in rows}, key=lambda c: c[0])
+    weights = family_weights(columns, families)
+    costs, cost_name = _costs(rows)
+    return DecisionRecord(
+        data=data, weights=_shares(columns, weights, family_of.values()),
+        delta=record["delta"], alpha=EQUIVALENCE_ALPHA / record["looks"],
+        seeds=classed[0].seeds, best=classed[0].policy, pick=pick(classed, costs),
+        group=[c.policy for c in classed if c.verdict in ("best", "equivalent")],
+        undecided=[c.policy for c in others if c.verdict == "undecided"],
+        worse=[c.policy for c in others if c.verdict == "worse"],
+        classes=[c.to_dict() for c in classed], mean_cost=costs, cost=cost_name,
+        cost_tolerance=COST_TOLERANCE, rule=SEQUENTIAL_RULE)
+
+
 def seed_accuracies(rows: Sequence[RowRecord], key: Accuracy = "avg",
                     families: Mapping[str, float] | None = None
                     ) -> dict[str, dict[int, float]]:
@@ -444,6 +497,15 @@ def _add_way(report: ReportRecord, way: Way) -> None:
     report.pop("recommendation_note", None)
     delta, mix = _margin(report), _mix(report)
     decision: DecisionRecord | None = None
+    sequential = report.get("sequential")
+    if sequential is not None and way.value == "avg":
+        try:
+            decision = decide_sequential(report["rows"], sequential, _data(report), mix)
+            report["recommendation_note"] = SEQUENTIAL_NOTE
+        except Undecided as err:
+            report["recommendation_note"] = f"{err}; {SEQUENTIAL_NOTE}"
+        report[way.recommendation] = decision
+        return
     try:
         try:
             decision = decide(report["rows"], _data(report), way.value, delta, mix)
@@ -581,16 +643,20 @@ def statistics_lines(report: ReportRecord) -> list[str]:
         ways.append((COMPUTE_MATCHED, matched))
     lines += [f"- **{recommendation_sentence(rec, way.words)}**" for way, rec in ways]
     n_seeds = len(report["protocol"]["seeds"])
+    sequential = bool(report.get("sequential"))
     for way, _ in ways:
         half = report.get(way.stability)
         if half is not None:
             lines.append(_stability_line(half, way.words))
-        elif n_seeds >= 2 * MIN_SEEDS:
+        elif n_seeds >= 2 * MIN_SEEDS and not sequential:
             lines.append(f"- Stability ({way.words}): not checked: a half of the seeds "
                          f"({n_seeds // 2} of {n_seeds}) classes no policy against its best, "
                          "so the halves' picks cannot be compared; more seeds would.")
     lines += ["", f"Rule: {measured['rule']}; costs within "
               f"{100 * measured['cost_tolerance']:.0f} % count as equal.", ""]
+    if sequential:  # the classes are the design's, in its table above
+        note = report.get("recommendation_note") or SEQUENTIAL_NOTE
+        return [*lines, f"{note[0].upper()}{note[1:]}.", ""]
     for way, rec in ways:
         lines += _against_best_lines(rec, way.words)
     for way, _ in ways:
@@ -616,8 +682,8 @@ def sequential_lines(record: SequentialRecord) -> list[str]:
              f"The first round ran {record['start']} seeds, each later round one more, for "
              "the policies not yet classed; each look tests at alpha over the looks "
              f"allowed (margin ±{record['delta']:g} accuracy points, seeds averaged over the "
-             "columns, each stream family weighing as in the mix). The statistics below "
-             "compare the policies on the seeds they share.", "",
+             "columns, each stream family weighing as in the mix). The recommendation below "
+             "is drawn from these classes, each policy on the seeds it ran.", "",
              "| policy | class | difference from the best [interval] | seeds run |",
              "|---|---|---|---|"]
     for c in record["classes"]:
