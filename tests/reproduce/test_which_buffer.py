@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PRESENT = ("Reservoir", "Rand", "GSS-Greedy", "GSS-IQP", "GSS-Clust", "FSS-Clust")
 
+
 @pytest.fixture
 def add_policy():
     """Register a policy for one test: ``add_policy(label, Policy(...))``, forgotten after."""
@@ -42,7 +43,6 @@ def add_policy():
     yield add
     for label in added:
         POLICIES.remove(label)
-
 
 
 def test_the_plan_covers_policies_x_streams_x_sizes_x_seeds(mnist):
