@@ -7,8 +7,8 @@ from JSON); jobs, reports, rows and settings are dataclasses with real fields.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TypeAlias
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeAlias, TypeVar
 
 __all__ = ["Json", "JsonObject", "Scalar", "json_float", "json_floats", "json_int", "json_ints",
            "json_object", "json_objects", "json_str", "json_strs"]
@@ -22,6 +22,8 @@ JsonObject: TypeAlias = dict[str, Json]
 
 Scalar: TypeAlias = None | bool | int | float | str
 """A JSON value that is no list or object: a row key's value (``2``, ``"authors"``)."""
+
+T = TypeVar("T")
 
 
 def _fail(value: object, kind: str, what: str) -> TypeError:
@@ -70,29 +72,28 @@ def json_str(value: Json, what: str = "a value") -> str:
     return value
 
 
+def _items(value: Json, read: Callable[[Json, str], T], kind: str, what: str) -> list[T]:
+    """``value``, checked to be a list, each item read by ``read``."""
+    if not isinstance(value, (list, tuple)):
+        raise _fail(value, kind, what)
+    return [read(v, f"each item of {what}") for v in value]
+
+
 def json_ints(value: Json, what: str = "a value") -> list[int]:
     """``value``, checked to be a list of integers. See :func:`json_object`."""
-    if not isinstance(value, (list, tuple)):
-        raise _fail(value, "a list of integers", what)
-    return [json_int(v, f"each item of {what}") for v in value]
+    return _items(value, json_int, "a list of integers", what)
 
 
 def json_floats(value: Json, what: str = "a value") -> list[float]:
     """``value`` as floats, checked to be a list of numbers. See :func:`json_object`."""
-    if not isinstance(value, (list, tuple)):
-        raise _fail(value, "a list of numbers", what)
-    return [json_float(v, f"each item of {what}") for v in value]
+    return _items(value, json_float, "a list of numbers", what)
 
 
 def json_strs(value: Json, what: str = "a value") -> list[str]:
     """``value``, checked to be a list of strings. See :func:`json_object`."""
-    if not isinstance(value, (list, tuple)):
-        raise _fail(value, "a list of strings", what)
-    return [json_str(v, f"each item of {what}") for v in value]
+    return _items(value, json_str, "a list of strings", what)
 
 
 def json_objects(value: Json, what: str = "a value") -> list[JsonObject]:
     """``value``, checked to be a list of JSON objects. See :func:`json_object`."""
-    if not isinstance(value, (list, tuple)):
-        raise _fail(value, "a list of JSON objects", what)
-    return [json_object(v, f"each item of {what}") for v in value]
+    return _items(value, json_object, "a list of JSON objects", what)

@@ -303,17 +303,24 @@ def decide(rows: Sequence[RowRecord], data: str, key: Accuracy = "avg",
     others = classed[1:]
     if all(c.verdict == "undecided" for c in others):
         raise Undecided(classed[0].seeds, len(others), delta)
+    return _decision(classed, rows, data, _shares(columns, weights, family_of.values()), delta,
+                     EQUIVALENCE_ALPHA, DECISION_RULE)
+
+
+def _decision(classed: Sequence[Classed], rows: Sequence[RowRecord], data: str,
+              weights: dict[str, float], delta: float, alpha: float, rule: str
+              ) -> DecisionRecord:
+    """The recommendation record of policies classed against the best (the best first)."""
+    others = classed[1:]
     costs, cost_name = _costs(rows)
-    chosen = pick(classed, costs)
-    group = [c.policy for c in classed if c.verdict in ("best", "equivalent")]
     return DecisionRecord(
-        data=data, weights=_shares(columns, weights, family_of.values()), delta=delta,
-        alpha=EQUIVALENCE_ALPHA,
-        seeds=classed[0].seeds, best=classed[0].policy, pick=chosen, group=group,
+        data=data, weights=weights, delta=delta, alpha=alpha,
+        seeds=classed[0].seeds, best=classed[0].policy, pick=pick(classed, costs),
+        group=[c.policy for c in classed if c.verdict in ("best", "equivalent")],
         undecided=[c.policy for c in others if c.verdict == "undecided"],
         worse=[c.policy for c in others if c.verdict == "worse"],
         classes=[c.to_dict() for c in classed], mean_cost=costs,
-        cost=cost_name, cost_tolerance=COST_TOLERANCE, rule=DECISION_RULE)
+        cost=cost_name, cost_tolerance=COST_TOLERANCE, rule=rule)
 
 
 def decide_sequential(rows: Sequence[RowRecord], record: SequentialRecord, data: str,
@@ -339,16 +346,8 @@ def decide_sequential(rows: Sequence[RowRecord], record: SequentialRecord, data:
     columns = sorted({(f"{r['stream']}/{r['buffer_size']}", family_of[r["stream"]])
                       for r in rows}, key=lambda c: c[0])
     weights = family_weights(columns, families)
-    costs, cost_name = _costs(rows)
-    return DecisionRecord(
-        data=data, weights=_shares(columns, weights, family_of.values()),
-        delta=record["delta"], alpha=EQUIVALENCE_ALPHA / record["looks"],
-        seeds=classed[0].seeds, best=classed[0].policy, pick=pick(classed, costs),
-        group=[c.policy for c in classed if c.verdict in ("best", "equivalent")],
-        undecided=[c.policy for c in others if c.verdict == "undecided"],
-        worse=[c.policy for c in others if c.verdict == "worse"],
-        classes=[c.to_dict() for c in classed], mean_cost=costs, cost=cost_name,
-        cost_tolerance=COST_TOLERANCE, rule=SEQUENTIAL_RULE)
+    return _decision(classed, rows, data, _shares(columns, weights, family_of.values()),
+                     record["delta"], EQUIVALENCE_ALPHA / record["looks"], SEQUENTIAL_RULE)
 
 
 def seed_accuracies(rows: Sequence[RowRecord], key: Accuracy = "avg",
